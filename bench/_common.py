@@ -1,0 +1,111 @@
+"""Shared by every bench script: the one JSON line, host facts, percentiles, checksums.
+
+Each script answers one question and prints exactly one JSON line on stdout (STYLE.md section 7);
+everything else goes to stderr. The keys match the peer-broker benchmarks so figures fit one table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numba
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def host() -> dict[str, Any]:
+    """cpus, cpu model, kernel, python and numba versions of this machine."""
+    model = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "numba": numba.__version__,
+    }
+
+
+def git_sha() -> str:
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return result.stdout.strip() or "unknown"
+
+
+def percentiles_us(samples_ns: Sequence[int] | np.ndarray) -> dict[str, float | None]:
+    """p50/p99/p999 in microseconds of latency samples given in nanoseconds."""
+    if len(samples_ns) == 0:
+        return {"p50_us": None, "p99_us": None, "p999_us": None}
+    values = np.asarray(samples_ns, dtype=np.float64) / 1000.0
+    p50, p99, p999 = np.percentile(values, [50, 99, 99.9])
+    return {
+        "p50_us": round(float(p50), 2),
+        "p99_us": round(float(p99), 2),
+        "p999_us": round(float(p999), 2),
+    }
+
+
+def checksum(*parts: bytes | memoryview | np.ndarray) -> str:
+    """A short hash over the data actually processed, so a speed-up that changes it shows."""
+    digest = hashlib.blake2b(digest_size=8)
+    for part in parts:
+        digest.update(part.tobytes() if isinstance(part, np.ndarray) else bytes(part))
+    return digest.hexdigest()
+
+
+def emit(
+    bench: str,
+    params: dict[str, Any],
+    msgs: int,
+    secs: float,
+    size_bytes: int,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Print the one JSON line: rates from msgs, secs and size_bytes, then `extra` keys."""
+    line: dict[str, Any] = {
+        "bench": bench,
+        "params": params,
+        "msgs": msgs,
+        "secs": round(secs, 6),
+        "msgs_per_s": round(msgs / secs, 1) if secs > 0 else None,
+        "MB_per_s": round(msgs * size_bytes / secs / 1e6, 1) if secs > 0 else None,
+        "p50_us": None,
+        "p99_us": None,
+        "p999_us": None,
+        "jit_warmup_secs": None,
+        "checksum": None,
+    }
+    line.update(extra)
+    line["host"] = host()
+    line["git_sha"] = git_sha()
+    print(json.dumps(line), flush=True)
+    return line
+
+
+def log(message: str) -> None:
+    """Chatter for humans: stderr only."""
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,288 @@
+"""Configuration: frozen dataclasses loaded from RocketMQ-style `.conf` files in etc/.
+
+Owns: the key names, their defaults, units and bounds, and the parser of Java-properties files.
+Never: reads the environment beyond the explicit overrides its callers pass, or starts anything.
+
+RocketMQ's own key names are used where RocketMQ has one, so a RocketMQ `broker.conf` loads as it
+is: keys mqbox does not know are kept in `unknown_keys` and ignored, the way the Java broker ignores
+them. Keys that only mqbox has (pool sizes) start with `mqbox`. Both RocketMQ spellings of the
+segment-size keys are accepted (`mapedFileSize...` in 4.x up to 4.5, `mappedFileSize...` later).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from mqbox.errors import ConfigError
+
+NAMESRV_PORT_DEFAULT = 9876
+BROKER_PORT_DEFAULT = 10911
+
+
+class BrokerRole(enum.Enum):
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+class FlushDiskType(enum.Enum):
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+def _cpu_count() -> int:
+    return psutil.cpu_count(logical=True) or 1
+
+
+def _pool_default(per_cpu: float, minimum: int, maximum: int) -> int:
+    """A pool size that scales with the machine and stays sane on 2 cores."""
+    return max(minimum, min(maximum, int(_cpu_count() * per_cpu)))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PoolConfig:
+    """Process counts of one broker: RocketMQ's 1 + N + M1 + M2 threads as OS processes."""
+
+    reactor_count: int = dataclasses.field(default_factory=lambda: _pool_default(0.5, 1, 8))
+    codec_count: int = dataclasses.field(default_factory=lambda: _pool_default(0.5, 1, 8))
+    worker_count: int = 1
+    send_processor_count: int = dataclasses.field(default_factory=lambda: _pool_default(0.5, 1, 8))
+    pull_processor_count: int = dataclasses.field(default_factory=lambda: _pool_default(0.5, 1, 8))
+    admin_processor_count: int = 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """One broker's settings; RocketMQ key in the comment where the field name differs."""
+
+    broker_cluster_name: str = "DefaultCluster"  # brokerClusterName
+    broker_name: str = "broker-a"  # brokerName
+    broker_id: int = 0  # brokerId: 0 = master
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER  # brokerRole
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH  # flushDiskType
+    namesrv_addr: str = f"127.0.0.1:{NAMESRV_PORT_DEFAULT}"  # namesrvAddr, ';'-separated
+    listen_port: int = BROKER_PORT_DEFAULT  # listenPort; 0 = any free port
+    broker_ip1: str = "127.0.0.1"  # brokerIP1: the address clients are told to use
+    ha_listen_port: int = BROKER_PORT_DEFAULT + 1  # haListenPort
+    store_path_root_dir: str = ""  # storePathRootDir; "" = <home>/store/<brokerName>
+    commit_log_segment_size_bytes: int = 1 << 30  # mapedFileSizeCommitLog
+    consume_queue_entry_count: int = 300_000  # mapedFileSizeConsumeQueue / 20
+    file_reserved_time_hours: int = 72  # fileReservedTime
+    delete_when: str = "04"  # deleteWhen: hours of the day, ';'-separated
+    disk_max_used_space_ratio_percent: int = 75  # diskMaxUsedSpaceRatio
+    flush_interval_commit_log_ms: int = 500  # flushIntervalCommitLog
+    flush_interval_consume_queue_ms: int = 1000  # flushIntervalConsumeQueue
+    sync_flush_timeout_ms: int = 5000  # syncFlushTimeout
+    max_message_size_bytes: int = 4 * 1024 * 1024  # maxMessageSize
+    auto_create_topic_enable: bool = True  # autoCreateTopicEnable
+    auto_create_subscription_group: bool = True  # autoCreateSubscriptionGroup
+    default_topic_queue_nums: int = 8  # defaultTopicQueueNums
+    register_name_server_period_ms: int = 30_000  # registerNameServerPeriod
+    long_polling_enable: bool = True  # longPollingEnable
+    short_polling_time_ms: int = 1000  # shortPollingTimeMills
+    message_delay_level: str = (  # messageDelayLevel
+        "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    )
+    pools: PoolConfig = dataclasses.field(default_factory=PoolConfig)
+    unknown_keys: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NamesrvConfig:
+    listen_port: int = NAMESRV_PORT_DEFAULT  # listenPort
+    scan_not_active_broker_interval_ms: int = 10_000  # scanNotActiveBrokerInterval
+    broker_channel_expired_time_ms: int = 120_000  # brokerChannelExpiredTime (RocketMQ constant)
+    order_message_enable: bool = False  # orderMessageEnable
+    unknown_keys: tuple[str, ...] = ()
+
+
+# RocketMQ key -> (field name, parser). Pool keys map to "pools.<field>".
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+def _int_in(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text.strip())
+        if not low <= value <= high:
+            raise ValueError(f"{value} is outside [{low}, {high}]")
+        return value
+
+    return parse
+
+
+_PORT = _int_in(0, 65535)
+_POSITIVE = _int_in(1, 1 << 62)
+_POOL = _int_in(1, 256)
+
+_BROKER_KEYS: dict[str, tuple[str, Any]] = {
+    "brokerClusterName": ("broker_cluster_name", str.strip),
+    "brokerName": ("broker_name", str.strip),
+    "brokerId": ("broker_id", _int_in(0, 1 << 30)),
+    "brokerRole": ("broker_role", lambda text: BrokerRole(text.strip().upper())),
+    "flushDiskType": ("flush_disk_type", lambda text: FlushDiskType(text.strip().upper())),
+    "namesrvAddr": ("namesrv_addr", str.strip),
+    "listenPort": ("listen_port", _PORT),
+    "brokerIP1": ("broker_ip1", str.strip),
+    "haListenPort": ("ha_listen_port", _PORT),
+    "storePathRootDir": ("store_path_root_dir", str.strip),
+    "mapedFileSizeCommitLog": ("commit_log_segment_size_bytes", _int_in(4096, 1 << 40)),
+    "mappedFileSizeCommitLog": ("commit_log_segment_size_bytes", _int_in(4096, 1 << 40)),
+    "mapedFileSizeConsumeQueue": ("consume_queue_entry_count", lambda t: _cq_entries(t)),
+    "mappedFileSizeConsumeQueue": ("consume_queue_entry_count", lambda t: _cq_entries(t)),
+    "fileReservedTime": ("file_reserved_time_hours", _int_in(0, 1 << 20)),
+    "deleteWhen": ("delete_when", str.strip),
+    "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio_percent", _int_in(10, 95)),
+    "flushIntervalCommitLog": ("flush_interval_commit_log_ms", _POSITIVE),
+    "flushIntervalConsumeQueue": ("flush_interval_consume_queue_ms", _POSITIVE),
+    "syncFlushTimeout": ("sync_flush_timeout_ms", _POSITIVE),
+    "maxMessageSize": ("max_message_size_bytes", _int_in(1024, 64 * 1024 * 1024)),
+    "autoCreateTopicEnable": ("auto_create_topic_enable", _parse_bool),
+    "autoCreateSubscriptionGroup": ("auto_create_subscription_group", _parse_bool),
+    "defaultTopicQueueNums": ("default_topic_queue_nums", _int_in(1, 1024)),
+    "registerNameServerPeriod": ("register_name_server_period_ms", _int_in(1000, 60_000)),
+    "longPollingEnable": ("long_polling_enable", _parse_bool),
+    "shortPollingTimeMills": ("short_polling_time_ms", _POSITIVE),
+    "messageDelayLevel": ("message_delay_level", str.strip),
+    "mqboxReactorCount": ("pools.reactor_count", _POOL),
+    "mqboxCodecCount": ("pools.codec_count", _POOL),
+    "mqboxWorkerCount": ("pools.worker_count", _POOL),
+    "mqboxSendProcessorCount": ("pools.send_processor_count", _POOL),
+    "mqboxPullProcessorCount": ("pools.pull_processor_count", _POOL),
+    "mqboxAdminProcessorCount": ("pools.admin_processor_count", _POOL),
+}
+
+_NAMESRV_KEYS: dict[str, tuple[str, Any]] = {
+    "listenPort": ("listen_port", _PORT),
+    "scanNotActiveBrokerInterval": ("scan_not_active_broker_interval_ms", _POSITIVE),
+    "brokerChannelExpiredTime": ("broker_channel_expired_time_ms", _POSITIVE),
+    "orderMessageEnable": ("order_message_enable", _parse_bool),
+}
+
+CQ_ENTRY_SIZE_BYTES = 20
+
+
+def _cq_entries(text: str) -> int:
+    """RocketMQ gives the consume-queue segment size in bytes; mqbox keeps the entry count."""
+    size_bytes = _int_in(CQ_ENTRY_SIZE_BYTES, 1 << 34)(text)
+    if size_bytes % CQ_ENTRY_SIZE_BYTES != 0:
+        raise ValueError(f"{size_bytes} is not a multiple of {CQ_ENTRY_SIZE_BYTES}")
+    return size_bytes // CQ_ENTRY_SIZE_BYTES
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse a Java-properties style text: `key=value` or `key: value`, `#`/`!` comments.
+
+    Line continuations are not supported (RocketMQ configuration files do not use them).
+    A key given twice keeps its last value, as java.util.Properties does.
+    """
+    result: dict[str, str] = {}
+    for raw_line in text.splitlines():
+        line = raw_line.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut < 0:
+            raise ValueError(f"no '=' in line {raw_line!r}")
+        result[line[:cut].strip()] = line[cut + 1 :].strip()
+    return result
+
+
+def _apply(
+    target: Any, keys: Mapping[str, tuple[str, Any]], values: Mapping[str, str], source: str
+) -> Any:
+    top: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    unknown: list[str] = []
+    for key, text in values.items():
+        if key not in keys:
+            unknown.append(key)
+            continue
+        field_name, parse = keys[key]
+        try:
+            value = parse(text)
+        except ValueError as error:
+            raise ConfigError(f"{source}: {key}={text!r}: {error}") from None
+        if "." in field_name:
+            group, inner = field_name.split(".", 1)
+            nested.setdefault(group, {})[inner] = value
+        else:
+            top[field_name] = value
+    for group, inner_values in nested.items():
+        top[group] = dataclasses.replace(getattr(target, group), **inner_values)
+    top["unknown_keys"] = tuple(sorted(unknown))
+    return dataclasses.replace(target, **top)
+
+
+def _read(path: Path) -> dict[str, str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read: {error.strerror}") from None
+    try:
+        return parse_properties(text)
+    except ValueError as error:
+        raise ConfigError(f"{path}: {error}") from None
+
+
+def load_broker_config(
+    path: Path | None = None, overrides: Mapping[str, str] | None = None
+) -> BrokerConfig:
+    """Defaults, then the file's keys, then `overrides` (RocketMQ key names)."""
+    values = _read(path) if path is not None else {}
+    values.update(overrides or {})
+    config: BrokerConfig = _apply(BrokerConfig(), _BROKER_KEYS, values, str(path or "overrides"))
+    validate_broker_config(config)
+    return config
+
+
+def load_namesrv_config(
+    path: Path | None = None, overrides: Mapping[str, str] | None = None
+) -> NamesrvConfig:
+    values = _read(path) if path is not None else {}
+    values.update(overrides or {})
+    config: NamesrvConfig = _apply(NamesrvConfig(), _NAMESRV_KEYS, values, str(path or "overrides"))
+    return config
+
+
+def validate_broker_config(config: BrokerConfig) -> None:
+    """Cross-field rules that a single key's parser cannot see."""
+    if config.broker_role is BrokerRole.SLAVE and config.broker_id == 0:
+        raise ConfigError("brokerRole=SLAVE needs brokerId > 0 (0 is the master)")
+    if config.broker_role is not BrokerRole.SLAVE and config.broker_id != 0:
+        raise ConfigError(f"brokerRole={config.broker_role.value} needs brokerId=0")
+    if not config.broker_name:
+        raise ConfigError("brokerName is empty")
+    if config.max_message_size_bytes > config.commit_log_segment_size_bytes // 2:
+        raise ConfigError("maxMessageSize must be at most half of mapedFileSizeCommitLog")
+    for hour in config.delete_when.split(";"):
+        if not hour.strip().isdigit() or not 0 <= int(hour) <= 23:
+            raise ConfigError(f"deleteWhen={config.delete_when!r}: hours 00-23, ';'-separated")
+    delay_level_durations_ms(config.message_delay_level)
+
+
+_DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def delay_level_durations_ms(text: str) -> tuple[int, ...]:
+    """`messageDelayLevel` ("1s 5s ... 2h") as durations in ms; level n is item n - 1."""
+    durations: list[int] = []
+    for item in text.split():
+        unit = item[-1:]
+        if unit not in _DELAY_UNITS_MS or not item[:-1].isdigit():
+            raise ConfigError(f"messageDelayLevel: {item!r} is not <number><s|m|h|d>")
+        durations.append(int(item[:-1]) * _DELAY_UNITS_MS[unit])
+    if not durations:
+        raise ConfigError("messageDelayLevel is empty")
+    return tuple(durations)

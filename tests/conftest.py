@@ -1,0 +1,62 @@
+"""Fixtures shared by every test: xdist-safe names and ports, and no orphan children.
+
+Everything here must work under `pytest -n auto`: names carry the xdist worker id and the pid,
+ports come from the kernel (port 0), and every process a test starts is killed by its PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import socket
+from collections.abc import Iterator
+
+import hypothesis
+import psutil
+import pytest
+
+# The first example of a kernel test measures JIT compilation, so deadlines would only flake.
+hypothesis.settings.register_profile("mqbox", deadline=None, print_blob=True)
+hypothesis.settings.load_profile("mqbox")
+
+_counter = itertools.count()
+
+
+def unique_name(kind: str) -> str:
+    """A name unique across xdist workers, processes and calls: `<kind>-<worker>-<pid>-<n>`."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    return f"{kind}-{worker}-{os.getpid()}-{next(_counter)}"
+
+
+@pytest.fixture
+def shm_instance() -> str:
+    """An instance name for shared-memory objects (`/mqbox.<instance>.<role>.<n>`)."""
+    return unique_name("t")
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (prefer passing port 0 to servers)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def reap_pids() -> Iterator[list[int]]:
+    """Append the PID of every process a test starts; they are SIGKILLed (with their children)."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            parent = psutil.Process(pid)
+            family = [*parent.children(recursive=True), parent]
+        except psutil.NoSuchProcess:
+            continue
+        for process in family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(signal.SIGKILL)
+        psutil.wait_procs(family, timeout=10)

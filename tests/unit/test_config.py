@@ -1,0 +1,113 @@
+"""Goal: etc/ defaults load, a RocketMQ broker.conf loads as it is, bad values fail clearly.
+
+Method: load the shipped files and hand-written properties texts through mqbox.config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mqbox.config import (
+    BrokerRole,
+    FlushDiskType,
+    delay_level_durations_ms,
+    load_broker_config,
+    load_namesrv_config,
+    parse_properties,
+)
+from mqbox.errors import ConfigError
+
+ETC = Path(__file__).resolve().parents[2] / "etc"
+
+ROCKETMQ_BROKER_CONF = """\
+# a broker.conf as RocketMQ 4.x ships it
+brokerClusterName = DefaultCluster
+brokerName = broker-b
+brokerId = 0
+deleteWhen = 04
+fileReservedTime = 48
+brokerRole = SYNC_MASTER
+flushDiskType = SYNC_FLUSH
+storePathRootDir=/data/rocketmq/store
+namesrvAddr=10.0.0.1:9876;10.0.0.2:9876
+autoCreateTopicEnable=false
+sendMessageThreadPoolNums=16
+useReentrantLockWhenPutMessage=true
+"""
+
+
+def test_shipped_defaults_load() -> None:
+    broker = load_broker_config(ETC / "broker.conf")
+    namesrv = load_namesrv_config(ETC / "namesrv.conf")
+    assert broker.broker_name == "broker-a"
+    assert broker.listen_port == 10911
+    assert broker.broker_cluster_name == "DefaultCluster"
+    assert broker.unknown_keys == ()
+    assert namesrv.listen_port == 9876
+    assert namesrv.broker_channel_expired_time_ms == 120_000
+
+
+def test_example_layout_loads() -> None:
+    for path in sorted((ETC / "examples" / "2m-2s").glob("broker-*.conf")):
+        config = load_broker_config(path)
+        assert (config.broker_id == 0) == (config.broker_role is not BrokerRole.SLAVE)
+
+
+def test_rocketmq_broker_conf_loads_and_unknown_keys_are_listed(tmp_path: Path) -> None:
+    path = tmp_path / "broker.conf"
+    path.write_text(ROCKETMQ_BROKER_CONF)
+    config = load_broker_config(path)
+    assert config.broker_role is BrokerRole.SYNC_MASTER
+    assert config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+    assert config.file_reserved_time_hours == 48
+    assert config.auto_create_topic_enable is False
+    assert config.namesrv_addr == "10.0.0.1:9876;10.0.0.2:9876"
+    assert config.unknown_keys == ("sendMessageThreadPoolNums", "useReentrantLockWhenPutMessage")
+
+
+def test_pool_keys_and_overrides_apply() -> None:
+    config = load_broker_config(None, {"mqboxCodecCount": "3", "listenPort": "0"})
+    assert config.pools.codec_count == 3
+    assert config.listen_port == 0
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        ("listenPort", "70000", "listenPort"),
+        ("brokerRole", "LEADER", "brokerRole"),
+        ("autoCreateTopicEnable", "perhaps", "autoCreateTopicEnable"),
+        ("mapedFileSizeConsumeQueue", "6000001", "multiple of 20"),
+        ("mqboxReactorCount", "0", "mqboxReactorCount"),
+    ],
+)
+def test_bad_value_names_the_key(key: str, value: str, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        load_broker_config(None, {key: value})
+
+
+def test_slave_needs_nonzero_broker_id() -> None:
+    with pytest.raises(ConfigError, match="SLAVE"):
+        load_broker_config(None, {"brokerRole": "SLAVE"})
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_broker_config(tmp_path / "absent.conf")
+
+
+def test_properties_parser_handles_colons_comments_and_repeats() -> None:
+    parsed = parse_properties("# c\n! c\na: 1\nb = x=y\na=2\n\n")
+    assert parsed == {"a": "2", "b": "x=y"}
+    with pytest.raises(ValueError, match="no '='"):
+        parse_properties("just words")
+
+
+def test_delay_levels_are_rocketmq_defaults() -> None:
+    durations = delay_level_durations_ms(load_broker_config(None).message_delay_level)
+    assert len(durations) == 18
+    assert durations[0] == 1000
+    assert durations[2] == 10_000
+    assert durations[-1] == 2 * 3_600_000

@@ -1,0 +1,145 @@
+"""Goal: the dependency directions of ARCHITECTURE.md hold in the code.
+
+Method: parse every module of mqbox/ with `ast` (nothing is imported) and check each import
+against the rules of its package. Moving a boundary means changing this test and ARCHITECTURE.md
+in the same commit.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "mqbox"
+
+# package prefix -> module prefixes it must not import
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    # message.py is a leaf: only the leaf errors module, so callers catch one set of classes.
+    "mqbox.message": (
+        "mqbox.store",
+        "mqbox.protocol",
+        "mqbox.server",
+        "mqbox.ipc",
+        "mqbox._jit",
+        "mqbox.config",
+        "mqbox.namesrv",
+        "mqbox.client",
+        "mqbox.admin",
+        "numba",
+        "socket",
+        "selectors",
+    ),
+    "mqbox.errors": ("mqbox",),
+    "mqbox.protocol": (
+        "socket",
+        "selectors",
+        "time",
+        "os",
+        "numba",
+        "mqbox.store",
+        "mqbox.server",
+        "mqbox.ipc",
+        "mqbox.namesrv",
+        "mqbox.client",
+        "mqbox.admin",
+        "mqbox.spark",
+    ),
+    "mqbox.store": (
+        "socket",
+        "selectors",
+        "mqbox.protocol",
+        "mqbox.server",
+        "mqbox.ipc",
+        "mqbox.namesrv",
+        "mqbox.client",
+        "mqbox.admin",
+        "mqbox.spark",
+    ),
+    "mqbox.ipc": (
+        "mqbox.store",
+        "mqbox.protocol",
+        "mqbox.server",
+        "mqbox.namesrv",
+        "mqbox.client",
+        "mqbox.admin",
+        "mqbox.spark",
+        "mqbox.message",
+    ),
+    "mqbox.namesrv": ("mqbox.store", "mqbox.server", "mqbox.client", "mqbox.admin", "mqbox.spark"),
+    "mqbox.client": ("mqbox.store", "mqbox.server", "mqbox.ipc", "mqbox.admin", "mqbox.spark"),
+    "mqbox.server": ("mqbox.admin", "mqbox.client", "mqbox.spark"),
+    "mqbox.config": ("mqbox.store", "mqbox.server", "mqbox.protocol", "mqbox.ipc"),
+}
+# Only mqbox/_jit.py imports numba; nothing outside mqbox/spark imports mqbox.spark.
+NUMBA_OWNER = "mqbox._jit"
+
+
+def module_name(path: Path) -> str:
+    relative = path.relative_to(PACKAGE_ROOT.parent).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path, name: str) -> list[str]:
+    """Absolute names of all that `path` (module `name`) imports; relative imports resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package.split(".")
+                base = ".".join(base_parts[: len(base_parts) - node.level + 1])
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            names.append(target)
+            names.extend(f"{target}.{alias.name}" for alias in node.names)
+    return names
+
+
+def matches(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+MODULES = sorted(PACKAGE_ROOT.rglob("*.py"))
+
+
+def test_every_package_is_seen() -> None:
+    seen = {module_name(path) for path in MODULES}
+    for package in ("mqbox.protocol", "mqbox.store", "mqbox.ipc", "mqbox.server", "mqbox.admin"):
+        assert package in seen
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda path: module_name(path))
+def test_module_imports_follow_the_layering(path: Path) -> None:
+    name = module_name(path)
+    imported = imports_of(path, name)
+    for rule_owner, forbidden in FORBIDDEN.items():
+        if not matches(name, rule_owner):
+            continue
+        for target in imported:
+            for prefix in forbidden:
+                assert not matches(target, prefix), f"{name} must not import {target}"
+    if name != NUMBA_OWNER:
+        assert not any(matches(target, "numba") for target in imported), (
+            f"{name} imports numba; only {NUMBA_OWNER} may"
+        )
+    if not matches(name, "mqbox.spark"):
+        assert not any(matches(target, "mqbox.spark") for target in imported)
+
+
+def test_layering_check_catches_a_forbidden_import(tmp_path: Path) -> None:
+    """The checker itself must see an import, or every test above passes vacuously."""
+    fake = tmp_path / "probe.py"
+    fake.write_text("import socket\nfrom mqbox.store import layout\nfrom ..ipc import ring\n")
+    found = imports_of(fake, "mqbox.protocol.probe")
+    assert "socket" in found
+    assert "mqbox.store.layout" in found
+    assert "mqbox.ipc.ring" in found

@@ -1,0 +1,301 @@
+"""Goal: each kernel of mqbox.message_kernels keeps its contract, and agrees exactly with its
+plain-Python twin in message_kernels_ref and with the control-plane rule in mqbox.message.
+
+Method: hypothesis builds valid inputs (batch bodies from message.encode_batch, properties from
+message.encode_properties), then tears, truncates and sprinkles noise over them, and also throws
+pure noise; every input goes to the kernel and to its twin, and the answers (and the out arrays up
+to the count) must be equal. Fixed vectors pin the Java hash and the error codes.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numpy.typing import NDArray
+
+from mqbox import message as m
+from mqbox import message_kernels as fast
+from mqbox import message_kernels_ref as ref
+from mqbox.errors import MessageIllegalError, MessageTooLargeError
+
+INT32 = st.integers(-(2**31), 2**31 - 1)
+
+
+def as_array(data: bytes) -> NDArray[np.uint8]:
+    """A writable uint8 array of `data`, like a view of a mapped segment."""
+    return np.frombuffer(bytearray(data), dtype=np.uint8)
+
+
+def test_error_codes_are_the_same_in_both_twins() -> None:
+    assert fast.SPLIT_BATCH_TRUNCATED == ref.SPLIT_BATCH_TRUNCATED < 0
+    assert fast.SPLIT_BATCH_SIZE_MISMATCH == ref.SPLIT_BATCH_SIZE_MISMATCH < 0
+    assert fast.SPLIT_BATCH_BODY_TOO_LARGE == ref.SPLIT_BATCH_BODY_TOO_LARGE < 0
+    assert fast.SPLIT_BATCH_TOO_MANY == ref.SPLIT_BATCH_TOO_MANY < 0
+    codes = {
+        fast.SPLIT_BATCH_TRUNCATED,
+        fast.SPLIT_BATCH_SIZE_MISMATCH,
+        fast.SPLIT_BATCH_BODY_TOO_LARGE,
+        fast.SPLIT_BATCH_TOO_MANY,
+    }
+    assert len(codes) == 4
+
+
+# --- Readers ------------------------------------------------------------------------------------
+
+
+@settings(deadline=None)
+@given(data=st.binary(min_size=8, max_size=8))
+def test_readers_match_struct(data: bytes) -> None:
+    buf = as_array(b"\x00" + data)
+    assert fast.read_u8(buf, 1) == data[0]
+    assert fast.read_s16_be(buf, 1) == struct.unpack(">h", data[:2])[0]
+    assert fast.read_u32_be(buf, 1) == struct.unpack(">I", data[:4])[0]
+    assert fast.read_s32_be(buf, 1) == struct.unpack(">i", data[:4])[0]
+    assert fast.read_s64_be(buf, 1) == struct.unpack(">q", data)[0]
+
+
+# --- java_hash_utf8 -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("TagA", 2598919),
+        ("TagB", 2598920),
+        ("XXX", 87384),
+        ("test", 3556498),
+        ("hello world", 1794106052),
+        ("中文", 646394),
+        ("😀", 1772899),
+        ("", 0),
+    ],
+)
+def test_java_hash_utf8_vectors(text: str, expected: int) -> None:
+    encoded = text.encode("utf-8")
+    buf = as_array(b"xx" + encoded + b"yy")
+    assert fast.java_hash_utf8(buf, 2, 2 + len(encoded)) == expected
+    assert ref.java_hash_utf8(buf, 2, 2 + len(encoded)) == expected
+
+
+# Bytes that exercise every branch of the decoder: ASCII, continuations, every lead class.
+utf8_noise = st.lists(
+    st.one_of(
+        st.integers(0, 0x7F),
+        st.integers(0x80, 0xBF),
+        st.sampled_from([0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xED, 0xEF, 0xF0, 0xF4, 0xF5, 0xF8, 0xFF]),
+        st.integers(0xC0, 0xFF),
+    ),
+    max_size=24,
+).map(bytes)
+
+
+@settings(deadline=None, max_examples=300)
+@given(
+    data=st.one_of(utf8_noise, st.binary(max_size=24)),
+    cuts=st.tuples(st.integers(0), st.integers(0)),
+)
+def test_java_hash_utf8_kernel_agrees_with_twin(data: bytes, cuts: tuple[int, int]) -> None:
+    buf = as_array(data)
+    start = cuts[0] % (len(data) + 1)
+    end = start + cuts[1] % (len(data) - start + 1)
+    assert fast.java_hash_utf8(buf, start, end) == ref.java_hash_utf8(buf, start, end)
+
+
+@settings(deadline=None)
+@given(data=utf8_noise)
+def test_java_hash_utf8_equals_python_decoding_away_from_ed(data: bytes) -> None:
+    data = data.replace(b"\xed", b"\xee")
+    expected = m.java_string_hash(data.decode("utf-8", "replace"))
+    assert fast.java_hash_utf8(as_array(data), 0, len(data)) == expected
+
+
+@settings(deadline=None)
+@given(
+    text=st.text(max_size=20).filter(lambda text: not any(0xD800 <= ord(c) < 0xE000 for c in text))
+)
+def test_java_hash_utf8_equals_string_hash_of_valid_text(text: str) -> None:
+    encoded = text.encode("utf-8")
+    assert fast.java_hash_utf8(as_array(encoded), 0, len(encoded)) == m.java_string_hash(text)
+
+
+# --- find_property ------------------------------------------------------------------------------
+
+property_names = st.sampled_from([b"TAGS", b"TAG", b"TAGSX", b"KEYS", b"UNIQ_KEY", b"tags", b"T"])
+property_values = st.binary(max_size=10).filter(lambda value: b"\x02" not in value)
+
+
+@st.composite
+def properties_regions(draw: st.DrawFn) -> bytes:
+    """Property strings as writers make them, with duplicates, empties and stray separators."""
+    parts = draw(
+        st.lists(
+            st.one_of(
+                st.tuples(property_names, property_values).map(lambda nv: nv[0] + b"\x01" + nv[1]),
+                st.sampled_from([b"", b"TAGS", b"\x01x", b"TAGS\x01", b"TAGS\x01\x01"]),
+                st.binary(max_size=6),
+            ),
+            max_size=6,
+        )
+    )
+    region = b"\x02".join(parts)
+    if draw(st.booleans()):
+        region += b"\x02"
+    return region
+
+
+@settings(deadline=None, max_examples=300)
+@given(
+    region=properties_regions(),
+    name=st.sampled_from([b"TAGS", b"KEYS", b"T", b"UNIQ_KEY"]),
+    padding=st.tuples(st.binary(max_size=3), st.binary(max_size=3)),
+)
+def test_find_property_agrees_with_twin_and_with_decode_properties(
+    region: bytes, name: bytes, padding: tuple[bytes, bytes]
+) -> None:
+    buf = as_array(padding[0] + region + padding[1])
+    start = len(padding[0])
+    end = start + len(region)
+    name_array = as_array(name)
+    found = fast.find_property(buf, start, end, name_array)
+    assert found == ref.find_property(buf, start, end, name_array)
+    expected = m.decode_properties(region).get(name)
+    if expected is None:
+        assert found == (-1, -1)
+    else:
+        assert start <= found[0] < found[1] <= end
+        assert buf[found[0] : found[1]].tobytes() == expected
+
+
+def test_find_property_examples() -> None:
+    region = b"KEYS\x01k1\x02TAGS\x01TagA\x02UNIQ_KEY\x01ABC\x02WAIT\x01true"
+    buf = as_array(region)
+    value_start, value_end = fast.find_property(buf, 0, len(region), fast.TAGS_NAME)
+    assert region[value_start:value_end] == b"TagA"
+    assert fast.find_property(buf, 0, 10, fast.TAGS_NAME) == (-1, -1)
+    assert fast.find_property(as_array(b"TAGS\x01"), 0, 5, fast.TAGS_NAME) == (-1, -1)
+    assert fast.find_property(as_array(b"XTAGS\x01A"), 0, 7, fast.TAGS_NAME) == (-1, -1)
+    assert fast.find_property(as_array(b"TAGS\x01A\x01B"), 0, 8, fast.TAGS_NAME) == (5, 8)
+
+
+# --- split_batch --------------------------------------------------------------------------------
+
+batch_elements = st.builds(
+    m.BatchElement,
+    body=st.binary(max_size=40),
+    flag=INT32,
+    properties=st.binary(max_size=30),
+)
+
+
+@st.composite
+def batch_bodies(draw: st.DrawFn) -> bytes:
+    """Valid batch bodies, and the same torn, cut short, overwritten or followed by noise."""
+    body = bytearray(m.encode_batch(draw(st.lists(batch_elements, max_size=6))))
+    damage = draw(st.sampled_from(["none", "truncate", "overwrite", "field", "append", "noise"]))
+    if damage == "truncate" and body:
+        del body[draw(st.integers(0, len(body) - 1)) :]
+    elif damage == "overwrite" and body:
+        at = draw(st.integers(0, len(body) - 1))
+        body[at : at + 4] = draw(st.binary(min_size=1, max_size=4))
+    elif damage == "field" and body:
+        # Hit a length field of the first element with a value near the true one.
+        field_position_bytes = draw(st.sampled_from([0, 16]))
+        (value,) = struct.unpack_from(">i", body, field_position_bytes)
+        value += draw(st.integers(-3, 3))
+        struct.pack_into(">i", body, field_position_bytes, value)
+    elif damage == "append":
+        body += draw(st.binary(max_size=30))
+    elif damage == "noise":
+        body = bytearray(draw(st.binary(max_size=80)))
+    return bytes(body)
+
+
+def split_both(
+    body: bytes, body_size_bytes_max: int, capacity: int
+) -> tuple[int, NDArray[np.int64], NDArray[np.int32]]:
+    """Run kernel and twin; assert they agree; return the kernel's answer and arrays."""
+    array = as_array(body)
+    results = []
+    for split in (fast.split_batch, ref.split_batch):
+        offsets = np.full(capacity, -7, dtype=np.int64)
+        sizes = np.full(capacity, -7, dtype=np.int32)
+        count = split(array, body_size_bytes_max, offsets, sizes)
+        results.append((count, offsets, sizes))
+    (count, offsets, sizes), (ref_count, ref_offsets, ref_sizes) = results
+    assert count == ref_count
+    if count >= 0:
+        assert np.array_equal(offsets[:count], ref_offsets[:count])
+        assert np.array_equal(sizes[:count], ref_sizes[:count])
+        assert (offsets[count:] == -7).all()
+        assert (sizes[count:] == -7).all()
+    return count, offsets, sizes
+
+
+@settings(deadline=None, max_examples=300)
+@given(
+    body=batch_bodies(),
+    body_size_bytes_max=st.integers(0, 50),
+    capacity=st.integers(1, 8),
+)
+def test_split_batch_agrees_with_twin_and_with_decode_batch(
+    body: bytes, body_size_bytes_max: int, capacity: int
+) -> None:
+    count, offsets, sizes = split_both(body, body_size_bytes_max, capacity)
+    try:
+        elements = m.decode_batch(
+            body, body_size_bytes_max=body_size_bytes_max, element_count_max=capacity
+        )
+    except MessageTooLargeError:
+        assert count == fast.SPLIT_BATCH_BODY_TOO_LARGE
+        return
+    except MessageIllegalError:
+        refusals = (
+            fast.SPLIT_BATCH_TRUNCATED,
+            fast.SPLIT_BATCH_SIZE_MISMATCH,
+            fast.SPLIT_BATCH_TOO_MANY,
+        )
+        assert count in refusals or (count == 0 and not body)
+        return
+    assert count == len(elements)
+    for index, element in enumerate(elements):
+        start = int(offsets[index])
+        end = start + int(sizes[index])
+        encoded = m.encode_batch([element])
+        # MAGIC and BODYCRC (bytes 4 to 12) are ignored, so noise there survives the split.
+        assert body[start : start + 4] + body[start + 12 : end] == encoded[:4] + encoded[12:]
+
+
+@settings(deadline=None)
+@given(elements=st.lists(batch_elements, min_size=1, max_size=6))
+def test_split_batch_finds_every_element(elements: list[m.BatchElement]) -> None:
+    body = m.encode_batch(elements)
+    count, offsets, sizes = split_both(body, 40, len(elements))
+    assert count == len(elements)
+    position_bytes = 0
+    for index, element in enumerate(elements):
+        assert offsets[index] == position_bytes
+        assert sizes[index] == 22 + len(element.body) + len(element.properties)
+        position_bytes += int(sizes[index])
+    assert position_bytes == len(body)
+
+
+def test_split_batch_error_codes() -> None:
+    one = m.encode_batch([m.BatchElement(b"abc", 0, b"p")])
+    assert split_both(b"", 10, 4)[0] == 0
+    assert split_both(b"", 10, 0)[0] == 0
+    assert split_both(one, 10, 0)[0] == fast.SPLIT_BATCH_TOO_MANY
+    assert split_both(one * 3, 10, 2)[0] == fast.SPLIT_BATCH_TOO_MANY
+    assert split_both(one * 2, 10, 2)[0] == 2
+    assert split_both(one[:-1], 10, 4)[0] == fast.SPLIT_BATCH_TRUNCATED
+    assert split_both(one + one[:21], 10, 4)[0] == fast.SPLIT_BATCH_TRUNCATED
+    assert split_both(one, 2, 4)[0] == fast.SPLIT_BATCH_BODY_TOO_LARGE
+    assert split_both(struct.pack(">i", 21) + one[4:], 10, 4)[0] == fast.SPLIT_BATCH_SIZE_MISMATCH
+    wrong_properties = one[:23] + struct.pack(">h", 3) + one[25:] + b"\x00"
+    wrong_properties = struct.pack(">i", len(wrong_properties)) + wrong_properties[4:]
+    assert split_both(wrong_properties, 10, 4)[0] == fast.SPLIT_BATCH_SIZE_MISMATCH
+    negative_body = one[:16] + struct.pack(">i", -1) + one[20:]
+    assert split_both(negative_body, 10, 4)[0] == fast.SPLIT_BATCH_SIZE_MISMATCH
