@@ -69,7 +69,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     ),
     "mqbox.namesrv": ("mqbox.store", "mqbox.server", "mqbox.client", "mqbox.admin", "mqbox.spark"),
     "mqbox.client": ("mqbox.store", "mqbox.server", "mqbox.ipc", "mqbox.admin", "mqbox.spark"),
-    "mqbox.server": ("mqbox.admin", "mqbox.client", "mqbox.spark"),
+    # server and admin see everything else (the broker registers through mqbox.client).
+    "mqbox.server": ("mqbox.admin", "mqbox.spark"),
     "mqbox.config": ("mqbox.store", "mqbox.server", "mqbox.protocol", "mqbox.ipc"),
 }
 # Only mqbox/_jit.py imports numba; nothing outside mqbox/spark imports mqbox.spark.

@@ -1,0 +1,203 @@
+"""The broker's process graph: which roles run, which rings link them, what each role is given.
+
+Owns: `RoleSpec`, `RingSpec`, `RoleContext` and `broker_topology()`, the one function that turns
+a BrokerConfig into the list of processes and the rings between them. Never: starting anything
+(supervisor.py does), or what travels on a ring (server/records.py does).
+
+The graph (R reactors, C codecs, W workers, S send, P pull and A admin processors):
+
+    reactor.i --frames--> codec.(conn % C) --commands--> worker.(conn % W) --> send/pull/admin
+    reactor.i <--bytes--- codec.(conn % C) <--responses-- send.s / pull.p / admin.a
+    send.s --append requests--> store_writer --acks--> send.s
+    dispatcher --queue wake-ups--> pull.p            (plus shared counters for queue lengths)
+    worker.k --connection events--> admin.a          (closed connections, idle checks)
+
+Every arrow is one single-producer single-consumer ring (mqbox/ipc/ring.py); a role that hears
+from several producers drains one ring per producer. A connection id carries the reactor index in
+its top byte, so the codec knows where a response goes, and a connection's frames always go to the
+same codec and worker (`conn % C`, `conn % W`), which keeps its requests in order through the
+pipeline.
+
+Processes are forked from a warmed-up parent (the broker zygote in supervisor.py): numba and every
+kernel are compiled once, `gc.freeze()` is called, and children share those pages copy-on-write.
+That is what keeps the appliance within its memory budget (numba costs ~140 MB per process that
+compiles on its own). Because children are forked, a RoleContext may hold live objects (the
+listening socket, configs); nothing in it is pickled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mqbox.config import BrokerConfig
+from mqbox.ipc import names
+
+
+class RoleKind(enum.Enum):
+    REACTOR = "reactor"
+    CODEC = "codec"
+    WORKER = "worker"
+    SEND = "send"
+    PULL = "pull"
+    ADMIN = "admin"
+    STORE_WRITER = "store_writer"
+    DISPATCHER = "dispatcher"
+    SERVICES = "services"
+
+
+# Roles whose death stops the broker (recovery runs at the next start) instead of a restart:
+# the store writer owns the CommitLog's write position, the dispatcher the consume queues'.
+CRITICAL_KINDS = frozenset({RoleKind.STORE_WRITER, RoleKind.DISPATCHER})
+
+# Start order: store first (recovery, then the writer takes appends), then business processors,
+# then the front (workers, codecs), and reactors last, so nothing is accepted before it can be
+# served. Stop order is the reverse.
+START_ORDER = (
+    RoleKind.STORE_WRITER,
+    RoleKind.DISPATCHER,
+    RoleKind.SERVICES,
+    RoleKind.SEND,
+    RoleKind.PULL,
+    RoleKind.ADMIN,
+    RoleKind.WORKER,
+    RoleKind.CODEC,
+    RoleKind.REACTOR,
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RingSpec:
+    """One SPSC ring: its shared-memory name, who writes it, who reads it, how big it is."""
+
+    name: str  # posix_ipc name, /mqbox.<instance>.<producer role>.<n>
+    producer: str  # role id, e.g. "reactor.0"
+    consumer: str  # role id, e.g. "codec.0"
+    capacity_bytes: int  # a power of two
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RoleSpec:
+    """One process of the broker."""
+
+    role_id: str  # "<kind>.<index>", e.g. "send.1"
+    kind: RoleKind
+    index: int
+    main: str  # "module:function" taking a RoleContext and never returning
+
+    @property
+    def critical(self) -> bool:
+        return self.kind in CRITICAL_KINDS
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Topology:
+    roles: tuple[RoleSpec, ...]
+    rings: tuple[RingSpec, ...]
+
+    def rings_from(self, role_id: str) -> tuple[RingSpec, ...]:
+        """Rings this role writes, in a stable order."""
+        return tuple(ring for ring in self.rings if ring.producer == role_id)
+
+    def rings_to(self, role_id: str) -> tuple[RingSpec, ...]:
+        """Rings this role drains, in a stable order."""
+        return tuple(ring for ring in self.rings if ring.consumer == role_id)
+
+    def ring(self, producer: str, consumer: str) -> RingSpec:
+        """The one ring from `producer` to `consumer`; KeyError if they are not linked."""
+        for ring in self.rings:
+            if ring.producer == producer and ring.consumer == consumer:
+                return ring
+        raise KeyError(f"no ring from {producer} to {consumer}")
+
+    def roles_of(self, kind: RoleKind) -> tuple[RoleSpec, ...]:
+        return tuple(role for role in self.roles if role.kind is kind)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RoleContext:
+    """Everything a role's main() gets from the supervisor (by fork, never pickled)."""
+
+    instance: str  # shared-memory instance name of this broker
+    home: Path  # the appliance's --home
+    store_root: Path  # this broker's store directory
+    broker: BrokerConfig
+    topology: Topology
+    role: RoleSpec
+    listen_socket: Any  # the broker's listening socket.socket (reactors accept on it)
+    broker_address: str  # "ip:port" clients are told to use (brokerIP1 + the bound port)
+    report_ready: Callable[[Mapping[str, Any]], None]  # call once, when the role can serve
+
+
+# 4 MiB per ring keeps the shared memory of a default broker (12 rings) under 50 MiB even when
+# every page has been touched. Payloads above the ring's inline maximum (a frame with a large body)
+# travel as spill files in /dev/shm named like the rings, so the supervisor's sweep removes them.
+RING_CAPACITY_BYTES_DEFAULT = 4 << 20
+ROLE_MAIN = {
+    RoleKind.REACTOR: "mqbox.server.reactor:main",
+    RoleKind.CODEC: "mqbox.server.codec:main",
+    RoleKind.WORKER: "mqbox.server.worker:main",
+    RoleKind.SEND: "mqbox.server.processors.send:main",
+    RoleKind.PULL: "mqbox.server.processors.pull:main",
+    RoleKind.ADMIN: "mqbox.server.processors.admin:main",
+    RoleKind.STORE_WRITER: "mqbox.server.store_writer:main",
+    RoleKind.DISPATCHER: "mqbox.server.dispatcher:main",
+    RoleKind.SERVICES: "mqbox.server.services:main",
+}
+
+
+def broker_topology(
+    instance: str,
+    config: BrokerConfig,
+    ring_capacity_bytes: int = RING_CAPACITY_BYTES_DEFAULT,
+) -> Topology:
+    """The roles and rings of one broker with the pool sizes of `config`."""
+    pools = config.pools
+    counts = {
+        RoleKind.REACTOR: pools.reactor_count,
+        RoleKind.CODEC: pools.codec_count,
+        RoleKind.WORKER: pools.worker_count,
+        RoleKind.SEND: pools.send_processor_count,
+        RoleKind.PULL: pools.pull_processor_count,
+        RoleKind.ADMIN: pools.admin_processor_count,
+        RoleKind.STORE_WRITER: 1,
+        RoleKind.DISPATCHER: 1,
+        RoleKind.SERVICES: 1,
+    }
+    roles = tuple(
+        RoleSpec(f"{kind.value}.{index}", kind, index, ROLE_MAIN[kind])
+        for kind in START_ORDER
+        for index in range(counts[kind])
+    )
+    by_kind = {kind: [role.role_id for role in roles if role.kind is kind] for kind in RoleKind}
+    edges: list[tuple[str, str]] = []
+
+    def link(producers: list[str], consumers: list[str]) -> None:
+        edges.extend((producer, consumer) for producer in producers for consumer in consumers)
+
+    processors = by_kind[RoleKind.SEND] + by_kind[RoleKind.PULL] + by_kind[RoleKind.ADMIN]
+    link(by_kind[RoleKind.REACTOR], by_kind[RoleKind.CODEC])
+    link(by_kind[RoleKind.CODEC], by_kind[RoleKind.WORKER])
+    link(by_kind[RoleKind.WORKER], processors)
+    link(processors, by_kind[RoleKind.CODEC])
+    link(by_kind[RoleKind.CODEC], by_kind[RoleKind.REACTOR])
+    link(by_kind[RoleKind.SEND], by_kind[RoleKind.STORE_WRITER])
+    link(by_kind[RoleKind.STORE_WRITER], by_kind[RoleKind.SEND])
+    link(by_kind[RoleKind.DISPATCHER], by_kind[RoleKind.PULL])
+
+    ring_counts: dict[str, int] = {}
+    rings: list[RingSpec] = []
+    for producer, consumer in edges:
+        # The shm role part is the producer's role id without the dot; n counts its out-rings.
+        role_part = producer.replace(".", "-")
+        n = ring_counts.get(role_part, 0)
+        ring_counts[role_part] = n + 1
+        rings.append(
+            RingSpec(
+                names.shm_name(instance, role_part, n), producer, consumer, ring_capacity_bytes
+            )
+        )
+    return Topology(roles, tuple(rings))
