@@ -1,0 +1,992 @@
+"""A single-producer single-consumer ring of variable-length records in shared memory.
+
+Owns: one ring segment (layout.py draws it) mapped into this process, the producer's and the
+consumer's side of the record protocol, the numba kernels that copy and scan records in batches,
+and the waiting-flag half of the doorbell handshake (doorbell.py holds the FIFO and the fence).
+Never: what a record means (ipc knows no messages), pickling, blocking on the producer side, or a
+system call on the hot path (a producer makes one only to wake a consumer that said it sleeps).
+
+One process writes a ring and one process reads it; fan-in uses one ring per producer. Either side
+may be restarted: a producer continues after the last published record, a consumer at the oldest
+record it had not released (records drained but not released are delivered again).
+
+Invariants, asserted once per batch (STYLE.md section 3):
+- `tail_bytes <= head_bytes <= tail_bytes + capacity_bytes - END_RESERVE_BYTES`, both multiples
+  of 8, and both only grow. (The head stored in the segment may lag the producer's own after a
+  producer crash; a restarted producer finds the true one by following the chain.)
+- A published record's header word holds `8 <= length <= 8 + payload_size_bytes_max` and a type
+  that is either a caller's (>= 0) or the padding type; a padding record ends exactly at the end of
+  the data area; no record straddles the end. The producer checks sizes before it writes and the
+  consumer's scan checks every header it reads (paired assertions).
+- The word after the last published record is 0, so the consumer's chain ends there.
+
+Memory ordering (x86-64, TSO: stores become visible in program order, loads are not reordered
+with loads). A batch is written by two kernels called one after the other. `stage_records` zeroes
+the header word of every record it will write and the word after the last, then copies payloads;
+`publish_headers` then stores each header word, which holds the length, whole. A kernel call is
+opaque to the compiler on both sides, so every store of the first kernel is issued before any of
+the second, and TSO makes them visible in that order: the consumer never sees a length before the
+payload it covers. Inside `publish_headers` the headers may become visible in any order; the
+consumer stops at the first zero header, so it never skips one. The head counter is stored in
+Python after publication, so a producer restarted after a crash can trust everything before head
+and scans forward from it for records published without a head update. On the consumer side the
+payload is read after the header that covers it: by the same kernel behind a data dependency, or
+by the caller after the scan kernel returned. The waiting flag needs a full fence (doorbell.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import posix_ipc
+from numpy.typing import NDArray
+
+from mqbox._jit import kernel
+from mqbox.errors import ConfigError, MessageTooLargeError
+from mqbox.ipc import layout, names
+from mqbox.ipc.doorbell import Doorbell, memory_fence
+from mqbox.ipc.layout import (
+    END_RESERVE_BYTES,
+    PADDING_RECORD_TYPE,
+    RECORD_ALIGNMENT_BYTES,
+    RECORD_HEADER_SIZE_BYTES,
+    RECORD_LENGTH_MASK,
+    RECORD_TYPE_SHIFT,
+)
+
+_W = layout.WORD_SIZE_BYTES
+_MAGIC: Final = layout.MAGIC_OFFSET_BYTES // _W
+_VERSION: Final = layout.VERSION_OFFSET_BYTES // _W
+_CAPACITY: Final = layout.CAPACITY_OFFSET_BYTES // _W
+_PAYLOAD_SIZE_MAX: Final = layout.PAYLOAD_SIZE_MAX_OFFSET_BYTES // _W
+_HEAD: Final = layout.HEAD_OFFSET_BYTES // _W
+_PRODUCER_PID: Final = layout.PRODUCER_PID_OFFSET_BYTES // _W
+_RECORD_COUNT_WRITTEN: Final = layout.RECORD_COUNT_WRITTEN_OFFSET_BYTES // _W
+_PAYLOAD_SIZE_WRITTEN: Final = layout.PAYLOAD_SIZE_WRITTEN_OFFSET_BYTES // _W
+_BATCH_COUNT_WRITTEN: Final = layout.BATCH_COUNT_WRITTEN_OFFSET_BYTES // _W
+_PADDING_COUNT_WRITTEN: Final = layout.PADDING_COUNT_WRITTEN_OFFSET_BYTES // _W
+_FULL_COUNT: Final = layout.FULL_COUNT_OFFSET_BYTES // _W
+_DOORBELL_COUNT_RUNG: Final = layout.DOORBELL_COUNT_RUNG_OFFSET_BYTES // _W
+_TAIL: Final = layout.TAIL_OFFSET_BYTES // _W
+_CONSUMER_PID: Final = layout.CONSUMER_PID_OFFSET_BYTES // _W
+_RECORD_COUNT_READ: Final = layout.RECORD_COUNT_READ_OFFSET_BYTES // _W
+_PAYLOAD_SIZE_READ: Final = layout.PAYLOAD_SIZE_READ_OFFSET_BYTES // _W
+_BATCH_COUNT_READ: Final = layout.BATCH_COUNT_READ_OFFSET_BYTES // _W
+_DOORBELL_COUNT_WAITED: Final = layout.DOORBELL_COUNT_WAITED_OFFSET_BYTES // _W
+_WAITING_SEQUENCE: Final = layout.WAITING_SEQUENCE_OFFSET_BYTES // _W
+
+# Result slots of the kernels' small output arrays. The slots from *_DELTAS_FIRST on are added
+# as they are to the counters of the same names, which lie in consecutive words of the segment.
+_STAGED_HEADER_COUNT: Final = 0
+_STAGED_END_BYTES: Final = 1
+_STAGED_PAYLOAD_SIZE_BYTES_MAX: Final = 2  # the largest payload in the batch, checked first
+_STAGED_BAD_RECORD_COUNT: Final = 3  # records with a negative size, offset or type, or past the end
+_STAGED_DELTAS_FIRST: Final = 4
+_STAGED_RECORD_COUNT: Final = 4
+_STAGED_PAYLOAD_SIZE_BYTES: Final = 5
+_STAGED_BATCH_COUNT: Final = 6
+_STAGED_PADDING_COUNT: Final = 7
+_STAGED_SIZE: Final = 8
+_SCANNED_END_BYTES: Final = 0
+_SCANNED_BAD_HEADER: Final = 1
+_SCANNED_DELTAS_FIRST: Final = 2
+_SCANNED_RECORD_COUNT: Final = 2
+_SCANNED_PAYLOAD_SIZE_BYTES: Final = 3
+_SCANNED_BATCH_COUNT: Final = 4
+_SCANNED_SIZE: Final = 5
+for _delta_slot, _counter_word in (
+    (_STAGED_RECORD_COUNT, _RECORD_COUNT_WRITTEN),
+    (_STAGED_PAYLOAD_SIZE_BYTES, _PAYLOAD_SIZE_WRITTEN),
+    (_STAGED_BATCH_COUNT, _BATCH_COUNT_WRITTEN),
+    (_STAGED_PADDING_COUNT, _PADDING_COUNT_WRITTEN),
+):
+    assert _delta_slot - _STAGED_DELTAS_FIRST == _counter_word - _RECORD_COUNT_WRITTEN
+for _delta_slot, _counter_word in (
+    (_SCANNED_RECORD_COUNT, _RECORD_COUNT_READ),
+    (_SCANNED_PAYLOAD_SIZE_BYTES, _PAYLOAD_SIZE_READ),
+    (_SCANNED_BATCH_COUNT, _BATCH_COUNT_READ),
+):
+    assert _delta_slot - _SCANNED_DELTAS_FIRST == _counter_word - _RECORD_COUNT_READ
+assert _STAGED_SIZE == _STAGED_PADDING_COUNT + 1
+assert _SCANNED_SIZE == _SCANNED_BATCH_COUNT + 1
+
+# The ordering argument in the module docstring holds on x86-64 (TSO) only: on a weakly ordered
+# CPU such as arm64 a consumer could see a header before its payload. Refuse to run there rather
+# than deliver torn records.
+assert platform.machine() == "x86_64", f"mqbox.ipc.ring assumes x86-64, not {platform.machine()}"
+
+_SHM_MODE: Final = 0o600
+# What try_write_nowait copies from: anything np.frombuffer reads as contiguous bytes.
+BytesLike = bytes | bytearray | memoryview
+_UNLIMITED_BYTES: Final = 2**62
+
+# Kernels. numba's cache is keyed on this file alone, so the layout constants they use are baked
+# into cached machine code; warm_up() checks the compiled kernels against layout.py at start-up.
+
+
+@kernel
+def stage_records(
+    data: NDArray[np.uint8],
+    words: NDArray[np.int64],
+    head_bytes: int,
+    limit_bytes: int,
+    payload_size_bytes_max: int,
+    types: NDArray[np.int32],
+    payloads: NDArray[np.uint8],
+    payload_offsets: NDArray[np.int64],
+    payload_sizes: NDArray[np.int64],
+    first_index: int,
+    end_index: int,
+    header_positions: NDArray[np.int64],
+    header_words: NDArray[np.int64],
+    result: NDArray[np.int64],
+) -> int:
+    """Copy records first_index.. end_index - 1 into the ring from head_bytes on, as many as fit
+    below limit_bytes (tail_bytes + capacity_bytes), with their header words still zero.
+
+    Returns how many records were staged. Checks every record first and stages none if one is
+    malformed or larger than payload_size_bytes_max (result says which; the caller raises).
+    Fills header_positions/header_words (records and at most one padding record, in ring order)
+    for publish_headers, and result (the _STAGED_* slots). Publishes nothing.
+    """
+    size_bytes_max = 0
+    bad_record_count = 0
+    for index in range(first_index, end_index):
+        size_bytes = payload_sizes[index]
+        offset = payload_offsets[index]
+        if size_bytes < 0 or offset < 0 or offset + size_bytes > payloads.size or types[index] < 0:
+            bad_record_count += 1
+        size_bytes_max = max(size_bytes_max, size_bytes)
+    result[:] = 0
+    result[_STAGED_END_BYTES] = head_bytes
+    result[_STAGED_PAYLOAD_SIZE_BYTES_MAX] = size_bytes_max
+    result[_STAGED_BAD_RECORD_COUNT] = bad_record_count
+    if bad_record_count > 0 or size_bytes_max > payload_size_bytes_max:
+        return 0
+    capacity_bytes = data.size
+    mask = capacity_bytes - 1
+    position = head_bytes
+    header_count = 0
+    padding_count = 0
+    payload_size_bytes = 0
+    index = first_index
+    while index < end_index:
+        size_bytes = payload_sizes[index]
+        length = RECORD_HEADER_SIZE_BYTES + size_bytes
+        record_size_bytes = (length + RECORD_ALIGNMENT_BYTES - 1) & -RECORD_ALIGNMENT_BYTES
+        start = position & mask
+        to_end_bytes = capacity_bytes - start
+        if record_size_bytes > to_end_bytes:
+            # The record would straddle the end: a padding record takes the rest of the lap.
+            if position + to_end_bytes + END_RESERVE_BYTES > limit_bytes:
+                break
+            words[start >> 3] = 0
+            header_positions[header_count] = position
+            header_words[header_count] = (PADDING_RECORD_TYPE << RECORD_TYPE_SHIFT) | to_end_bytes
+            header_count += 1
+            padding_count += 1
+            position += to_end_bytes
+            start = 0
+        if position + record_size_bytes + END_RESERVE_BYTES > limit_bytes:
+            break
+        words[start >> 3] = 0
+        words[(start + record_size_bytes - RECORD_ALIGNMENT_BYTES) >> 3] = 0  # the zero fill
+        # Copying between two slices with a 0-based index lets LLVM vectorise the loop (about 20x
+        # faster than indexing both arrays with offsets; slice assignment is slower still).
+        source = payloads[payload_offsets[index] : payload_offsets[index] + size_bytes]
+        target = data[start + RECORD_HEADER_SIZE_BYTES : start + length]
+        for byte_index in range(size_bytes):
+            target[byte_index] = source[byte_index]
+        header_positions[header_count] = position
+        header_words[header_count] = (np.int64(types[index]) << RECORD_TYPE_SHIFT) | length
+        header_count += 1
+        payload_size_bytes += size_bytes
+        position += record_size_bytes
+        index += 1
+    words[(position & mask) >> 3] = 0  # the end of the chain, inside END_RESERVE_BYTES
+    result[_STAGED_HEADER_COUNT] = header_count
+    result[_STAGED_END_BYTES] = position
+    result[_STAGED_RECORD_COUNT] = index - first_index
+    result[_STAGED_PAYLOAD_SIZE_BYTES] = payload_size_bytes
+    result[_STAGED_BATCH_COUNT] = 1 if header_count > 0 else 0
+    result[_STAGED_PADDING_COUNT] = padding_count
+    return index - first_index
+
+
+@kernel
+def publish_headers(
+    words: NDArray[np.int64],
+    header_positions: NDArray[np.int64],
+    header_words: NDArray[np.int64],
+    header_count: int,
+) -> int:
+    """Store the staged header words: each store publishes one record. Returns header_count."""
+    mask = words.size * RECORD_ALIGNMENT_BYTES - 1
+    for header_index in range(header_count):
+        words[(header_positions[header_index] & mask) >> 3] = header_words[header_index]
+    return header_count
+
+
+@kernel
+def scan_records(
+    words: NDArray[np.int64],
+    tail_bytes: int,
+    batch_count_max: int,
+    payload_budget_bytes: int,
+    payload_size_bytes_max: int,
+    types: NDArray[np.int32],
+    payload_offsets: NDArray[np.int64],
+    payload_sizes: NDArray[np.int64],
+    result: NDArray[np.int64],
+) -> int:
+    """Follow the published chain from tail_bytes: at most batch_count_max records whose payloads
+    total at most payload_budget_bytes, skipping padding records, never past one whole lap.
+
+    Returns the record count; fills types, payload offsets (into the data area) and sizes, and
+    result (the _SCANNED_* slots), whose bad header is the first header word that breaks the
+    format (0 if none; the scan stops before it and the caller asserts).
+    """
+    capacity_bytes = words.size * RECORD_ALIGNMENT_BYTES
+    mask = capacity_bytes - 1
+    position = tail_bytes
+    limit_bytes = tail_bytes + capacity_bytes
+    count = 0
+    payload_size_bytes = 0
+    bad_header = 0
+    while count < batch_count_max and position < limit_bytes:
+        start = position & mask
+        header = words[start >> 3]
+        if header == 0:
+            break
+        length = header & RECORD_LENGTH_MASK
+        record_type = header >> RECORD_TYPE_SHIFT
+        if record_type == PADDING_RECORD_TYPE:
+            if length != capacity_bytes - start:
+                bad_header = header
+                break
+            position += length
+            continue
+        record_size_bytes = (length + RECORD_ALIGNMENT_BYTES - 1) & -RECORD_ALIGNMENT_BYTES
+        if (
+            record_type < 0
+            or length < RECORD_HEADER_SIZE_BYTES
+            or length - RECORD_HEADER_SIZE_BYTES > payload_size_bytes_max
+            or record_size_bytes > capacity_bytes - start
+        ):
+            bad_header = header
+            break
+        size_bytes = length - RECORD_HEADER_SIZE_BYTES
+        if payload_size_bytes + size_bytes > payload_budget_bytes:
+            break
+        types[count] = record_type
+        payload_offsets[count] = start + RECORD_HEADER_SIZE_BYTES
+        payload_sizes[count] = size_bytes
+        count += 1
+        payload_size_bytes += size_bytes
+        position += record_size_bytes
+    result[_SCANNED_END_BYTES] = position
+    result[_SCANNED_BAD_HEADER] = bad_header
+    result[_SCANNED_RECORD_COUNT] = count
+    result[_SCANNED_PAYLOAD_SIZE_BYTES] = payload_size_bytes
+    result[_SCANNED_BATCH_COUNT] = 1 if count > 0 else 0
+    return count
+
+
+@kernel
+def find_chain_end(words: NDArray[np.int64], start_bytes: int, limit_bytes: int) -> int:
+    """Position of the first zero header word on the chain from start_bytes, before limit_bytes.
+    A restarted producer continues there: records published after the last head update."""
+    capacity_bytes = words.size * RECORD_ALIGNMENT_BYTES
+    mask = capacity_bytes - 1
+    position = start_bytes
+    while position < limit_bytes:
+        header = words[(position & mask) >> 3]
+        if header == 0:
+            break
+        length = header & RECORD_LENGTH_MASK
+        if length < RECORD_HEADER_SIZE_BYTES:
+            break  # corrupt: the caller's assert on the position reports it
+        position += (length + RECORD_ALIGNMENT_BYTES - 1) & -RECORD_ALIGNMENT_BYTES
+    return position
+
+
+@kernel
+def copy_payloads(
+    data: NDArray[np.uint8],
+    payload_offsets: NDArray[np.int64],
+    payload_sizes: NDArray[np.int64],
+    count: int,
+    target: NDArray[np.uint8],
+    target_offsets: NDArray[np.int64],
+) -> int:
+    """Copy `count` payloads out of the ring back to back into target; their offsets there go to
+    target_offsets. Returns the bytes copied. The caller made sure they fit."""
+    position = 0
+    for record_index in range(count):
+        size_bytes = payload_sizes[record_index]
+        source = data[payload_offsets[record_index] : payload_offsets[record_index] + size_bytes]
+        copy = target[position : position + size_bytes]
+        for byte_index in range(size_bytes):
+            copy[byte_index] = source[byte_index]
+        target_offsets[record_index] = position
+        position += size_bytes
+    return position
+
+
+# The Python side.
+
+
+@dataclass(frozen=True, slots=True)
+class RingStatistics:
+    """Counters of one ring as stored in its segment, so any attached process sees both sides."""
+
+    capacity_bytes: int
+    payload_size_bytes_max: int
+    head_bytes: int
+    tail_bytes: int
+    producer_pid: int
+    consumer_pid: int
+    record_count_written: int
+    payload_size_bytes_written: int
+    batch_count_written: int
+    padding_count_written: int
+    full_count: int  # writes that found no room for even one record
+    doorbell_count_rung: int
+    record_count_read: int
+    payload_size_bytes_read: int
+    batch_count_read: int
+    doorbell_count_waited: int  # times the consumer went to sleep on the doorbell
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes between tail and head: records not yet released, padding included."""
+        return self.head_bytes - self.tail_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RecordBatch:
+    """Records drained in one call, as arrays: record i is `types[i]` and the payload
+    `data[offsets[i] : offsets[i] + sizes[i]]`.
+
+    The arrays are views of the ring's scratch buffers, valid until the next drain. For a batch
+    from drain_nowait, `data` is the ring's data area and the payloads stay valid until release();
+    for drain_into_nowait it is the caller's buffer and the batch is already released.
+    """
+
+    count: int
+    types: NDArray[np.int32]
+    offsets: NDArray[np.int64]
+    sizes: NDArray[np.int64]
+    data: NDArray[np.uint8]
+    payload_size_bytes: int
+    start_bytes: int
+    end_bytes: int
+
+    def __len__(self) -> int:
+        return self.count
+
+    def payload(self, index: int) -> NDArray[np.uint8]:
+        """A view of record `index`'s payload (no copy)."""
+        assert 0 <= index < self.count
+        offset = int(self.offsets[index])
+        return self.data[offset : offset + int(self.sizes[index])]
+
+
+class Ring:
+    """One process's handle on a ring segment. The first write makes it the producer's handle,
+    the first drain the consumer's; one handle may be both (tests, a role talking to itself).
+
+    Not thread-safe. Names come from names.shm_name(); Ring.create makes the segment and its
+    doorbell, Ring.attach maps an existing one, unlink() removes both names.
+    """
+
+    def __init__(self, name: str, memory: mmap.mmap, doorbell: Doorbell) -> None:
+        self.name = name
+        self._memory: mmap.mmap | None = memory
+        self._doorbell = doorbell
+        segment = np.frombuffer(memory, dtype=np.uint8)
+        self._header = segment[: layout.DATA_OFFSET_BYTES].view(np.int64)
+        assert self._header[_MAGIC] == layout.RING_MAGIC
+        self.capacity_bytes = int(self._header[_CAPACITY])
+        self.payload_size_bytes_max = int(self._header[_PAYLOAD_SIZE_MAX])
+        assert segment.size == layout.segment_size_bytes(self.capacity_bytes)
+        self._data = segment[layout.DATA_OFFSET_BYTES :]
+        self._words = self._data.view(np.int64)
+        self._mask = self.capacity_bytes - 1
+        assert self._data.ctypes.data % layout.CACHE_LINE_SIZE_BYTES == 0
+        counters_written = slice(_RECORD_COUNT_WRITTEN, _PADDING_COUNT_WRITTEN + 1)
+        self._producer_counters = self._header[counters_written]
+        counters_read = slice(_RECORD_COUNT_READ, _BATCH_COUNT_READ + 1)
+        self._consumer_counters = self._header[counters_read]
+        # Producer side: None until the first write claims it.
+        self._head_bytes: int | None = None
+        self._tail_bytes_seen = 0  # the consumer's tail as last read; only ever behind the truth
+        self._sequence_rung = 0
+        self._header_positions = np.zeros(0, dtype=np.int64)
+        self._header_words = np.zeros(0, dtype=np.int64)
+        self._staged = np.zeros(_STAGED_SIZE, dtype=np.int64)
+        self._staged_deltas = self._staged[_STAGED_DELTAS_FIRST:]
+        self._one_type = np.zeros(1, dtype=np.int32)
+        self._one_offset = np.zeros(1, dtype=np.int64)
+        self._one_size = np.zeros(1, dtype=np.int64)
+        # A test replaces this to stop a producer between staging and publishing (crash tests).
+        self._test_hook_before_publish: Callable[[], None] | None = None
+        # Consumer side: None until the first drain claims it.
+        self._tail_bytes: int | None = None
+        self._pending_end_bytes: int | None = None
+        self._scanned_types = np.zeros(0, dtype=np.int32)
+        self._scanned_offsets = np.zeros(0, dtype=np.int64)
+        self._scanned_sizes = np.zeros(0, dtype=np.int64)
+        self._target_offsets = np.zeros(0, dtype=np.int64)
+        self._scanned = np.zeros(_SCANNED_SIZE, dtype=np.int64)
+        self._scanned_deltas = self._scanned[_SCANNED_DELTAS_FIRST:]
+
+    # Lifetime.
+
+    @classmethod
+    def create(
+        cls, name: str, capacity_bytes: int, payload_size_bytes_max: int | None = None
+    ) -> Ring:
+        """Make the segment `name` (from names.shm_name) with a data area of `capacity_bytes`, a
+        power of two, and its doorbell. Records with larger payloads than payload_size_bytes_max
+        (default: half the ring) are refused. FileExistsError if the name is taken."""
+        doorbell_path = names.doorbell_path(name)
+        if capacity_bytes & (capacity_bytes - 1) or not (
+            layout.CAPACITY_BYTES_MIN <= capacity_bytes <= layout.CAPACITY_BYTES_MAX
+        ):
+            raise ConfigError(
+                f"ring capacity_bytes {capacity_bytes} must be a power of two from "
+                f"{layout.CAPACITY_BYTES_MIN} to {layout.CAPACITY_BYTES_MAX}"
+            )
+        payload_size_bytes_max_default = layout.payload_size_bytes_max_default(capacity_bytes)
+        if payload_size_bytes_max is None:
+            payload_size_bytes_max = payload_size_bytes_max_default
+        if not 0 <= payload_size_bytes_max <= payload_size_bytes_max_default:
+            raise ConfigError(
+                f"ring payload_size_bytes_max {payload_size_bytes_max} must be 0 to "
+                f"{payload_size_bytes_max_default} for capacity_bytes {capacity_bytes}"
+            )
+        try:
+            memory_object = posix_ipc.SharedMemory(
+                name,
+                flags=posix_ipc.O_CREX,
+                mode=_SHM_MODE,
+                size=layout.segment_size_bytes(capacity_bytes),
+            )
+        except posix_ipc.ExistentialError as error:
+            raise FileExistsError(f"shared memory {name} already exists") from error
+        try:
+            memory = mmap.mmap(memory_object.fd, memory_object.size)
+        finally:
+            memory_object.close_fd()
+        header = np.frombuffer(memory, dtype=np.int64, count=layout.DATA_OFFSET_BYTES // _W)
+        header[_VERSION] = layout.RING_VERSION
+        header[_CAPACITY] = capacity_bytes
+        header[_PAYLOAD_SIZE_MAX] = payload_size_bytes_max
+        header[_MAGIC] = layout.RING_MAGIC  # last: attach trusts the other fields once it is set
+        del header
+        try:
+            doorbell = Doorbell.create(doorbell_path)
+        except BaseException:
+            memory.close()
+            posix_ipc.unlink_shared_memory(name)
+            raise
+        return cls(name, memory, doorbell)
+
+    @classmethod
+    def attach(cls, name: str) -> Ring:
+        """Map the existing ring `name` and open its doorbell. FileNotFoundError if it does not
+        exist; ConfigError if the name holds something that is not a ring of this version."""
+        doorbell_path = names.doorbell_path(name)
+        try:
+            memory_object = posix_ipc.SharedMemory(name)
+        except posix_ipc.ExistentialError as error:
+            raise FileNotFoundError(f"shared memory {name} does not exist") from error
+        try:
+            segment_size_bytes = int(memory_object.size)
+            if segment_size_bytes < layout.DATA_OFFSET_BYTES:
+                raise ConfigError(f"shared memory {name} is too small to be a ring")
+            memory = mmap.mmap(memory_object.fd, segment_size_bytes)
+        finally:
+            memory_object.close_fd()
+        header = np.frombuffer(memory, dtype=np.int64, count=layout.DATA_OFFSET_BYTES // _W)
+        magic, version = int(header[_MAGIC]), int(header[_VERSION])
+        capacity_bytes = int(header[_CAPACITY])
+        del header
+        problem = None
+        if magic != layout.RING_MAGIC:
+            problem = f"has magic {magic:#x}, not a ring (or create has not finished)"
+        elif version != layout.RING_VERSION:
+            problem = f"is ring version {version}, this is {layout.RING_VERSION}"
+        elif segment_size_bytes != layout.segment_size_bytes(capacity_bytes):
+            problem = f"is {segment_size_bytes} bytes, not a ring of {capacity_bytes}"
+        if problem is not None:
+            memory.close()
+            raise ConfigError(f"shared memory {name} {problem}")
+        try:
+            doorbell = Doorbell.open(doorbell_path)
+        except BaseException:
+            memory.close()
+            raise
+        return cls(name, memory, doorbell)
+
+    def close(self) -> None:
+        """Unmap the segment and close the doorbell in this process; the names stay. The mapping
+        outlives close() while payload views the caller kept are alive. Idempotent."""
+        self._doorbell.close()
+        if self._memory is None:
+            return
+        memory, self._memory = self._memory, None
+        for attribute in ("_header", "_data", "_words", "_producer_counters", "_consumer_counters"):
+            delattr(self, attribute)
+        # A view still held elsewhere pins the buffer; the mapping then goes with the last view.
+        with contextlib.suppress(BufferError):
+            memory.close()
+
+    def unlink(self) -> None:
+        """Remove the segment's and the doorbell's names; mapped handles keep working. Missing
+        names are fine (names.unlink_instance may have swept them)."""
+        with contextlib.suppress(posix_ipc.ExistentialError):
+            posix_ipc.unlink_shared_memory(self.name)
+        self._doorbell.unlink()
+
+    def __enter__(self) -> Ring:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def statistics(self) -> RingStatistics:
+        """Both sides' counters, read from the segment now (each field on its own; a snapshot
+        taken while the other side runs may be a batch apart between fields)."""
+        header = self._header
+        return RingStatistics(
+            capacity_bytes=self.capacity_bytes,
+            payload_size_bytes_max=self.payload_size_bytes_max,
+            head_bytes=int(header[_HEAD]),
+            tail_bytes=int(header[_TAIL]),
+            producer_pid=int(header[_PRODUCER_PID]),
+            consumer_pid=int(header[_CONSUMER_PID]),
+            record_count_written=int(header[_RECORD_COUNT_WRITTEN]),
+            payload_size_bytes_written=int(header[_PAYLOAD_SIZE_WRITTEN]),
+            batch_count_written=int(header[_BATCH_COUNT_WRITTEN]),
+            padding_count_written=int(header[_PADDING_COUNT_WRITTEN]),
+            full_count=int(header[_FULL_COUNT]),
+            doorbell_count_rung=int(header[_DOORBELL_COUNT_RUNG]),
+            record_count_read=int(header[_RECORD_COUNT_READ]),
+            payload_size_bytes_read=int(header[_PAYLOAD_SIZE_READ]),
+            batch_count_read=int(header[_BATCH_COUNT_READ]),
+            doorbell_count_waited=int(header[_DOORBELL_COUNT_WAITED]),
+        )
+
+    # Producer side.
+
+    def try_write_nowait(self, record_type: int, payload: BytesLike) -> bool:
+        """Append one record of `record_type` (0 to 2**31 - 1) with a copy of `payload`; False if
+        the ring has no room now. MessageTooLargeError if the payload can never fit. For the
+        control plane; the data plane writes batches."""
+        assert 0 <= record_type <= layout.RECORD_TYPE_MAX
+        payload_bytes = np.frombuffer(payload, dtype=np.uint8)
+        self._one_type[0] = record_type
+        self._one_size[0] = payload_bytes.size
+        written = self.try_write_batch_nowait(
+            self._one_type, payload_bytes, self._one_offset, self._one_size
+        )
+        return written == 1
+
+    def try_write_batch_nowait(
+        self,
+        types: NDArray[np.int32],
+        payloads: NDArray[np.uint8],
+        payload_offsets: NDArray[np.int64],
+        payload_sizes: NDArray[np.int64],
+    ) -> int:
+        """Append records i = 0.. with type types[i] (>= 0) and payload
+        payloads[payload_offsets[i] : payload_offsets[i] + payload_sizes[i]], in order, as many as
+        fit now; returns how many (the caller retries the rest later).
+
+        All-or-refuse on size: MessageTooLargeError, and nothing written, if any payload is larger
+        than payload_size_bytes_max. The kernel checks the batch before it copies anything, so the
+        check costs no extra pass in Python.
+        """
+        record_count = types.size
+        assert payload_offsets.size == record_count
+        assert payload_sizes.size == record_count
+        # Other dtypes would work, but each would compile the kernel again, on the hot path.
+        assert types.dtype == np.int32
+        assert payloads.dtype == np.uint8
+        assert payload_offsets.dtype == np.int64
+        assert payload_sizes.dtype == np.int64
+        if record_count == 0:
+            return 0
+        head_bytes = self._claim_producer()
+        if self._header_words.size <= record_count:
+            self._header_positions = np.zeros(record_count + 1, dtype=np.int64)
+            self._header_words = np.zeros(record_count + 1, dtype=np.int64)
+        written = self._write_round(types, payloads, payload_offsets, payload_sizes, 0)
+        if written < record_count:
+            # Out of room as far as the last tail we read says; read the consumer's line again.
+            tail_bytes = self._read_tail_bytes()
+            if tail_bytes != self._tail_bytes_seen:
+                self._tail_bytes_seen = tail_bytes
+                written += self._write_round(
+                    types, payloads, payload_offsets, payload_sizes, written
+                )
+        if self._head_bytes == head_bytes:
+            self._header[_FULL_COUNT] += 1
+            return written
+        self._ring_doorbell_if_waiting()
+        return written
+
+    def _write_round(
+        self,
+        types: NDArray[np.int32],
+        payloads: NDArray[np.uint8],
+        payload_offsets: NDArray[np.int64],
+        payload_sizes: NDArray[np.int64],
+        first_index: int,
+    ) -> int:
+        """Stage and publish what fits below the last tail seen; returns records written."""
+        head_bytes = self._head_bytes
+        assert head_bytes is not None
+        limit_bytes = self._tail_bytes_seen + self.capacity_bytes
+        staged = self._staged
+        staged_count = stage_records(
+            self._data,
+            self._words,
+            head_bytes,
+            limit_bytes,
+            self.payload_size_bytes_max,
+            types,
+            payloads,
+            payload_offsets,
+            payload_sizes,
+            first_index,
+            types.size,
+            self._header_positions,
+            self._header_words,
+            staged,
+        )
+        header_count = int(staged[_STAGED_HEADER_COUNT])
+        if header_count == 0:
+            assert staged[_STAGED_BAD_RECORD_COUNT] == 0, (
+                "a negative size, offset or type, or a payload past the end of `payloads`"
+            )
+            size_bytes_max = int(staged[_STAGED_PAYLOAD_SIZE_BYTES_MAX])
+            if size_bytes_max > self.payload_size_bytes_max:
+                raise MessageTooLargeError(
+                    f"a record payload of {size_bytes_max} bytes is larger than the "
+                    f"payload_size_bytes_max {self.payload_size_bytes_max} of ring {self.name}"
+                )
+            return 0
+        end_bytes = int(staged[_STAGED_END_BYTES])
+        assert 0 <= staged_count <= types.size - first_index
+        assert head_bytes < end_bytes <= limit_bytes - END_RESERVE_BYTES
+        assert end_bytes % RECORD_ALIGNMENT_BYTES == 0
+        if self._test_hook_before_publish is not None:
+            self._test_hook_before_publish()
+        publish_headers(self._words, self._header_positions, self._header_words, header_count)
+        self._header[_HEAD] = end_bytes  # after the headers: a restarted producer trusts head
+        counters = self._producer_counters
+        np.add(counters, self._staged_deltas, out=counters)
+        self._head_bytes = end_bytes
+        return int(staged_count)
+
+    def _ring_doorbell_if_waiting(self) -> None:
+        """The producer's half of check-after-set: publication, fence, then read the flag."""
+        memory_fence()
+        sequence = int(self._header[_WAITING_SEQUENCE])
+        if sequence & 1 and sequence != self._sequence_rung:
+            self._doorbell.ring_nowait()
+            self._sequence_rung = sequence
+            self._header[_DOORBELL_COUNT_RUNG] += 1
+
+    def _read_tail_bytes(self) -> int:
+        tail_bytes = int(self._header[_TAIL])
+        head_bytes = self._head_bytes
+        assert head_bytes is not None
+        assert self._tail_bytes_seen <= tail_bytes <= head_bytes
+        assert tail_bytes % RECORD_ALIGNMENT_BYTES == 0
+        return tail_bytes
+
+    def _claim_producer(self) -> int:
+        """This handle's head; on first use, continue after the last published record."""
+        if self._head_bytes is not None:
+            return self._head_bytes
+        header = self._header
+        stored_head_bytes = int(header[_HEAD])
+        tail_bytes = int(header[_TAIL])
+        assert tail_bytes >= 0
+        assert stored_head_bytes - tail_bytes <= self.capacity_bytes - END_RESERVE_BYTES
+        # Both are on the chain. The tail passes the stored head when the consumer has read
+        # records that a dead producer published without storing head afterwards.
+        chain_bytes = max(stored_head_bytes, tail_bytes)
+        assert chain_bytes - stored_head_bytes <= self.capacity_bytes
+        head_bytes = find_chain_end(
+            self._words, chain_bytes, tail_bytes + self.capacity_bytes - END_RESERVE_BYTES
+        )
+        assert chain_bytes <= head_bytes
+        assert head_bytes % RECORD_ALIGNMENT_BYTES == 0
+        assert self._words[(head_bytes & self._mask) >> 3] == 0
+        header[_HEAD] = head_bytes
+        header[_PRODUCER_PID] = os.getpid()
+        self._head_bytes = head_bytes
+        self._tail_bytes_seen = tail_bytes
+        return head_bytes
+
+    # Consumer side.
+
+    def drain_nowait(self, batch_count_max: int) -> RecordBatch:
+        """Up to batch_count_max published records, without copying them; may be empty.
+
+        Payloads are views into the ring: process them, then call release(batch) before the next
+        drain. Until then the producer cannot reuse their bytes.
+        """
+        return self._drain(batch_count_max, _UNLIMITED_BYTES)
+
+    def release(self, batch: RecordBatch) -> None:
+        """Give the bytes of a drained batch back to the producer (advance the tail)."""
+        tail_bytes = self._tail_bytes
+        assert tail_bytes is not None
+        if batch.count == 0:
+            return  # empty batches are released by the drain itself
+        assert self._pending_end_bytes == batch.end_bytes, "release the latest batch, once"
+        assert batch.start_bytes == tail_bytes
+        assert self._scanned[_SCANNED_END_BYTES] == batch.end_bytes  # its counts are still there
+        self._release_to(batch.end_bytes)
+
+    def drain_into_nowait(self, target: NDArray[np.uint8], batch_count_max: int) -> RecordBatch:
+        """Copy up to batch_count_max records' payloads back to back into `target` and release
+        them; the batch's offsets index `target`. `target` must hold payload_size_bytes_max."""
+        assert target.size >= self.payload_size_bytes_max
+        batch = self._drain(batch_count_max, target.size)
+        if batch.count == 0:
+            return batch
+        target_offsets = self._target_offsets[: batch.count]
+        copied_bytes = copy_payloads(
+            self._data, batch.offsets, batch.sizes, batch.count, target, target_offsets
+        )
+        assert copied_bytes == batch.payload_size_bytes
+        self.release(batch)
+        return RecordBatch(
+            count=batch.count,
+            types=batch.types,
+            offsets=target_offsets,
+            sizes=batch.sizes,
+            data=target,
+            payload_size_bytes=batch.payload_size_bytes,
+            start_bytes=batch.start_bytes,
+            end_bytes=batch.end_bytes,
+        )
+
+    def read_nowait(self) -> tuple[int, bytes] | None:
+        """The next record as (type, payload copy), released; None if the ring is empty. For the
+        control plane and tests."""
+        batch = self._drain(1, _UNLIMITED_BYTES)
+        if batch.count == 0:
+            return None
+        record = (int(batch.types[0]), batch.payload(0).tobytes())
+        self.release(batch)
+        return record
+
+    def _drain(self, batch_count_max: int, payload_budget_bytes: int) -> RecordBatch:
+        assert batch_count_max > 0
+        assert self._pending_end_bytes is None, "release the previous batch first"
+        tail_bytes = self._claim_consumer()
+        if self._scanned_types.size < batch_count_max:
+            self._scanned_types = np.zeros(batch_count_max, dtype=np.int32)
+            self._scanned_offsets = np.zeros(batch_count_max, dtype=np.int64)
+            self._scanned_sizes = np.zeros(batch_count_max, dtype=np.int64)
+            self._target_offsets = np.zeros(batch_count_max, dtype=np.int64)
+        result = self._scanned
+        count = scan_records(
+            self._words,
+            tail_bytes,
+            batch_count_max,
+            payload_budget_bytes,
+            self.payload_size_bytes_max,
+            self._scanned_types,
+            self._scanned_offsets,
+            self._scanned_sizes,
+            result,
+        )
+        end_bytes = int(result[_SCANNED_END_BYTES])
+        bad_header = int(result[_SCANNED_BAD_HEADER])
+        assert bad_header == 0, (
+            f"ring {self.name}: corrupt header word {bad_header:#018x} at byte {end_bytes}"
+        )
+        assert 0 <= count <= batch_count_max
+        assert tail_bytes <= end_bytes <= tail_bytes + self.capacity_bytes
+        assert end_bytes % RECORD_ALIGNMENT_BYTES == 0
+        batch = RecordBatch(
+            count=count,
+            types=self._scanned_types[:count],
+            offsets=self._scanned_offsets[:count],
+            sizes=self._scanned_sizes[:count],
+            data=self._data,
+            payload_size_bytes=int(result[_SCANNED_PAYLOAD_SIZE_BYTES]),
+            start_bytes=tail_bytes,
+            end_bytes=end_bytes,
+        )
+        if count == 0:
+            if end_bytes != tail_bytes:
+                self._release_to(end_bytes)  # only padding: give it back at once
+        else:
+            self._pending_end_bytes = end_bytes
+        return batch
+
+    def _release_to(self, end_bytes: int) -> None:
+        """Store the tail, then add the last scan's counts to the consumer's counters."""
+        self._header[_TAIL] = end_bytes
+        counters = self._consumer_counters
+        np.add(counters, self._scanned_deltas, out=counters)
+        self._tail_bytes = end_bytes
+        self._pending_end_bytes = None
+
+    def _claim_consumer(self) -> int:
+        """This handle's tail; on first use, start at the oldest unreleased record."""
+        if self._tail_bytes is not None:
+            return self._tail_bytes
+        header = self._header
+        tail_bytes = int(header[_TAIL])
+        assert tail_bytes % RECORD_ALIGNMENT_BYTES == 0
+        sequence = int(header[_WAITING_SEQUENCE])
+        if sequence % 2 == 1:
+            header[_WAITING_SEQUENCE] = sequence + 1  # a consumer died asleep; nobody waits now
+        header[_CONSUMER_PID] = os.getpid()
+        self._tail_bytes = tail_bytes
+        return tail_bytes
+
+    def readable(self) -> bool:
+        """True if a drain would find something now (a record, or padding to skip)."""
+        tail_bytes = self._claim_consumer()
+        return bool(self._words[(tail_bytes & self._mask) >> 3] != 0)
+
+    def doorbell_fileno(self) -> int:
+        """The doorbell's descriptor, for a reactor's epoll: arm_doorbell_nowait() before the
+        epoll wait, disarm_doorbell() after it, whether or not it fired."""
+        return self._doorbell.fileno()
+
+    def arm_doorbell_nowait(self) -> bool:
+        """Tell the producer this consumer is going to sleep. Returns False, and stays disarmed,
+        if a record is readable already (do not sleep); True if armed: sleep on the doorbell."""
+        self._claim_consumer()  # first: claiming clears a flag a dead consumer left set
+        header = self._header
+        sequence = int(header[_WAITING_SEQUENCE])
+        assert sequence % 2 == 0, "the doorbell is armed already"
+        header[_WAITING_SEQUENCE] = sequence + 1
+        memory_fence()  # the consumer's half of check-after-set: set, fence, then check
+        if self.readable():
+            header[_WAITING_SEQUENCE] = sequence + 2
+            return False
+        header[_DOORBELL_COUNT_WAITED] += 1
+        return True
+
+    def disarm_doorbell(self) -> None:
+        """Back from sleep: clear the waiting flag, then take pending rings out of the FIFO."""
+        header = self._header
+        sequence = int(header[_WAITING_SEQUENCE])
+        if sequence % 2 == 1:
+            header[_WAITING_SEQUENCE] = sequence + 1
+        self._doorbell.clear_nowait()
+
+    def wait_readable(self, timeout_ms: int) -> bool:
+        """Sleep until a record is readable or timeout_ms passes (negative: no limit); True if
+        readable. Makes no system call when a record is readable already."""
+        if self.readable():
+            return True
+        deadline_ns = None if timeout_ms < 0 else time.monotonic_ns() + timeout_ms * 1_000_000
+        while True:
+            if not self.arm_doorbell_nowait():
+                return True
+            try:
+                remaining_ms = -1
+                if deadline_ns is not None:
+                    remaining_ms = max(0, -(-(deadline_ns - time.monotonic_ns()) // 1_000_000))
+                self._doorbell.wait_rung(remaining_ms)
+            finally:
+                self.disarm_doorbell()
+            if self.readable():
+                return True
+            if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
+                return False
+            # A stale ring from an earlier sleep woke us: sleep again.
+
+
+def warm_up() -> None:
+    """Compile (or load from cache) every kernel of this module on a tiny ring in private memory,
+    and check them against layout.py: numba's cache would keep constants from an older layout."""
+    capacity_bytes = layout.CAPACITY_BYTES_MIN
+    data = np.zeros(capacity_bytes, dtype=np.uint8)
+    words = data.view(np.int64)
+    types = np.array([7, 8], dtype=np.int32)
+    payload_sizes = np.array([3, capacity_bytes // 2 - RECORD_HEADER_SIZE_BYTES], dtype=np.int64)
+    payload_offsets = np.array([0, 3], dtype=np.int64)
+    payloads = np.arange(int(payload_sizes.sum()), dtype=np.int64).astype(np.uint8)
+    header_positions = np.zeros(3, dtype=np.int64)
+    header_words = np.zeros(3, dtype=np.int64)
+    staged = np.zeros(_STAGED_SIZE, dtype=np.int64)
+    scanned = np.zeros(_SCANNED_SIZE, dtype=np.int64)
+    # The first record ends 8 bytes before the end, so the second wraps behind a padding record.
+    head_bytes = capacity_bytes - 24
+    tail_bytes = head_bytes
+    payload_size_bytes_max = int(payload_sizes.max())
+    for source in (payloads, np.frombuffer(payloads.tobytes(), dtype=np.uint8)):
+        data[:] = 0
+        staged_count = stage_records(
+            data,
+            words,
+            head_bytes,
+            tail_bytes + capacity_bytes,
+            payload_size_bytes_max,
+            types,
+            source,
+            payload_offsets,
+            payload_sizes,
+            0,
+            2,
+            header_positions,
+            header_words,
+            staged,
+        )
+        assert staged_count == 2
+        assert staged[_STAGED_HEADER_COUNT] == 3
+        assert staged[_STAGED_PADDING_COUNT] == 1
+        publish_headers(words, header_positions, header_words, 3)
+    first_header = int(words[(head_bytes & (capacity_bytes - 1)) >> 3])
+    assert first_header == (7 << RECORD_TYPE_SHIFT) | (RECORD_HEADER_SIZE_BYTES + 3)
+    padding_header = int(words[((head_bytes + 16) & (capacity_bytes - 1)) >> 3])
+    assert padding_header >> RECORD_TYPE_SHIFT == PADDING_RECORD_TYPE
+    end_bytes = int(staged[_STAGED_END_BYTES])
+    assert find_chain_end(words, tail_bytes, tail_bytes + capacity_bytes) == end_bytes
+    scanned_types = np.zeros(2, dtype=np.int32)
+    scanned_offsets = np.zeros(2, dtype=np.int64)
+    scanned_sizes = np.zeros(2, dtype=np.int64)
+    count = scan_records(
+        words,
+        tail_bytes,
+        2,
+        _UNLIMITED_BYTES,
+        payload_size_bytes_max,
+        scanned_types,
+        scanned_offsets,
+        scanned_sizes,
+        scanned,
+    )
+    assert count == 2
+    assert scanned[_SCANNED_END_BYTES] == end_bytes
+    assert scanned[_SCANNED_BAD_HEADER] == 0
+    assert scanned[_SCANNED_RECORD_COUNT] == 2
+    target = np.zeros(int(payload_sizes.sum()), dtype=np.uint8)
+    target_offsets = np.zeros(2, dtype=np.int64)
+    copied_bytes = copy_payloads(data, scanned_offsets, scanned_sizes, 2, target, target_offsets)
+    assert copied_bytes == target.size
+    assert bytes(target) == payloads.tobytes()

@@ -1,0 +1,575 @@
+"""Goal: a ring delivers exactly the records written, in order, across wrap-arounds and padding,
+refuses what does not fit, and survives a producer that dies between a payload and its header.
+
+Method: one process holds both ends of a real shared-memory ring. A plain-Python twin of the
+record format (struct.unpack_from over a copy of the data area, sharing no helper with the
+kernels) parses the ring after every step of a hypothesis-chosen sequence of batch writes and
+drains, and must agree with a deque model and with what drain returns; a plain-Python twin of the
+placement rule predicts where head ends up. Producer death is injected deterministically: the
+test hook stops a write after staging, and a patched publish stores only part of a batch.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import struct
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import posix_ipc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numpy.typing import NDArray
+
+from mqbox.errors import ConfigError, MessageTooLargeError
+from mqbox.ipc import layout, names
+from mqbox.ipc import ring as ring_module
+from mqbox.ipc.ring import Ring
+
+CAPACITY_BYTES = layout.CAPACITY_BYTES_MIN
+_index = itertools.count()
+
+
+@pytest.fixture
+def instance(shm_instance: str) -> Iterator[str]:
+    """A unique instance name; every object left under it is swept after the test."""
+    yield shm_instance
+    names.unlink_instance(shm_instance)
+
+
+def new_ring(instance: str, capacity_bytes: int = CAPACITY_BYTES) -> Ring:
+    return Ring.create(names.shm_name(instance, "test", next(_index)), capacity_bytes)
+
+
+def payload_of(number: int, size_bytes: int) -> bytes:
+    return bytes((number * 7 + index) % 251 for index in range(size_bytes))
+
+
+def batch_arrays(
+    records: list[tuple[int, bytes]],
+) -> tuple[NDArray[np.int32], NDArray[np.uint8], NDArray[np.int64], NDArray[np.int64]]:
+    types = np.array([record_type for record_type, _ in records], dtype=np.int32)
+    sizes = np.array([len(payload) for _, payload in records], dtype=np.int64)
+    offsets = np.zeros(len(records), dtype=np.int64)
+    if len(records) > 1:
+        offsets[1:] = np.cumsum(sizes)[:-1]
+    flat = np.frombuffer(b"".join(payload for _, payload in records), dtype=np.uint8).copy()
+    return types, flat, offsets, sizes
+
+
+# The plain-Python twin of the record format and of the producer's placement rule.
+
+
+def parse_reference(ring: Ring) -> list[tuple[int, bytes]]:
+    """Every published record from the consumer's tail on, read with struct alone."""
+    statistics = ring.statistics()
+    data = bytes(ring._data)
+    capacity_bytes = len(data)
+    position = statistics.tail_bytes
+    records: list[tuple[int, bytes]] = []
+    while position < statistics.tail_bytes + capacity_bytes:
+        start = position % capacity_bytes
+        length, record_type = struct.unpack_from("<ii", data, start)
+        if length == 0:
+            break
+        if record_type == -1:
+            assert start + length == capacity_bytes
+            position += length
+            continue
+        records.append((record_type, data[start + 8 : start + length]))
+        position += (length + 7) // 8 * 8
+    return records
+
+
+def place_reference(
+    head_bytes: int, tail_bytes: int, capacity_bytes: int, payload_sizes: list[int]
+) -> tuple[int, int]:
+    """(records that fit, head afterwards) for a batch written at head_bytes."""
+    written = 0
+    for size_bytes in payload_sizes:
+        record_bytes = (8 + size_bytes + 7) // 8 * 8
+        to_end_bytes = capacity_bytes - head_bytes % capacity_bytes
+        if record_bytes > to_end_bytes:
+            if head_bytes + to_end_bytes + 8 > tail_bytes + capacity_bytes:
+                break
+            head_bytes += to_end_bytes
+        if head_bytes + record_bytes + 8 > tail_bytes + capacity_bytes:
+            break
+        head_bytes += record_bytes
+        written += 1
+    return written, head_bytes
+
+
+# Round trips.
+
+
+def test_single_records_round_trip_with_every_bytes_like(instance: str) -> None:
+    ring = new_ring(instance)
+    try:
+        payloads: list[bytes | bytearray | memoryview] = [
+            b"",
+            b"x",
+            bytearray(b"seven b"),
+            memoryview(b"eight by"),
+            payload_of(1, 1000),
+        ]
+        for record_type, payload in enumerate(payloads):
+            assert ring.try_write_nowait(record_type, payload)
+        for record_type, payload in enumerate(payloads):
+            assert ring.read_nowait() == (record_type, bytes(payload))
+        assert ring.read_nowait() is None
+        statistics = ring.statistics()
+        assert statistics.record_count_written == statistics.record_count_read == len(payloads)
+        assert statistics.used_bytes == 0
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def test_batch_write_and_drain_views_round_trip(instance: str) -> None:
+    ring = new_ring(instance, 1 << 16)
+    try:
+        records = [(number % 5, payload_of(number, number % 40)) for number in range(300)]
+        assert ring.try_write_batch_nowait(*batch_arrays(records)) == len(records)
+        received: list[tuple[int, bytes]] = []
+        while len(received) < len(records):
+            batch = ring.drain_nowait(64)
+            assert 0 < batch.count <= 64
+            received += [
+                (int(batch.types[i]), batch.payload(i).tobytes()) for i in range(batch.count)
+            ]
+            ring.release(batch)
+        assert received == records
+        assert ring.drain_nowait(64).count == 0
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def test_drain_into_copies_and_releases(instance: str) -> None:
+    ring = new_ring(instance, 1 << 16)
+    try:
+        records = [(7, payload_of(number, 24 + number)) for number in range(50)]
+        assert ring.try_write_batch_nowait(*batch_arrays(records)) == len(records)
+        target = np.zeros(ring.payload_size_bytes_max, dtype=np.uint8)
+        batch = ring.drain_into_nowait(target, 1000)
+        assert batch.count == len(records)
+        assert batch.data is target
+        assert [batch.payload(i).tobytes() for i in range(batch.count)] == [p for _, p in records]
+        assert ring.statistics().used_bytes == 0  # released already
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def test_attached_handle_sees_the_same_ring(instance: str) -> None:
+    ring = new_ring(instance)
+    other = Ring.attach(ring.name)
+    try:
+        assert other.capacity_bytes == ring.capacity_bytes
+        assert other.try_write_nowait(3, b"from the other handle")
+        assert ring.read_nowait() == (3, b"from the other handle")
+        assert other.statistics().record_count_read == 1
+    finally:
+        other.close()
+        ring.close()
+        ring.unlink()
+
+
+# Refusals and errors.
+
+
+def test_full_ring_refuses_then_accepts_after_a_drain(instance: str) -> None:
+    ring = new_ring(instance)
+    try:
+        # 128-byte records: 32 would fill the data area, but the zero word after the last one
+        # must stay free, so 31 fit.
+        written = 0
+        while ring.try_write_nowait(1, payload_of(written, 120)):
+            written += 1
+        assert written == CAPACITY_BYTES // 128 - 1
+        assert not ring.try_write_nowait(1, b"y" * 120)
+        statistics = ring.statistics()
+        assert statistics.full_count == 2
+        assert statistics.padding_count_written == 0
+        assert statistics.used_bytes == CAPACITY_BYTES - 128
+        assert ring.read_nowait() == (1, payload_of(0, 120))
+        assert ring.try_write_nowait(1, payload_of(written, 120))
+        assert ring.statistics().used_bytes == CAPACITY_BYTES - 128
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def test_batch_write_stops_at_the_first_record_that_does_not_fit(instance: str) -> None:
+    ring = new_ring(instance)
+    try:
+        records = [(0, payload_of(number, 500)) for number in range(20)]
+        written = ring.try_write_batch_nowait(*batch_arrays(records))
+        expected, _ = place_reference(0, 0, CAPACITY_BYTES, [500] * 20)
+        assert written == expected
+        assert [ring.read_nowait() for _ in range(written)] == records[:written]
+        assert ring.read_nowait() is None
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def test_oversized_record_is_refused_and_nothing_of_its_batch_is_written(instance: str) -> None:
+    ring = new_ring(instance)
+    try:
+        largest = ring.payload_size_bytes_max
+        assert largest == CAPACITY_BYTES // 2 - 8
+        assert ring.try_write_nowait(0, b"z" * largest)
+        assert ring.read_nowait() == (0, b"z" * largest)
+        with pytest.raises(MessageTooLargeError, match="payload_size_bytes_max"):
+            ring.try_write_nowait(0, b"z" * (largest + 1))
+        records = [(0, b"small"), (0, b"z" * (largest + 1))]
+        with pytest.raises(MessageTooLargeError):
+            ring.try_write_batch_nowait(*batch_arrays(records))
+        assert ring.read_nowait() is None
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def test_malformed_batch_is_a_programmer_error_and_writes_nothing(instance: str) -> None:
+    ring = new_ring(instance)
+    try:
+        types, flat, offsets, sizes = batch_arrays([(0, b"abc"), (0, b"defg")])
+        sizes[1] = 5  # one byte past the end of `flat`
+        with pytest.raises(AssertionError, match="past the end"):
+            ring.try_write_batch_nowait(types, flat, offsets, sizes)
+        types[0] = -1  # negative types are reserved for the ring itself
+        sizes[1] = 4
+        with pytest.raises(AssertionError):
+            ring.try_write_batch_nowait(types, flat, offsets, sizes)
+        assert ring.read_nowait() is None
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def test_configured_payload_maximum_is_enforced(instance: str) -> None:
+    name = names.shm_name(instance, "test", next(_index))
+    ring = Ring.create(name, CAPACITY_BYTES, payload_size_bytes_max=100)
+    try:
+        assert ring.try_write_nowait(0, b"a" * 100)
+        with pytest.raises(MessageTooLargeError):
+            ring.try_write_nowait(0, b"a" * 101)
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+@pytest.mark.parametrize(
+    ("capacity_bytes", "payload_size_bytes_max"),
+    [(4095, None), (3 * 4096, None), (2048, None), (2**31, None), (4096, 4096)],
+)
+def test_create_rejects_bad_sizes(
+    instance: str, capacity_bytes: int, payload_size_bytes_max: int | None
+) -> None:
+    name = names.shm_name(instance, "test", next(_index))
+    with pytest.raises(ConfigError):
+        Ring.create(name, capacity_bytes, payload_size_bytes_max)
+    assert names.instance_paths(instance) == []
+
+
+def test_create_twice_and_attach_missing_fail_clearly(instance: str) -> None:
+    ring = new_ring(instance)
+    try:
+        with pytest.raises(FileExistsError):
+            Ring.create(ring.name, CAPACITY_BYTES)
+    finally:
+        ring.close()
+        ring.unlink()
+    with pytest.raises(FileNotFoundError):
+        Ring.attach(ring.name)
+
+
+def test_attach_refuses_memory_that_is_not_a_ring(instance: str) -> None:
+    name = names.shm_name(instance, "test", next(_index))
+    memory = posix_ipc.SharedMemory(name, flags=posix_ipc.O_CREX, size=8192)
+    memory.close_fd()
+    with pytest.raises(ConfigError, match="magic"):
+        Ring.attach(name)
+
+
+# Wrap-around and padding.
+
+
+def test_padding_record_fills_the_end_and_the_consumer_skips_it(instance: str) -> None:
+    ring = new_ring(instance)
+    try:
+        # 3 records of 1000 payload bytes (1008 in the ring) leave 1072 bytes before the end.
+        first = [(1, payload_of(number, 1000)) for number in range(3)]
+        assert ring.try_write_batch_nowait(*batch_arrays(first)) == 3
+        assert [ring.read_nowait() for _ in range(3)] == first
+        # 1500 bytes do not fit in the remaining 1072: padding, then the record at offset 0.
+        assert ring.try_write_nowait(2, payload_of(9, 1500))
+        statistics = ring.statistics()
+        assert statistics.padding_count_written == 1
+        assert statistics.head_bytes == CAPACITY_BYTES + layout.record_size_bytes(1500)
+        assert ring.read_nowait() == (2, payload_of(9, 1500))
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def test_padding_alone_is_published_when_the_record_must_wait(instance: str) -> None:
+    ring = new_ring(instance)
+    try:
+        assert ring.try_write_nowait(0, b"p" * 2000)  # 2008 bytes
+        assert ring.read_nowait() == (0, b"p" * 2000)  # tail at 2008
+        assert ring.try_write_nowait(0, b"q" * 1000)  # 1008 bytes; head at 3016, 1080 to the end
+        # 2000 bytes do not fit before the end, and after a padding record they would run into
+        # the tail: only the padding is written, so the record fits once the consumer has moved
+        # past it (waiting to write both at once could wait forever).
+        assert not ring.try_write_nowait(0, b"r" * 2000)
+        statistics = ring.statistics()
+        assert statistics.padding_count_written == 1
+        assert statistics.head_bytes == CAPACITY_BYTES
+        assert ring.read_nowait() == (0, b"q" * 1000)
+        assert ring.read_nowait() is None  # consumed the padding
+        assert ring.statistics().tail_bytes == CAPACITY_BYTES
+        assert ring.try_write_nowait(0, b"r" * 2000)
+        assert ring.read_nowait() == (0, b"r" * 2000)
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+write_steps = st.lists(st.integers(0, CAPACITY_BYTES // 2 - 8), min_size=1, max_size=12)
+drain_steps = st.integers(1, 16)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.one_of(write_steps, drain_steps), min_size=1, max_size=40))
+def test_wrap_around_with_varied_sizes_matches_the_model(
+    instance: str, steps: list[list[int] | int]
+) -> None:
+    ring = new_ring(instance)
+    model: collections.deque[tuple[int, bytes]] = collections.deque()
+    number = 0
+    try:
+        for step in steps:
+            before = ring.statistics()
+            if isinstance(step, list):
+                records = [(n % 3, payload_of(number + n, size)) for n, size in enumerate(step)]
+                written = ring.try_write_batch_nowait(*batch_arrays(records))
+                expected = place_reference(
+                    before.head_bytes, before.tail_bytes, CAPACITY_BYTES, step
+                )
+                assert written == expected[0]
+                # head also moves over a padding record written alone
+                assert ring.statistics().head_bytes == expected[1]
+                model.extend(records[:written])
+                number += len(step)
+            else:
+                batch = ring.drain_nowait(step)
+                drained = [
+                    (int(batch.types[i]), batch.payload(i).tobytes()) for i in range(batch.count)
+                ]
+                ring.release(batch)
+                expected_records = [model.popleft() for _ in range(min(step, len(model)))]
+                assert drained == expected_records
+            assert parse_reference(ring) == list(model)
+        statistics = ring.statistics()
+        assert statistics.head_bytes - statistics.tail_bytes <= CAPACITY_BYTES - 8
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+# A producer that dies mid-write.
+
+
+class ProducerDiedError(Exception):
+    """Stands in for SIGKILL inside one process."""
+
+
+def test_producer_dead_after_staging_leaves_the_ring_readable(instance: str) -> None:
+    ring = new_ring(instance)
+    producer = Ring.attach(ring.name)
+    try:
+        published = [(1, payload_of(number, 60)) for number in range(5)]
+        assert producer.try_write_batch_nowait(*batch_arrays(published)) == 5
+
+        def die() -> None:
+            raise ProducerDiedError
+
+        producer._test_hook_before_publish = die
+        with pytest.raises(ProducerDiedError):
+            producer.try_write_nowait(2, b"S" * 48)
+        producer.close()
+        # The payload is in the ring, but its header word is still zero.
+        head_bytes = ring.statistics().head_bytes
+        start = head_bytes % CAPACITY_BYTES
+        assert bytes(ring._data[start + 8 : start + 56]) == b"S" * 48
+        assert ring._words[start // 8] == 0
+        assert parse_reference(ring) == published
+        assert [ring.read_nowait() for _ in range(5)] == published
+        assert ring.read_nowait() is None
+        # A restarted producer writes over the unpublished record.
+        restarted = Ring.attach(ring.name)
+        assert restarted.try_write_nowait(3, b"after")
+        assert ring.read_nowait() == (3, b"after")
+        restarted.close()
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+@pytest.mark.parametrize("consumer_reads_first", [False, True])
+def test_producer_dead_mid_publish_is_continued_after_the_last_header(
+    instance: str, monkeypatch: pytest.MonkeyPatch, consumer_reads_first: bool
+) -> None:
+    ring = new_ring(instance)
+    producer = Ring.attach(ring.name)
+    try:
+        original = ring_module.publish_headers
+
+        def publish_three_then_die(
+            words: NDArray[np.int64],
+            header_positions: NDArray[np.int64],
+            header_words: NDArray[np.int64],
+            header_count: int,
+        ) -> int:
+            original(words, header_positions, header_words, min(3, header_count))
+            raise ProducerDiedError
+
+        records = [(4, payload_of(number, 30)) for number in range(6)]
+        monkeypatch.setattr(ring_module, "publish_headers", publish_three_then_die)
+        with pytest.raises(ProducerDiedError):
+            producer.try_write_batch_nowait(*batch_arrays(records))
+        monkeypatch.undo()
+        producer.close()
+        assert ring.statistics().head_bytes == 0  # the head was never stored
+        assert parse_reference(ring) == records[:3]
+        if consumer_reads_first:  # the tail passes the stored head
+            assert [ring.read_nowait() for _ in range(3)] == records[:3]
+        restarted = Ring.attach(ring.name)
+        assert restarted.try_write_nowait(5, b"next")
+        assert restarted.statistics().head_bytes == 3 * layout.record_size_bytes(30) + 16
+        restarted.close()
+        expected = [(5, b"next")] if consumer_reads_first else [*records[:3], (5, b"next")]
+        assert [ring.read_nowait() for _ in expected] == expected
+        assert ring.read_nowait() is None
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def test_consumer_asserts_on_a_corrupt_header(instance: str) -> None:
+    ring = new_ring(instance)
+    try:
+        assert ring.try_write_nowait(0, b"fine")
+        ring._words[0] = (5 << 32) | 4  # length below the header size
+        with pytest.raises(AssertionError, match="corrupt header"):
+            ring.drain_nowait(10)
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+# Release rules and the consumer's side of the doorbell.
+
+
+def test_drain_requires_release_of_the_previous_batch(instance: str) -> None:
+    ring = new_ring(instance)
+    try:
+        for number in range(3):
+            assert ring.try_write_nowait(0, payload_of(number, 8))
+        batch = ring.drain_nowait(1)
+        with pytest.raises(AssertionError):
+            ring.drain_nowait(1)
+        ring.release(batch)
+        with pytest.raises(AssertionError):
+            ring.release(batch)
+        assert ring.read_nowait() == (0, payload_of(1, 8))
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def test_restarted_consumer_gets_unreleased_records_again(instance: str) -> None:
+    ring = new_ring(instance)
+    try:
+        for number in range(4):
+            assert ring.try_write_nowait(0, payload_of(number, 8))
+        assert ring.read_nowait() == (0, payload_of(0, 8))
+        ring.drain_nowait(2)  # drained, never released: this consumer "dies"
+        restarted = Ring.attach(ring.name)
+        assert [restarted.read_nowait() for _ in range(3)] == [
+            (0, payload_of(number, 8)) for number in (1, 2, 3)
+        ]
+        restarted.close()
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def test_consumer_restarted_after_dying_asleep_can_sleep_again(instance: str) -> None:
+    ring = new_ring(instance)
+    try:
+        assert ring.arm_doorbell_nowait()  # this consumer "dies" while armed
+        restarted = Ring.attach(ring.name)
+        assert not restarted.wait_readable(0)
+        assert ring.try_write_nowait(0, b"x")
+        assert restarted.wait_readable(0)
+        restarted.close()
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def test_wait_readable_returns_at_once_or_after_the_timeout(instance: str) -> None:
+    ring = new_ring(instance)
+    try:
+        start_ns = time.monotonic_ns()
+        assert not ring.wait_readable(50)
+        waited_ms = (time.monotonic_ns() - start_ns) / 1e6
+        assert 45 <= waited_ms < 2000
+        assert ring.statistics().doorbell_count_waited == 1
+        assert ring.try_write_nowait(0, b"now")
+        assert ring.wait_readable(10_000)
+        assert ring.read_nowait() == (0, b"now")
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def test_arming_reports_a_readable_ring_and_a_write_rings_an_armed_bell(instance: str) -> None:
+    ring = new_ring(instance)
+    try:
+        assert ring.arm_doorbell_nowait()
+        assert ring.try_write_nowait(0, b"wake")
+        assert ring.statistics().doorbell_count_rung == 1
+        assert ring.try_write_nowait(0, b"again")  # one ring per sleep
+        assert ring.statistics().doorbell_count_rung == 1
+        assert ring._doorbell.wait_rung(0)
+        ring.disarm_doorbell()
+        assert not ring._doorbell.wait_rung(0)
+        assert not ring.arm_doorbell_nowait()  # records are readable: do not sleep
+        assert ring.try_write_nowait(0, b"unarmed")
+        assert ring.statistics().doorbell_count_rung == 1
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def test_close_is_idempotent_and_unlink_removes_both_names(instance: str) -> None:
+    ring = new_ring(instance)
+    assert len(names.instance_paths(instance)) == 2  # the segment and its doorbell
+    ring.close()
+    ring.close()
+    ring.unlink()
+    ring.unlink()
+    assert names.instance_paths(instance) == []
+
+
+def test_warm_up_checks_the_kernels_against_the_layout() -> None:
+    ring_module.warm_up()
