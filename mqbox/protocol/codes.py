@@ -169,3 +169,10 @@ PERM_INHERIT: Final = 1 << 0
 # version the C++ wheel was tested against. It is informational for every client we know of, but a
 # Java broker honours `maxReconsumeTimes` only from requests of version 121 or above.
 VERSION_MQBOX: Final = 317
+
+# Name server KV config requests (Java's RequestCode.PUT_KV_CONFIG and friends). They are not in
+# section 3.1's table, which RequestCode mirrors exactly (tests/unit/protocol/test_codes.py), so
+# they live here as plain ints; extFields `namespace`, `key` and, for PUT, `value` (headers.py).
+PUT_KV_CONFIG: Final = 100
+GET_KV_CONFIG: Final = 101
+DELETE_KV_CONFIG: Final = 102

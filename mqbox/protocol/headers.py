@@ -273,6 +273,83 @@ class DeleteTopicRequestHeader:
         return {"topic": self.topic}
 
 
+@dataclass(slots=True)
+class WipeWritePermOfBrokerRequestHeader:
+    """205 WIPE_WRITE_PERM_OF_BROKER (admin to namesrv)."""
+
+    broker_name: str  # brokerName
+
+    @classmethod
+    def from_ext(cls, ext: Ext) -> Self:
+        return cls(_text(ext, "brokerName", cls.__name__))
+
+    def to_ext(self) -> Ext:
+        return {"brokerName": self.broker_name}
+
+
+@dataclass(slots=True)
+class WipeWritePermOfBrokerResponseHeader:
+    """205 WIPE_WRITE_PERM_OF_BROKER response: how many topics lost the write permission."""
+
+    wipe_topic_count: int  # wipeTopicCount
+
+    @classmethod
+    def from_ext(cls, ext: Ext) -> Self:
+        return cls(_int32(ext, "wipeTopicCount", cls.__name__))
+
+    def to_ext(self) -> Ext:
+        return {"wipeTopicCount": str(self.wipe_topic_count)}
+
+
+@dataclass(slots=True)
+class PutKvConfigRequestHeader:
+    """100 PUT_KV_CONFIG (codes.py): set one key of a name server KV namespace."""
+
+    namespace: str
+    key: str
+    value: str
+
+    @classmethod
+    def from_ext(cls, ext: Ext) -> Self:
+        where = cls.__name__
+        return cls(
+            _text(ext, "namespace", where), _text(ext, "key", where), _text(ext, "value", where)
+        )
+
+    def to_ext(self) -> Ext:
+        return {"namespace": self.namespace, "key": self.key, "value": self.value}
+
+
+@dataclass(slots=True)
+class KvConfigRequestHeader:
+    """101 GET_KV_CONFIG and 102 DELETE_KV_CONFIG (codes.py): the same two fields."""
+
+    namespace: str
+    key: str
+
+    @classmethod
+    def from_ext(cls, ext: Ext) -> Self:
+        where = cls.__name__
+        return cls(_text(ext, "namespace", where), _text(ext, "key", where))
+
+    def to_ext(self) -> Ext:
+        return {"namespace": self.namespace, "key": self.key}
+
+
+@dataclass(slots=True)
+class GetKvConfigResponseHeader:
+    """101 GET_KV_CONFIG response: the value, present on SUCCESS only."""
+
+    value: str | None = None
+
+    @classmethod
+    def from_ext(cls, ext: Ext) -> Self:
+        return cls(ext.get("value"))
+
+    def to_ext(self) -> Ext:
+        return {} if self.value is None else {"value": self.value}
+
+
 # ---------------------------------------------------------------------------------------------
 # Producer: 10 / 310 / 320
 
@@ -1622,3 +1699,25 @@ class TopicList:
         if self.broker_addr is not None:
             value["brokerAddr"] = self.broker_addr
         return dumps_json(value)
+
+
+@dataclass(slots=True, frozen=True)
+class KvTable:
+    """One name server KV namespace, `{"table":{...}}`: the 103 REGISTER_BROKER response body."""
+
+    table: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, body: bytes) -> Self:
+        where = cls.__name__
+        fields = _body_object(body, where)
+        table = _json_object(fields.get("table", {}), f"{where}.table")
+        return cls(
+            {
+                _json_text(key, f"{where}.table key"): _json_text(value, f"{where}.table[{key!r}]")
+                for key, value in table.items()
+            }
+        )
+
+    def to_json(self) -> bytes:
+        return dumps_json({"table": dict(self.table)})

@@ -1,0 +1,689 @@
+"""The name server process: one thread, one selector loop, one RouteTable.
+
+Owns: the listening socket, every accepted socket, one `mqbox.protocol.Connection` per socket,
+the eviction timer, the ready file and the statistics file. Never: route rules (routes.py), frame
+parsing (mqbox.protocol), or a second thread: the RouteTable is touched only by the loop thread
+(routes.py, "Read/write discipline").
+
+Theory of operation. `NamesrvServer.serve()` waits in `selector.select()` until a socket is
+readable or writable, a signal arrives (signal.set_wakeup_fd writes to a socketpair the selector
+watches), or the next scan is due. A readable socket is read once per wake-up (the selector is
+level-triggered, so a busy peer is simply served again next turn, and no peer starves the
+others); every complete request is answered at once by `NamesrvRequestHandler`, the pure part,
+and the responses go into the peer's outbox, which is written straight away and, for what does
+not fit the socket buffer, when the socket turns writable.
+
+Bounds on everything from outside (STYLE.md section 3):
+
+- a frame is at most `frame_size_bytes_max` bytes, checked by the codec before buffering;
+- a peer breaking the protocol (garbage, an oversized length) is closed; nobody else notices;
+- a peer that sends requests but never reads is closed once its unsent output passes
+  `outbox_size_bytes_max`;
+- at most `connection_count_max` connections; more are accepted and closed at once.
+
+Logging goes to stderr: one line per broker registration that changes something, per
+unregistration and per eviction; requests themselves are only counted (`statistics()`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import errno
+import itertools
+import json
+import logging
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Final, NoReturn
+
+from mqbox.config import NamesrvConfig
+from mqbox.errors import MqboxError
+from mqbox.namesrv.routes import NAMESPACE_ORDER_TOPIC_CONFIG, RemovedBroker, RouteTable
+from mqbox.protocol.codes import (
+    DELETE_KV_CONFIG,
+    GET_KV_CONFIG,
+    PUT_KV_CONFIG,
+    RequestCode,
+    ResponseCode,
+)
+from mqbox.protocol.command import RemotingCommand
+from mqbox.protocol.connection import CLOSED, NEED_DATA, Connection, Role
+from mqbox.protocol.errors import RemoteProtocolError
+from mqbox.protocol.frame import FRAME_SIZE_BYTES_MAX_DEFAULT, MiB
+from mqbox.protocol.headers import (
+    DataVersion,
+    DeleteTopicRequestHeader,
+    GetKvConfigResponseHeader,
+    GetRouteInfoRequestHeader,
+    KvConfigRequestHeader,
+    KvTable,
+    PutKvConfigRequestHeader,
+    RegisterBrokerBody,
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    TopicList,
+    UnregisterBrokerRequestHeader,
+    WipeWritePermOfBrokerRequestHeader,
+    WipeWritePermOfBrokerResponseHeader,
+)
+
+log = logging.getLogger("mqbox.namesrv")
+
+RECEIVE_SIZE_BYTES: Final = 256 * 1024
+OUTBOX_SIZE_BYTES_MAX_DEFAULT: Final = 8 * MiB
+CONNECTION_COUNT_MAX_DEFAULT: Final = 4096
+LISTEN_BACKLOG: Final = 1024
+# Accepting is bounded per wake-up so a connection storm cannot stall the answers to the others.
+ACCEPT_COUNT_PER_TURN_MAX: Final = 64
+RECENT_ROUTE_TOPIC_COUNT_MAX: Final = 32
+
+_SUCCESS: Final = int(ResponseCode.SUCCESS)
+
+
+def monotonic_ms() -> int:
+    """Milliseconds of the monotonic clock: eviction compares differences only, so wall-clock
+    jumps (NTP, an operator's `date`) must not evict or keep brokers."""
+    return time.monotonic_ns() // 1_000_000
+
+
+# ---------------------------------------------------------------------------------------------
+# The pure part: one request in, one response out.
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerStatistics:
+    """Counters of the request handler since the process started."""
+
+    request_count: int
+    request_count_by_code: dict[int, int]  # a copy; keyed by request code
+    route_found_count: int
+    route_not_found_count: int
+    recent_route_topics: tuple[str, ...]  # the last topics asked for with 105, oldest first
+    registration_count: int
+    unsupported_count: int
+    bad_header_count: int
+
+
+class NamesrvRequestHandler:
+    """Answers name server requests against one RouteTable; no sockets, the caller gives now_ms.
+
+    Owned by the loop thread, like the RouteTable. `handle` returns the response to write, or None
+    for a request marked oneway and for any response a peer sends (the namesrv sends no requests).
+    """
+
+    def __init__(self, routes: RouteTable) -> None:
+        self.routes = routes
+        self._request_count = 0
+        self._request_count_by_code: collections.Counter[int] = collections.Counter()
+        self._route_found_count = 0
+        self._route_not_found_count = 0
+        self._recent_route_topics: collections.deque[str] = collections.deque(
+            maxlen=RECENT_ROUTE_TOPIC_COUNT_MAX
+        )
+        self._registration_count = 0
+        self._unsupported_count = 0
+        self._bad_header_count = 0
+        handlers: dict[int, Callable[[RemotingCommand, int, int], RemotingCommand]] = {
+            RequestCode.REGISTER_BROKER: self._register_broker,
+            RequestCode.UNREGISTER_BROKER: self._unregister_broker,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self._get_route,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self._cluster_info,
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self._wipe_write_perm,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._topic_list,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self._delete_topic,
+            PUT_KV_CONFIG: self._put_kv_config,
+            GET_KV_CONFIG: self._get_kv_config,
+            DELETE_KV_CONFIG: self._delete_kv_config,
+        }
+        self._handlers: Final = {int(code): handler for code, handler in handlers.items()}
+
+    def handle(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand | None:
+        if request.is_response:
+            return None
+        self._request_count += 1
+        self._request_count_by_code[request.code] += 1
+        handler = self._handlers.get(request.code)
+        if handler is None:
+            self._unsupported_count += 1
+            response = request.make_response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                remark=f" request type {request.code} not supported",
+            )
+        else:
+            try:
+                response = handler(request, connection_id, now_ms)
+            except RemoteProtocolError as error:
+                # The frame was sound and only its header or body was not: answer, keep the
+                # connection, as the Java namesrv does for a header it cannot decode.
+                self._bad_header_count += 1
+                response = request.make_response(error.response_code, remark=str(error))
+        return None if request.is_oneway else response
+
+    def statistics(self) -> HandlerStatistics:
+        return HandlerStatistics(
+            request_count=self._request_count,
+            request_count_by_code=dict(self._request_count_by_code),
+            route_found_count=self._route_found_count,
+            route_not_found_count=self._route_not_found_count,
+            recent_route_topics=tuple(self._recent_route_topics),
+            registration_count=self._registration_count,
+            unsupported_count=self._unsupported_count,
+            bad_header_count=self._bad_header_count,
+        )
+
+    # -- one method per request code ----------------------------------------------------------
+
+    def _register_broker(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand:
+        header = RegisterBrokerRequestHeader.from_ext(request.ext_fields)
+        if header.compressed:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR, remark="compressed register bodies are not supported"
+            )
+        body_bytes = request.body
+        if header.body_crc32 != 0 and zlib.crc32(body_bytes) & 0x7FFF_FFFF != header.body_crc32:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, remark="crc32 not match")
+        if body_bytes:
+            body = RegisterBrokerBody.from_json(body_bytes)
+        else:
+            body = RegisterBrokerBody(DataVersion(0, 0))
+        result = self.routes.register_broker(
+            header, body, connection_id=connection_id, now_ms=now_ms
+        )
+        self._registration_count += 1
+        if result.first_registration:
+            log.info(
+                "broker registered: cluster=%s name=%s id=%d addr=%s ha=%s topics=%d",
+                header.cluster_name,
+                header.broker_name,
+                header.broker_id,
+                header.broker_addr,
+                header.ha_server_addr,
+                len(body.topic_config_table),
+            )
+        elif result.topics_updated:
+            log.info(
+                "broker topics updated: name=%s id=%d addr=%s dataVersion=%d topics=%d",
+                header.broker_name,
+                header.broker_id,
+                header.broker_addr,
+                body.data_version.counter,
+                len(body.topic_config_table),
+            )
+        order_table = self.routes.kv_namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
+        return request.make_response(
+            _SUCCESS,
+            RegisterBrokerResponseHeader(result.ha_server_addr, result.master_addr).to_ext(),
+            body=b"" if order_table is None else KvTable(order_table).to_json(),
+        )
+
+    def _unregister_broker(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand:
+        header = UnregisterBrokerRequestHeader.from_ext(request.ext_fields)
+        removed = self.routes.unregister_broker(header)
+        if removed is not None:
+            log_removed(removed, "unregistered")
+        return request.make_response(_SUCCESS)
+
+    def _get_route(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand:
+        header = GetRouteInfoRequestHeader.from_ext(request.ext_fields)
+        self._recent_route_topics.append(header.topic)
+        route = self.routes.route(header.topic)
+        if route is None:
+            self._route_not_found_count += 1
+            return request.make_response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                remark=f"No topic route info in name server for the topic: {header.topic}",
+            )
+        self._route_found_count += 1
+        return request.make_response(_SUCCESS, body=route.to_json())
+
+    def _cluster_info(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand:
+        return request.make_response(_SUCCESS, body=self.routes.cluster_info().to_json())
+
+    def _wipe_write_perm(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand:
+        header = WipeWritePermOfBrokerRequestHeader.from_ext(request.ext_fields)
+        wiped_count = self.routes.wipe_write_perm(header.broker_name)
+        log.info("write permission wiped: name=%s topics=%d", header.broker_name, wiped_count)
+        return request.make_response(
+            _SUCCESS, WipeWritePermOfBrokerResponseHeader(wiped_count).to_ext()
+        )
+
+    def _topic_list(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand:
+        return request.make_response(_SUCCESS, body=TopicList(self.routes.topic_list()).to_json())
+
+    def _delete_topic(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand:
+        header = DeleteTopicRequestHeader.from_ext(request.ext_fields)
+        if self.routes.delete_topic(header.topic):
+            log.info("topic deleted: %s", header.topic)
+        return request.make_response(_SUCCESS)
+
+    def _put_kv_config(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand:
+        header = PutKvConfigRequestHeader.from_ext(request.ext_fields)
+        self.routes.kv_put(header.namespace, header.key, header.value)
+        return request.make_response(_SUCCESS)
+
+    def _get_kv_config(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand:
+        header = KvConfigRequestHeader.from_ext(request.ext_fields)
+        value = self.routes.kv_get(header.namespace, header.key)
+        if value is None:
+            return request.make_response(
+                ResponseCode.QUERY_NOT_FOUND,
+                remark=f"No config item, Namespace: {header.namespace} Key: {header.key}",
+            )
+        return request.make_response(_SUCCESS, GetKvConfigResponseHeader(value).to_ext())
+
+    def _delete_kv_config(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand:
+        header = KvConfigRequestHeader.from_ext(request.ext_fields)
+        self.routes.kv_delete(header.namespace, header.key)
+        return request.make_response(_SUCCESS)
+
+
+def log_removed(removed: RemovedBroker, why: str) -> None:
+    log.info(
+        "broker %s: cluster=%s name=%s id=%d addr=%s%s",
+        why,
+        removed.cluster,
+        removed.broker_name,
+        removed.broker_id,
+        removed.broker_addr,
+        " (its queue data removed)" if removed.broker_name_removed else "",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The reactor.
+
+
+@dataclass(frozen=True, slots=True)
+class NamesrvStatistics:
+    """Counters of one name server process; `handler` holds the per-request ones."""
+
+    connection_accepted_count: int
+    connection_refused_count: int  # closed at once: connection_count_max was reached
+    connection_open_count: int
+    protocol_error_close_count: int  # closed for breaking the protocol
+    slow_reader_close_count: int  # closed for letting the outbox pass its bound
+    broker_evicted_count: int  # by the scan
+    broker_closed_count: int  # because their registering connection closed
+    broker_registered_count: int  # broker addresses registered now
+    handler: HandlerStatistics
+
+
+class _Peer:
+    """One accepted socket and its codec; owned by the loop thread."""
+
+    __slots__ = ("address", "connection", "connection_id", "outbox", "sock", "writing")
+
+    def __init__(
+        self, sock: socket.socket, connection_id: int, address: str, frame_size_bytes_max: int
+    ) -> None:
+        self.sock = sock
+        self.connection_id = connection_id
+        self.address = address
+        self.connection = Connection(Role.BROKER, frame_size_bytes_max)
+        self.outbox = bytearray()
+        self.writing = False  # registered for EVENT_WRITE
+
+
+_LISTENER: Final = "listener"
+_WAKEUP: Final = "wakeup"
+
+
+class NamesrvServer:
+    """The name server's sockets and loop.
+
+    Build it, then call `serve()` in one thread, which from then on owns it and its RouteTable.
+    `install_signal_handlers()` works only in the main thread; elsewhere (tests) `request_stop()`
+    ends the loop. The socket listens from construction on, so `port` is known before `serve()`.
+    """
+
+    def __init__(
+        self,
+        config: NamesrvConfig,
+        *,
+        host: str = "127.0.0.1",
+        frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
+        outbox_size_bytes_max: int = OUTBOX_SIZE_BYTES_MAX_DEFAULT,
+        connection_count_max: int = CONNECTION_COUNT_MAX_DEFAULT,
+    ) -> None:
+        assert config.scan_not_active_broker_interval_ms > 0
+        assert config.broker_channel_expired_time_ms > 0
+        assert outbox_size_bytes_max > 0
+        assert connection_count_max > 0
+        self.config = config
+        self.routes = RouteTable(order_message_enable=config.order_message_enable)
+        self.handler = NamesrvRequestHandler(self.routes)
+        self.frame_size_bytes_max = frame_size_bytes_max
+        self.outbox_size_bytes_max = outbox_size_bytes_max
+        self.connection_count_max = connection_count_max
+        self._peers: dict[int, _Peer] = {}
+        self._connection_ids = itertools.count(1)
+        self._stopping = False
+        self._closed = False
+        self._connection_accepted_count = 0
+        self._connection_refused_count = 0
+        self._protocol_error_close_count = 0
+        self._slow_reader_close_count = 0
+        self._broker_evicted_count = 0
+        self._broker_closed_count = 0
+
+        self._selector = selectors.DefaultSelector()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((host, config.listen_port))
+            listener.listen(LISTEN_BACKLOG)
+            listener.setblocking(False)
+        except OSError:
+            listener.close()
+            self._selector.close()
+            raise
+        self._listener = listener
+        self.host: str = host
+        self.port: int = listener.getsockname()[1]
+        self._selector.register(listener, selectors.EVENT_READ, _LISTENER)
+        # Signals only set a flag; this pair wakes the selector so the flag is seen at once.
+        self._wakeup_reader, self._wakeup_writer = socket.socketpair()
+        self._wakeup_reader.setblocking(False)
+        self._wakeup_writer.setblocking(False)
+        self._selector.register(self._wakeup_reader, selectors.EVENT_READ, _WAKEUP)
+
+    # -- control --------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Ask the loop to end; safe in a signal handler (it sets a flag and writes a byte)."""
+        self._stopping = True
+        with contextlib.suppress(OSError):
+            self._wakeup_writer.send(b"\0")
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the loop; call from the main thread before `serve()`."""
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            self.request_stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        # A signal that lands while select() sleeps must wake it, not wait for the next event.
+        signal.set_wakeup_fd(self._wakeup_writer.fileno(), warn_on_full_buffer=False)
+
+    def statistics(self) -> NamesrvStatistics:
+        return NamesrvStatistics(
+            connection_accepted_count=self._connection_accepted_count,
+            connection_refused_count=self._connection_refused_count,
+            connection_open_count=len(self._peers),
+            protocol_error_close_count=self._protocol_error_close_count,
+            slow_reader_close_count=self._slow_reader_close_count,
+            broker_evicted_count=self._broker_evicted_count,
+            broker_closed_count=self._broker_closed_count,
+            broker_registered_count=self.routes.broker_count(),
+            handler=self.handler.statistics(),
+        )
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def serve(self, *, on_scan: Callable[[], None] | None = None) -> None:
+        """Run until `request_stop()`; then close every socket. `on_scan` runs after each scan."""
+        interval_ms = self.config.scan_not_active_broker_interval_ms
+        next_scan_ms = monotonic_ms() + interval_ms
+        try:
+            while not self._stopping:
+                wait_ms = max(0, next_scan_ms - monotonic_ms())
+                for key, mask in self._selector.select(wait_ms / 1000):
+                    self._dispatch(key, mask)
+                now_ms = monotonic_ms()
+                if now_ms >= next_scan_ms:
+                    self.scan(now_ms)
+                    next_scan_ms = now_ms + interval_ms
+                    if on_scan is not None:
+                        on_scan()
+        finally:
+            self.close()
+
+    def _dispatch(self, key: selectors.SelectorKey, mask: int) -> None:
+        data = key.data
+        if data is _LISTENER:
+            self._accept()
+        elif data is _WAKEUP:
+            with contextlib.suppress(BlockingIOError):
+                while self._wakeup_reader.recv(4096):
+                    pass
+        else:
+            assert isinstance(data, _Peer)
+            if data.connection_id not in self._peers:
+                return  # closed earlier in this same turn
+            if mask & selectors.EVENT_READ:
+                self._receive(data)
+            if mask & selectors.EVENT_WRITE and data.connection_id in self._peers:
+                self._flush(data)
+
+    def scan(self, now_ms: int) -> tuple[RemovedBroker, ...]:
+        """Evict brokers silent for more than brokerChannelExpiredTime; close their connections."""
+        evicted = self.routes.scan_not_active(now_ms, self.config.broker_channel_expired_time_ms)
+        self._broker_evicted_count += len(evicted)
+        for removed in evicted:
+            log_removed(removed, "evicted after silence")
+            if removed.connection_id is not None:
+                peer = self._peers.get(removed.connection_id)
+                if peer is not None:
+                    self._close_peer(peer)
+        return evicted
+
+    def _accept(self) -> None:
+        for _ in range(ACCEPT_COUNT_PER_TURN_MAX):
+            try:
+                sock, address = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as error:
+                # Out of descriptors or a connection reset before accept: skip it, keep serving.
+                if error.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.warning("accept failed: %s", error)
+                    return
+                continue
+            if len(self._peers) >= self.connection_count_max:
+                self._connection_refused_count += 1
+                sock.close()
+                continue
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            peer = _Peer(
+                sock,
+                next(self._connection_ids),
+                f"{address[0]}:{address[1]}",
+                self.frame_size_bytes_max,
+            )
+            self._peers[peer.connection_id] = peer
+            self._connection_accepted_count += 1
+            self._selector.register(sock, selectors.EVENT_READ, peer)
+
+    def _receive(self, peer: _Peer) -> None:
+        try:
+            chunk = peer.sock.recv(RECEIVE_SIZE_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close_peer(peer)  # reset by the peer
+            return
+        connection = peer.connection
+        connection.receive_data(chunk)
+        now_ms = monotonic_ms()
+        handle = self.handler.handle
+        try:
+            while True:
+                command = connection.next_command()
+                if command is NEED_DATA:
+                    break
+                if command is CLOSED:
+                    # The peer half-closed after its last request: answer what fits the socket
+                    # now, without waiting for a peer that has said it is done.
+                    if peer.outbox:
+                        with contextlib.suppress(OSError):
+                            peer.sock.send(peer.outbox)
+                    self._close_peer(peer)
+                    return
+                response = handle(command, peer.connection_id, now_ms)
+                if response is not None:
+                    peer.outbox += connection.send(response)
+        except RemoteProtocolError as error:
+            self._protocol_error_close_count += 1
+            log.warning("closing %s: %s", peer.address, error)
+            self._close_peer(peer)
+            return
+        if peer.outbox:
+            self._flush(peer)
+
+    def _flush(self, peer: _Peer) -> None:
+        outbox = peer.outbox
+        try:
+            while outbox:
+                sent_size_bytes = peer.sock.send(outbox)
+                del outbox[:sent_size_bytes]
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._close_peer(peer)
+            return
+        if len(outbox) > self.outbox_size_bytes_max:
+            self._slow_reader_close_count += 1
+            log.warning("closing %s: %d bytes of answers unread", peer.address, len(outbox))
+            self._close_peer(peer)
+            return
+        want_write = bool(outbox)
+        if want_write != peer.writing:
+            peer.writing = want_write
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0)
+            self._selector.modify(peer.sock, events, peer)
+
+    def _close_peer(self, peer: _Peer) -> None:
+        if self._peers.pop(peer.connection_id, None) is None:
+            return
+        self._selector.unregister(peer.sock)
+        peer.sock.close()
+        peer.outbox.clear()
+        removed_brokers = self.routes.on_connection_closed(peer.connection_id)
+        self._broker_closed_count += len(removed_brokers)
+        for removed in removed_brokers:
+            log_removed(removed, "removed: its connection closed")
+
+    def close(self) -> None:
+        """Close the listener and every connection; a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        for peer in list(self._peers.values()):
+            self._close_peer(peer)
+        self._selector.unregister(self._listener)
+        self._listener.close()
+        self._selector.close()
+        self._wakeup_reader.close()
+        self._wakeup_writer.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Process entry
+
+
+def write_json_atomically(path: Path, document: object) -> None:
+    """Write `document` as JSON to `path` so a reader sees the old file or the whole new one."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(document, sort_keys=True) + "\n", encoding="utf-8")
+    temporary.replace(path)
+
+
+def statistics_document(statistics: NamesrvStatistics) -> dict[str, object]:
+    document = dataclasses.asdict(statistics)
+    handler = document["handler"]
+    assert isinstance(handler, dict)
+    # JSON object keys are strings; keep the codes readable as such.
+    handler["request_count_by_code"] = {
+        str(code): count for code, count in sorted(statistics.handler.request_count_by_code.items())
+    }
+    return document
+
+
+def configure_logging() -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(asctime)s %(process)d namesrv %(levelname)s %(message)s",
+    )
+
+
+def main(
+    config: NamesrvConfig,
+    *,
+    host: str = "127.0.0.1",
+    ready_file: Path | None = None,
+    stats_file: Path | None = None,
+) -> NoReturn:
+    """Run the name server in this process until SIGTERM or SIGINT, then exit 0.
+
+    With `ready_file`, once the socket listens, writes `{"host", "pid", "port"}` there atomically:
+    how a supervisor learns the port when `config.listen_port` is 0. With `stats_file`, writes
+    `statistics()` as JSON after every scan and at exit. Exits 1 on an operating error at start
+    (the port is taken, the ready file cannot be written).
+    """
+    configure_logging()
+    try:
+        server = NamesrvServer(config, host=host)
+    except OSError as error:
+        log.error("cannot listen on %s:%d: %s", host, config.listen_port, error)
+        raise SystemExit(1) from None
+    server.install_signal_handlers()
+
+    def write_statistics() -> None:
+        if stats_file is not None:
+            write_json_atomically(stats_file, statistics_document(server.statistics()))
+
+    try:
+        if ready_file is not None:
+            ready = {"pid": os.getpid(), "port": server.port, "host": server.host}
+            write_json_atomically(ready_file, ready)
+        log.info(
+            "listening on %s:%d (scan every %d ms, expire after %d ms)",
+            server.host,
+            server.port,
+            config.scan_not_active_broker_interval_ms,
+            config.broker_channel_expired_time_ms,
+        )
+        server.serve(on_scan=write_statistics)
+    except (OSError, MqboxError) as error:
+        log.error("stopping on error: %s", error)
+        server.close()
+        raise SystemExit(1) from None
+    write_statistics()
+    log.info("stopped")
+    raise SystemExit(0)
