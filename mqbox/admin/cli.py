@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -38,6 +39,14 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _print_addresses(info: Mapping[str, Any]) -> None:
+    print(f"mqbox running in {info.get('home')} (supervisor pid {info.get('pid')})")
+    if info.get("namesrv"):
+        print(f"namesrv {info['namesrv']}")
+    print(f"broker  {info.get('broker_name')} {info.get('broker')}")
+    sys.stdout.flush()
+
+
 @app.command()
 def start(
     *,
@@ -52,29 +61,98 @@ def start(
     daemon: Annotated[
         bool, typer.Option("--daemon", help="Return once every role is ready.")
     ] = False,
+    topology: Annotated[
+        str | None,
+        typer.Option(
+            "--topology",
+            hidden=True,
+            help="module:function building the broker's process graph (tests only).",
+        ),
+    ] = None,
 ) -> None:
-    """Start the name server and the broker(s)."""
+    """Start the name server and the broker; in the foreground unless --daemon (Ctrl-C stops)."""
     try:
-        ops.load_configs(config)
+        options = ops.start_options(
+            home,
+            config,
+            namesrv_port=namesrv_port,
+            broker_port=broker_port,
+            topology=topology,
+        )
+        if daemon:
+            _print_addresses(ops.start_daemon(options))
+            return
+        exit_status = ops.run_foreground(options, on_ready=_print_addresses)
     except MqboxError as error:
         fail(str(error))
-    fail(
-        "the broker appliance is not built yet (issue 4); "
-        "`mqbox config` shows the configuration it will run with",
-        code=2,
-    )
+    if exit_status != 0:
+        fail(f"stopped with exit status {exit_status}; see {options.home}/logs/", exit_status)
 
 
 @app.command()
-def stop(*, home: HomeOption = None) -> None:
-    """Stop the appliance running in --home."""
-    fail(f"nothing to stop in {ops.home_dir(home)}: the appliance is not built yet (issue 4)")
+def stop(
+    *,
+    home: HomeOption = None,
+    timeout_s: Annotated[
+        float,
+        typer.Option("--timeout-s", help="Seconds to wait for the orderly stop before SIGKILL."),
+    ] = ops.STOP_TIMEOUT_S_DEFAULT,
+) -> None:
+    """Stop the appliance running in --home (SIGTERM, then SIGKILL after --timeout-s)."""
+    try:
+        result = ops.stop(home, timeout_s=timeout_s)
+    except MqboxError as error:
+        fail(str(error))
+    if result.killed:
+        fail(
+            f"{result.home}: did not stop within {timeout_s:g} s; killed "
+            + ", ".join(result.killed)
+        )
+    print(f"mqbox stopped in {result.home} ({result.seconds:.1f} s)")
+
+
+def _megabytes(size_bytes: int) -> str:
+    return f"{size_bytes / (1 << 20):.1f}"
+
+
+def _duration(seconds: float) -> str:
+    whole = int(seconds)
+    if whole >= 86400:
+        return f"{whole // 86400}d{whole % 86400 // 3600}h"
+    if whole >= 3600:
+        return f"{whole // 3600}h{whole % 3600 // 60}m"
+    if whole >= 60:
+        return f"{whole // 60}m{whole % 60}s"
+    return f"{whole}s"
 
 
 @app.command()
 def status(*, home: HomeOption = None, as_json: JsonOption = False) -> None:
     """Show every role with pid, CPU, memory, ports, store size and uptime."""
-    fail(f"no appliance in {ops.home_dir(home)}: the appliance is not built yet (issue 4)")
+    report = ops.status(home)
+    if as_json:
+        print(json.dumps(report.as_dict(), sort_keys=True))
+        if not report.running:
+            raise typer.Exit(1)
+        return
+    if not report.running:
+        fail(f"not running in {report.home}")
+    print(f"mqbox {report.status} in {report.home}")
+    print(f"namesrv {report.namesrv or '-'}   broker {report.broker_name} {report.broker}")
+    print(
+        f"store {report.store_root}: {_megabytes(report.store_size_bytes)} MB"
+        f"   memory (PSS anon + shmem): {_megabytes(report.pss_bytes)} MB"
+    )
+    header = f"{'ROLE':<16} {'PID':>8} {'STATE':<9} {'CPU%':>6} {'PSS MB':>8} {'RSS MB':>8}"
+    print(f"{header} {'PORT':>6} {'UPTIME':>8}")
+    for process in report.processes:
+        pss_bytes = process.pss_anon_bytes + process.pss_shmem_bytes
+        print(
+            f"{process.name:<16} {process.pid or '-':>8} {process.state:<9} "
+            f"{process.cpu_percent:>6.1f} {_megabytes(pss_bytes):>8} "
+            f"{_megabytes(process.rss_bytes):>8} {process.port or '-':>6} "
+            f"{_duration(process.uptime_s):>8}"
+        )
 
 
 @app.command("config")

@@ -1,16 +1,35 @@
 """Operations behind the CLI: everything `mqbox ...` does, as plain functions that return data.
 
-Owns: locating the home directory and etc/ defaults, loading configuration for display.
-Never: prints (the CLI prints) or exits the process; failures are MqboxError subclasses.
+Owns: locating the home directory and etc/ defaults, loading configuration for display, and the
+appliance's lifecycle as seen from outside: starting it in this process or in the background,
+stopping it by the pids its supervisor recorded in `<home>/run/`, and measuring every process
+for `mqbox status`. Never: prints (the CLI prints) or exits the process; failures are MqboxError
+subclasses.
+
+mqbox.server.supervisor (and with it numpy and numba) is imported inside the functions that
+need it, so `mqbox --help` and `mqbox config` stay quick, and so `start` can pin the BLAS
+thread pools to one thread before numpy first loads (the supervisor forks, and a pool thread
+would only cost memory in the zygote).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
+import fcntl
+import json
 import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
+
+import psutil
 
 from mqbox.config import (
     BrokerConfig,
@@ -18,8 +37,26 @@ from mqbox.config import (
     load_broker_config,
     load_namesrv_config,
 )
+from mqbox.errors import MqboxError
+
+if TYPE_CHECKING:
+    from mqbox.server.supervisor import ApplianceOptions
 
 ETC_DIR = Path(__file__).resolve().parents[2] / "etc"
+
+# The appliance forks from one warm parent; a native thread pool there would only waste memory.
+SINGLE_THREAD_ENVIRONMENT: Final = {
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "NUMBA_NUM_THREADS": "1",
+}
+# First start compiles every numba kernel (minutes on a small machine); later starts load them.
+DAEMON_READY_TIMEOUT_S: Final = 1200.0
+STOP_TIMEOUT_S_DEFAULT: Final = 120.0
+LEFTOVER_STOP_TIMEOUT_S: Final = 5.0
+CPU_SAMPLE_S: Final = 0.2
+SUPERVISOR_OUTPUT_FILE_NAME: Final = "supervisor.out"
 
 
 def home_dir(home: Path | None) -> Path:
@@ -32,11 +69,17 @@ def home_dir(home: Path | None) -> Path:
     return (Path.home() / "mqbox").resolve()
 
 
-def load_configs(broker_conf: Path | None) -> tuple[NamesrvConfig, BrokerConfig]:
-    """The name server and broker configuration `mqbox start` would use."""
+def config_paths(broker_conf: Path | None) -> tuple[Path | None, Path]:
+    """(namesrv.conf or None, broker.conf) that `mqbox start` reads."""
     namesrv_path = ETC_DIR / "namesrv.conf"
     broker_path = broker_conf if broker_conf is not None else ETC_DIR / "broker.conf"
-    namesrv = load_namesrv_config(namesrv_path if namesrv_path.exists() else None)
+    return (namesrv_path if namesrv_path.exists() else None), broker_path
+
+
+def load_configs(broker_conf: Path | None) -> tuple[NamesrvConfig, BrokerConfig]:
+    """The name server and broker configuration `mqbox start` would use."""
+    namesrv_path, broker_path = config_paths(broker_conf)
+    namesrv = load_namesrv_config(namesrv_path)
     broker = load_broker_config(broker_path)
     return namesrv, broker
 
@@ -58,3 +101,494 @@ def config_as_dict(config: Any) -> dict[str, Any]:
     result = plain(config)
     assert isinstance(result, dict)
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# start
+# ---------------------------------------------------------------------------------------------
+
+
+def pin_thread_pools() -> None:
+    """Ask numpy's BLAS (and numba) for one thread, if numpy is not loaded yet."""
+    for key, value in SINGLE_THREAD_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+
+
+def start_options(
+    home: Path | None,
+    broker_conf: Path | None,
+    *,
+    namesrv_port: int | None = None,
+    broker_port: int | None = None,
+    topology: str | None = None,
+) -> ApplianceOptions:
+    """What `mqbox start` runs, with the configuration checked (ConfigError otherwise)."""
+    pin_thread_pools()
+    from mqbox.server.supervisor import ApplianceOptions
+
+    load_configs(broker_conf)
+    namesrv_path, broker_path = config_paths(broker_conf)
+    for port, what in ((namesrv_port, "--namesrv-port"), (broker_port, "--broker-port")):
+        if port is not None and not 0 <= port <= 65535:
+            raise MqboxError(f"{what} {port} is not a port (0 to 65535)")
+    return ApplianceOptions(
+        home=home_dir(home),
+        broker_config_path=broker_path.expanduser().resolve(),
+        namesrv_config_path=namesrv_path.resolve() if namesrv_path is not None else None,
+        namesrv_port=namesrv_port,
+        broker_port=broker_port,
+        topology=topology,
+    )
+
+
+def run_foreground(options: ApplianceOptions, on_ready: Callable[[Mapping[str, Any]], None]) -> int:
+    """Run the appliance in this process until it stops; its exit status. MqboxError if it
+    could not start (nothing is left running then)."""
+    pin_thread_pools()
+    from mqbox.server.supervisor import Supervisor
+
+    return Supervisor(options, on_ready=on_ready).run()
+
+
+def start_daemon(
+    options: ApplianceOptions, *, ready_timeout_s: float = DAEMON_READY_TIMEOUT_S
+) -> dict[str, Any]:
+    """Start the appliance in the background (its own session) and return its ready report
+    once every role is ready. MqboxError if it could not start; nothing is left running."""
+    from mqbox.server.supervisor import prepare_home
+
+    layout = prepare_home(options.home)
+    command = [sys.executable, "-m", "mqbox.server.supervisor", "--home", str(options.home)]
+    if options.broker_config_path is not None:
+        command += ["--config", str(options.broker_config_path)]
+    if options.namesrv_config_path is not None:
+        command += ["--namesrv-config", str(options.namesrv_config_path)]
+    if options.namesrv_port is not None:
+        command += ["--namesrv-port", str(options.namesrv_port)]
+    if options.broker_port is not None:
+        command += ["--broker-port", str(options.broker_port)]
+    if options.topology is not None:
+        command += ["--topology", options.topology]
+    read_fd, write_fd = os.pipe()
+    output_path = layout.logs_dir / SUPERVISOR_OUTPUT_FILE_NAME
+    try:
+        with output_path.open("ab") as output:
+            popen = subprocess.Popen(
+                [*command, "--ready-fd", str(write_fd)],
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                pass_fds=(write_fd,),
+                start_new_session=True,
+                env={**os.environ, **SINGLE_THREAD_ENVIRONMENT},
+            )
+    finally:
+        os.close(write_fd)
+    try:
+        line = _read_line(read_fd, ready_timeout_s)
+    except BaseException:
+        _terminate(popen)
+        raise
+    finally:
+        os.close(read_fd)
+    if line is None:
+        _terminate(popen)
+        raise MqboxError(
+            f"the appliance did not become ready within {ready_timeout_s:g} s; see {output_path}"
+        )
+    if not line:
+        code = popen.wait()
+        raise MqboxError(f"the appliance exited with status {code}: {_last_line(output_path)}")
+    report: dict[str, Any] = json.loads(line)
+    if not report.get("ok"):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(timeout=30)
+        raise MqboxError(str(report.get("error", "the appliance did not start")))
+    return report
+
+
+def _read_line(fd: int, timeout_s: float) -> bytes | None:
+    """One line from `fd`; b"" at end-of-file without one; None after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    buffer = b""
+    while not buffer.endswith(b"\n"):
+        remaining_s = deadline - time.monotonic()
+        if remaining_s <= 0:
+            return None
+        readable, _, _ = select.select([fd], [], [], remaining_s)
+        if not readable:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"" if not buffer.strip() else buffer
+        buffer += chunk
+    return buffer
+
+
+def _terminate(popen: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (its orderly stop cleans up), SIGKILL if that takes too long."""
+    if popen.poll() is not None:
+        return
+    popen.send_signal(signal.SIGTERM)
+    try:
+        popen.wait(timeout=STOP_TIMEOUT_S_DEFAULT)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait()
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return "(no output)"
+    return lines[-1] if lines else "(no output)"
+
+
+# ---------------------------------------------------------------------------------------------
+# stop
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StopResult:
+    home: Path
+    supervisor_pid: int | None
+    stopped: tuple[str, ...]  # names of processes that exited after SIGTERM
+    killed: tuple[str, ...]  # names of processes that needed SIGKILL
+    seconds: float
+
+
+def _supervisor_pid(home: Path) -> int | None:
+    from mqbox.server.supervisor import HomeLayout
+
+    try:
+        return int(HomeLayout(home).pid_path.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _live(pid: int, create_time: float | None) -> psutil.Process | None:
+    from mqbox.server.supervisor import process_alive
+
+    if not process_alive(pid, create_time):
+        return None
+    with contextlib.suppress(psutil.Error):
+        return psutil.Process(pid)
+    return None
+
+
+def stop(home: Path | None, *, timeout_s: float = STOP_TIMEOUT_S_DEFAULT) -> StopResult:
+    """SIGTERM to the supervisor of `home` and wait for its orderly stop; after `timeout_s`,
+    SIGKILL it and every process it recorded, and sweep its shared memory. MqboxError if
+    nothing of the appliance runs there."""
+    from mqbox.ipc import names
+    from mqbox.server.supervisor import HomeLayout, read_state, recorded_processes
+
+    home = home_dir(home)
+    started = time.monotonic()
+    state = read_state(home) or {}
+    recorded = [(name, pid, create) for name, pid, create in recorded_processes(state)]
+    supervisor_pid = _supervisor_pid(home)
+    if supervisor_pid is not None and all(pid != supervisor_pid for _, pid, _ in recorded):
+        recorded.insert(0, ("supervisor", supervisor_pid, None))
+    live = {
+        name: process
+        for name, pid, create_time in recorded
+        if (process := _live(pid, create_time)) is not None
+    }
+    supervisor = live.get("supervisor")
+    if supervisor is not None and not _looks_like_mqbox(supervisor):
+        del live["supervisor"]  # the pid was reused by something else
+        supervisor = None
+    if not live:
+        removed = _clean_dead_run(home, state)
+        left = f" (removed {removed} shared-memory objects a dead run left)" if removed else ""
+        raise MqboxError(f"not running in {home}{left}")
+    stopped: list[str] = []
+    killed: list[str] = []
+    if supervisor is not None:
+        with contextlib.suppress(psutil.Error):
+            supervisor.send_signal(signal.SIGTERM)
+        if not _wait_gone([supervisor], timeout_s):
+            stopped.append("supervisor")
+    # What is still alive now outlived its supervisor (or never had one): end it by pid.
+    leftovers = {name: p for name, p in live.items() if p.is_running() and _not_zombie(p)}
+    for process in leftovers.values():
+        with contextlib.suppress(psutil.Error):
+            process.send_signal(signal.SIGTERM)
+    alive = _wait_gone(list(leftovers.values()), LEFTOVER_STOP_TIMEOUT_S)
+    for name, process in leftovers.items():
+        if process in alive:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+            killed.append(name)
+        elif name != "supervisor":
+            stopped.append(name)
+    _wait_gone(alive, LEFTOVER_STOP_TIMEOUT_S)
+    if killed or supervisor is None:
+        # Nobody ran the orderly stop to its end: do its cleanup.
+        instance = state.get("instance")
+        if isinstance(instance, str) and instance:
+            with contextlib.suppress(MqboxError):
+                names.unlink_instance(instance)
+        layout = HomeLayout(home)
+        for path in (layout.pid_path, layout.state_path):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+    return StopResult(
+        home=home,
+        supervisor_pid=supervisor.pid if supervisor is not None else None,
+        stopped=tuple(stopped),
+        killed=tuple(killed),
+        seconds=time.monotonic() - started,
+    )
+
+
+def _clean_dead_run(home: Path, state: Mapping[str, Any]) -> int:
+    """Remove the shared memory and run files of a run whose processes are all gone, unless a
+    supervisor holds the home's lock (it may be starting); how many objects were removed."""
+    from mqbox.ipc import names
+    from mqbox.server.supervisor import NAMESRV_READY_FILE_NAME, HomeLayout
+
+    layout = HomeLayout(home)
+    try:
+        fd = os.open(layout.lock_path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0
+        removed = []
+        instance = state.get("instance")
+        if isinstance(instance, str) and instance:
+            with contextlib.suppress(MqboxError):
+                removed = names.unlink_instance(instance)
+        for path in (layout.pid_path, layout.state_path, layout.run_dir / NAMESRV_READY_FILE_NAME):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        return len(removed)
+    finally:
+        os.close(fd)
+
+
+def _wait_gone(processes: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Poll until every process in `processes` is gone (or a zombie); those still alive after
+    `timeout_s`. (psutil.wait_procs sleeps in long steps for processes that are not ours.)"""
+    deadline = time.monotonic() + timeout_s
+    alive = list(processes)
+    while True:
+        alive = [process for process in alive if process.is_running() and _not_zombie(process)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def _looks_like_mqbox(process: psutil.Process) -> bool:
+    try:
+        return any("mqbox" in part for part in process.cmdline())
+    except psutil.Error:
+        return False
+
+
+def _not_zombie(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# status
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProcessStatus:
+    name: str  # "supervisor", "namesrv" or a role id
+    kind: str  # "supervisor", "namesrv" or the role kind
+    pid: int  # 0 if the role is down
+    state: str  # "running", "ready", "starting", "down"
+    cpu_percent: float
+    pss_anon_bytes: int
+    pss_shmem_bytes: int
+    rss_bytes: int
+    port: int | None
+    uptime_s: float
+    generation: int | None  # roles: odd while up (runtime.ControlBlock)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApplianceStatus:
+    home: Path
+    running: bool
+    status: str  # the supervisor's: "starting", "running", "stopping"; "stopped" if none
+    namesrv: str  # ip:port
+    broker: str  # ip:port
+    broker_name: str
+    instance: str
+    store_root: str
+    store_size_bytes: int
+    processes: tuple[ProcessStatus, ...]
+
+    @property
+    def pss_bytes(self) -> int:
+        """Sum of Pss_Anon + Pss_Shmem over every process: the appliance's memory."""
+        return sum(p.pss_anon_bytes + p.pss_shmem_bytes for p in self.processes)
+
+    def as_dict(self) -> dict[str, Any]:
+        document = config_as_dict(self)
+        document["home"] = str(self.home)
+        document["pss_bytes"] = self.pss_bytes
+        return document
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Row:
+    """One process as run/state.json records it."""
+
+    name: str
+    kind: str
+    pid: int
+    create_time: float | None
+    state: str
+    port: int | None
+    generation: int | None
+
+
+def smaps_rollup(pid: int) -> dict[str, int]:
+    """/proc/PID/smaps_rollup as bytes per field (Rss, Pss_Anon, Pss_Shmem, ...); {} if gone."""
+    fields: dict[str, int] = {}
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text(encoding="ascii")
+    except OSError:
+        return fields
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0].endswith(":") and parts[2] == "kB":
+            fields[parts[0][:-1]] = int(parts[1]) * 1024
+    return fields
+
+
+def disk_usage_bytes(root: Path) -> int:
+    """What `du -s` counts: allocated blocks under `root`, each inode once."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for directory, _, files in os.walk(root):
+        for name in (".", *files):
+            try:
+                status = Path(directory, name).lstat()
+            except OSError:
+                continue
+            key = (status.st_dev, status.st_ino)
+            if key not in seen:
+                seen.add(key)
+                total += status.st_blocks * 512
+    return total
+
+
+def status(home: Path | None) -> ApplianceStatus:
+    """Every process of the appliance in `home`, measured now (CPU over CPU_SAMPLE_S)."""
+    from mqbox.server.supervisor import read_state
+
+    home = home_dir(home)
+    state = read_state(home) or {}
+    supervisor = state.get("supervisor") or {}
+    supervisor_pid = int(supervisor.get("pid") or _supervisor_pid(home) or 0)
+    supervisor_process = _live(supervisor_pid, supervisor.get("create_time"))
+    running = supervisor_process is not None and _looks_like_mqbox(supervisor_process)
+    namesrv = state.get("namesrv") or {}
+    broker = state.get("broker") or {}
+    broker_address = str(broker.get("address", ""))
+    broker_port = int(broker_address.rpartition(":")[2]) if broker_address else None
+    rows = [
+        _Row(
+            name="supervisor",
+            kind="supervisor",
+            pid=supervisor_pid,
+            create_time=supervisor.get("create_time"),
+            state="running",
+            port=broker_port,
+            generation=None,
+        )
+    ]
+    if namesrv.get("pid"):
+        rows.append(
+            _Row(
+                name="namesrv",
+                kind="namesrv",
+                pid=int(namesrv["pid"]),
+                create_time=namesrv.get("create_time"),
+                state="ready" if namesrv.get("ready") else "starting",
+                port=int(namesrv.get("port") or 0) or None,
+                generation=None,
+            )
+        )
+    rows.extend(
+        _Row(
+            name=str(role["role_id"]),
+            kind=str(role["kind"]),
+            pid=int(role.get("pid") or 0),
+            create_time=role.get("create_time"),
+            state=str(role.get("state", "down")),
+            port=broker_port if role.get("kind") == "reactor" else None,
+            generation=int(role.get("generation") or 0),
+        )
+        for role in state.get("roles") or []
+    )
+    processes: dict[str, psutil.Process] = {}
+    for row in rows:
+        process = _live(row.pid, row.create_time) if row.pid else None
+        if process is not None:
+            with contextlib.suppress(psutil.Error):
+                process.cpu_percent(None)  # the first call starts the sample
+                processes[row.name] = process
+    if processes:
+        time.sleep(CPU_SAMPLE_S)
+    now = time.time()
+    measured: list[ProcessStatus] = []
+    for row in rows:
+        process = processes.get(row.name)
+        if process is None:
+            measured.append(
+                ProcessStatus(
+                    row.name, row.kind, 0, "down", 0.0, 0, 0, 0, row.port, 0.0, row.generation
+                )
+            )
+            continue
+        try:
+            cpu_percent = process.cpu_percent(None)
+            uptime_s = now - process.create_time()
+        except psutil.Error:
+            cpu_percent, uptime_s = 0.0, 0.0
+        memory = smaps_rollup(row.pid)
+        measured.append(
+            ProcessStatus(
+                name=row.name,
+                kind=row.kind,
+                pid=row.pid,
+                state=row.state,
+                cpu_percent=cpu_percent,
+                pss_anon_bytes=memory.get("Pss_Anon", 0),
+                pss_shmem_bytes=memory.get("Pss_Shmem", 0),
+                rss_bytes=memory.get("Rss", 0),
+                port=row.port,
+                uptime_s=uptime_s,
+                generation=row.generation,
+            )
+        )
+    store_root = str(broker.get("store_root", ""))
+    return ApplianceStatus(
+        home=home,
+        running=running,
+        status=str(state.get("status", "running")) if running else "stopped",
+        namesrv=f"{namesrv.get('host')}:{namesrv.get('port')}" if namesrv.get("port") else "",
+        broker=broker_address,
+        broker_name=str(broker.get("broker_name", "")),
+        instance=str(state.get("instance", "")),
+        store_root=store_root,
+        store_size_bytes=disk_usage_bytes(Path(store_root)) if store_root else 0,
+        processes=tuple(measured),
+    )

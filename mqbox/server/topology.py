@@ -31,10 +31,13 @@ import dataclasses
 import enum
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mqbox.config import BrokerConfig
 from mqbox.ipc import names
+
+if TYPE_CHECKING:
+    from mqbox.server.runtime import ControlBlock
 
 
 class RoleKind(enum.Enum):
@@ -127,9 +130,14 @@ class RoleContext:
     broker: BrokerConfig
     topology: Topology
     role: RoleSpec
-    listen_socket: Any  # the broker's listening socket.socket (reactors accept on it)
+    # The broker's listening socket.socket, non-blocking: reactors accept on it; the supervisor
+    # closes it in every other role, so it closes for good when the reactors stop.
+    listen_socket: Any
     broker_address: str  # "ip:port" clients are told to use (brokerIP1 + the bound port)
     report_ready: Callable[[Mapping[str, Any]], None]  # call once, when the role can serve
+    # The supervisor's shared words about every role: generations, pids, states, broker state
+    # (runtime.py: the control channel). None only in contexts built by unit tests.
+    control: ControlBlock | None = None
 
 
 # 4 MiB per ring keeps the shared memory of a default broker (12 rings) under 50 MiB even when

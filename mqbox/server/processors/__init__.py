@@ -1,0 +1,498 @@
+"""Business processors: what every processor role shares. send.py, pull.py and admin.py hold the
+business logic; this module holds the loop they run in.
+
+Owns: `Request` (one decoded request and where it came from), `Processor` (the base class of a
+processor role: drains its rings from the workers and from anyone else, decodes each COMMAND
+record into a RemotingCommand with protocol.decode_command, writes REPLY records to
+codec.(conn % C), forwards the workers' CLOSE_CONNECTION, answers their REQUEST_FAILED), and the
+rule that a reply never exceeds the frame size limit. Never: a socket, a frame prefix (the codec
+adds it), or routing (the worker chose this processor).
+
+How a processor plugs in (send.py and pull.py follow admin.py):
+
+    class SendProcessor(Processor):
+        kind = RoleKind.SEND
+        def handle(self, request: Request) -> None:
+            header = SendMessageRequestHeader.from_command(request.command)  # may raise
+            ...                                  # RemoteProtocolError: answered with its code
+            self.reply(request, request.make_response(0, ext))   # now, or later
+
+    def main(ctx: RoleContext) -> NoReturn:
+        run_processor(ctx, SendProcessor)
+
+- `handle` is called once per request, in ring order. It may answer at once with `reply()`, or
+  keep the Request and answer later (a held PULL, a SEND waiting for the store writer's ack),
+  from `on_record` (records from rings that are not a worker's: the store writer's acks, the
+  dispatcher's wake-ups) or from `on_tick`. Every request gets exactly one reply, except a
+  client's response to a broker request (flag RESPONSE) and a request with flag ONEWAY, which get
+  none: `reply()` drops those. The worker tracks each request until the codec saw its reply, and
+  answers SYSTEM_ERROR for it if this process dies first.
+- `reply_with_runs()` answers with a body the reactor sends from the commit log with
+  os.sendfile: `runs` are (segment_start, file_offset, size) of the store's read plan, in order.
+- RemoteProtocolError from `handle` (a typed header that does not parse) is answered with its
+  response_code and message; any other MqboxError with SYSTEM_ERROR. Anything else is a bug:
+  the process dies and the supervisor restarts it.
+- `next_deadline_ns()` tells the loop when `on_tick` must run next (held pulls time out); the
+  loop also runs it once a second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import select
+import time
+from collections.abc import Callable, Sequence
+from typing import ClassVar, Final, NoReturn
+
+from mqbox.errors import MqboxError
+from mqbox.ipc.ring import Ring
+from mqbox.protocol.codes import (
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    VERSION_MQBOX,
+    LanguageCode,
+    ResponseCode,
+    SerializeType,
+)
+from mqbox.protocol.command import RemotingCommand, decode_command, encode_header
+from mqbox.protocol.errors import RemoteProtocolError
+from mqbox.protocol.frame import FRAME_PREFIX_SIZE_BYTES, FRAME_SIZE_BYTES_MAX_DEFAULT
+from mqbox.server import records, runtime
+from mqbox.server.records import Buffer, ConnectionEvent, Inbox, Outbox, Run, Sleeper, SpillWriter
+from mqbox.server.topology import RoleContext, RoleKind
+
+TICK_INTERVAL_NS: Final = 1_000_000_000
+_COMMAND_HEAD: Final = records.COMMAND_HEAD_STRUCT
+_SERIALIZE_TYPES: Final = (SerializeType.JSON, SerializeType.ROCKETMQ)
+assert all(serialize_type.value == index for index, serialize_type in enumerate(_SERIALIZE_TYPES))
+STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
+BACKED_UP_RETRY_MS: Final = 1
+
+
+class Request:
+    """One request as a processor receives it.
+
+    The fixed fields come from the COMMAND record's head. `command` decodes the header (with
+    protocol.decode_command) on first use, so a handler that needs neither extFields nor the
+    body (MQBOX_NOOP, a heartbeat acknowledgement) pays for neither; `make_response` builds the
+    answer from the head alone. The header and body bytes are copied out of the ring, so a
+    handler may keep the Request and answer later.
+    """
+
+    __slots__ = (
+        "_command",
+        "_header_size",
+        "_payload",
+        "code",
+        "conn_id",
+        "flag",
+        "opaque",
+        "peer_ipv4",
+        "peer_port",
+        "received_ns",
+        "serialize_type",
+    )
+
+    def __init__(
+        self,
+        conn_id: int,
+        opaque: int,
+        code: int,
+        flag: int,
+        serialize_type: int,
+        peer_ipv4: bytes,
+        peer_port: int,
+        header_size: int,
+        payload: bytes,
+        received_ns: int,
+    ) -> None:
+        self.conn_id = conn_id
+        self.opaque = opaque
+        self.code = code
+        self.flag = flag
+        self.serialize_type = serialize_type
+        self.peer_ipv4 = peer_ipv4  # 4 octets, network order (0.0.0.0 if not IPv4): born host
+        self.peer_port = peer_port
+        self.received_ns = received_ns  # time.monotonic_ns() when the processor took it
+        self._header_size = header_size
+        self._payload = payload  # header, then body
+        self._command: RemotingCommand | None = None
+
+    @classmethod
+    def of(cls, command: RemotingCommand, conn_id: int = 0) -> Request:
+        """A Request around a command built in memory (processor unit tests)."""
+        request = cls(
+            conn_id,
+            command.opaque,
+            command.code,
+            command.flag,
+            int(command.serialize_type),
+            b"\0\0\0\0",
+            0,
+            0,
+            b"",
+            0,
+        )
+        request._command = command
+        return request
+
+    @property
+    def command(self) -> RemotingCommand:
+        """The whole decoded command. The codec decoded these very bytes already, so this
+        cannot fail; the asserts pair the codec's head with the header (STYLE.md section 3)."""
+        command = self._command
+        if command is None:
+            with memoryview(self._payload) as view:
+                command = decode_command(
+                    self.serialize_type,
+                    view[: self._header_size],
+                    self._payload[self._header_size :],
+                )
+            assert command.opaque == self.opaque
+            assert command.code == self.code
+            assert command.flag == self.flag
+            self._command = command
+            self._payload = b""
+        return command
+
+    def make_response(
+        self,
+        code: int,
+        ext_fields: dict[str, str] | None = None,
+        *,
+        remark: str | None = None,
+        body: bytes = b"",
+    ) -> RemotingCommand:
+        """The response to this request, as RemotingCommand.make_response makes it, without
+        decoding the request."""
+        assert self.flag & FLAG_RESPONSE == 0
+        return RemotingCommand(
+            code,
+            LanguageCode.PYTHON,
+            VERSION_MQBOX,
+            self.opaque,
+            FLAG_RESPONSE,
+            remark,
+            ext_fields,
+            body,
+            _SERIALIZE_TYPES[self.serialize_type],
+        )
+
+    @property
+    def wants_reply(self) -> bool:
+        """False for a client's response to a broker request and for a ONEWAY request."""
+        return self.flag & (FLAG_RESPONSE | FLAG_ONEWAY) == 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProcessorStatistics:
+    requests: int
+    replies: int
+    replies_dropped: int  # to oneway requests and client responses
+    protocol_errors: int  # requests answered with a RemoteProtocolError's code
+    operating_errors: int  # requests answered SYSTEM_ERROR for an MqboxError
+    requests_failed: int  # REQUEST_FAILED answered for the worker
+    closes_forwarded: int
+    replies_too_large: int
+    spill_count: int
+    sleep_count: int
+    turn_count: int
+
+
+class Processor:
+    """The base of every processor role; subclasses override `handle` and, if they need them,
+    the other `on_*` hooks. `run_forever()` is the role; tests drive `run_once()`."""
+
+    kind: ClassVar[RoleKind]
+
+    def __init__(
+        self,
+        ctx: RoleContext,
+        *,
+        frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
+        spin_ns_max: int = records.SPIN_NS_MAX_DEFAULT,
+        wakeup_fd: int | None = None,
+    ) -> None:
+        assert ctx.role.kind is self.kind, f"{type(self).__name__} cannot run {ctx.role.role_id}"
+        self.ctx = ctx
+        self.role_id = ctx.role.role_id
+        self.frame_size_bytes_max = frame_size_bytes_max
+        topology = ctx.topology
+        self.spill_writer = SpillWriter(ctx.instance, self.role_id)
+        codec_ids = [role.role_id for role in topology.roles_of(RoleKind.CODEC)]
+        assert codec_ids, "a broker has at least one codec"
+        self.codec_outboxes = [
+            Outbox(Ring.attach(topology.ring(self.role_id, codec_id).name), self.spill_writer)
+            for codec_id in codec_ids
+        ]
+        worker_ids = {role.role_id for role in topology.roles_of(RoleKind.WORKER)}
+        specs = topology.rings_to(self.role_id)
+        self.worker_inboxes = [
+            Inbox(Ring.attach(spec.name), spec.producer)
+            for spec in specs
+            if spec.producer in worker_ids
+        ]
+        self.other_inboxes = [
+            Inbox(Ring.attach(spec.name), spec.producer)
+            for spec in specs
+            if spec.producer not in worker_ids
+        ]
+        self.epoll = select.epoll()
+        self.sleeper = Sleeper(self.epoll, [*self.worker_inboxes, *self.other_inboxes], spin_ns_max)
+        self.wakeup_fd = wakeup_fd
+        if wakeup_fd is not None:
+            self.epoll.register(wakeup_fd, select.EPOLLIN)
+        self._tick_due_ns = time.monotonic_ns() + TICK_INTERVAL_NS
+        self._requests = 0
+        self._replies = 0
+        self._replies_dropped = 0
+        self._protocol_errors = 0
+        self._operating_errors = 0
+        self._requests_failed = 0
+        self._closes_forwarded = 0
+        self._replies_too_large = 0
+        self._turn_count = 0
+
+    # -- hooks for subclasses ---------------------------------------------------------------------
+
+    def handle(self, request: Request) -> None:
+        """Serve one request: reply now or keep it and reply later. The base answers
+        REQUEST_CODE_NOT_SUPPORTED, as the Java broker does for a code without a processor."""
+        self.reply(
+            request,
+            request.make_response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                {},
+                remark=f" request type {request.code} not supported",
+            ),
+        )
+
+    def on_connection_opened(self, event: ConnectionEvent) -> None:
+        """A client connected (conn id, peer, time)."""
+
+    def on_connection_closed(self, event: ConnectionEvent) -> None:
+        """A client's connection is gone: drop what is held for it (replies to it are dropped
+        by the reactor anyway)."""
+
+    def on_record(self, producer: str, record_type: int, payload: memoryview) -> None:
+        """A record from a ring that is not a worker's (store writer, dispatcher). `payload` is
+        valid only during the call."""
+        raise AssertionError(f"{self.role_id} got record type {record_type} from {producer}")
+
+    def on_tick(self, now_ns: int) -> None:
+        """Timers: runs once a second and when next_deadline_ns() is due."""
+
+    def next_deadline_ns(self) -> int | None:
+        """When on_tick must run next (monotonic ns), or None for the once-a-second default."""
+        return None
+
+    # -- for subclasses ---------------------------------------------------------------------------
+
+    def reply(self, request: Request, response: RemotingCommand) -> None:
+        """Send `response` (made with request.make_response) to the client."""
+        if not request.wants_reply:
+            self._replies_dropped += 1
+            return
+        header = encode_header(response)
+        body = response.body
+        if FRAME_PREFIX_SIZE_BYTES + len(header) + len(body) > self.frame_size_bytes_max:
+            self._reply_too_large(request, len(header) + len(body))
+            return
+        self._append_reply(request.conn_id, response, header, b"", len(body), body)
+
+    def reply_with_runs(
+        self,
+        request: Request,
+        response: RemotingCommand,
+        runs: Sequence[Run | tuple[int, int, int]],
+    ) -> None:
+        """Send `response` with a body of the commit-log `runs` (segment_start, file_offset,
+        size), which the reactor sends with os.sendfile. response.body must be empty."""
+        assert not response.body
+        assert runs, "a read plan without runs is an empty body: use reply()"
+        if not request.wants_reply:
+            self._replies_dropped += 1
+            return
+        packed = records.pack_runs(runs)
+        body_size = sum(run.size if isinstance(run, Run) else run[2] for run in runs)
+        header = encode_header(response)
+        if FRAME_PREFIX_SIZE_BYTES + len(header) + body_size > self.frame_size_bytes_max:
+            self._reply_too_large(request, len(header) + body_size)
+            return
+        self._append_reply(request.conn_id, response, header, packed, body_size, b"")
+
+    def close_connection(self, conn_id: int, reason: int = records.CLOSE_REASON_REQUESTED) -> None:
+        """Ask the reactor to close `conn_id` once its queued output is written."""
+        outbox = self.codec_outboxes[conn_id % len(self.codec_outboxes)]
+        outbox.append(records.CLOSE_CONNECTION, records.pack_close_connection(conn_id, reason))
+
+    def _append_reply(
+        self,
+        conn_id: int,
+        response: RemotingCommand,
+        header: bytes,
+        runs: bytes,
+        body_size: int,
+        body: bytes,
+    ) -> None:
+        run_count = len(runs) // records.RUN_SIZE_BYTES
+        head = records.pack_reply_head(
+            conn_id, response.opaque, response.serialize_type, 0, len(header), run_count, body_size
+        )
+        outbox = self.codec_outboxes[conn_id % len(self.codec_outboxes)]
+        outbox.append(records.REPLY, head, runs, header, body)
+        self._replies += 1
+
+    def _reply_too_large(self, request: Request, size_bytes: int) -> None:
+        self._replies_too_large += 1
+        response = request.make_response(
+            ResponseCode.SYSTEM_ERROR,
+            {},
+            remark=f"mqbox: the response of {size_bytes} bytes exceeds the frame size limit",
+        )
+        self._append_reply(request.conn_id, response, encode_header(response), b"", 0, b"")
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def run_forever(self) -> NoReturn:
+        while True:
+            if runtime.stop_requested():
+                self._flush()
+                runtime.exit_stopped()
+            self.run_once(-1)
+        raise AssertionError("unreachable")
+
+    def run_once(self, timeout_ms: int) -> int:
+        """One turn: every in-ring once, timers when due, replies out. Returns the records
+        handled; sleeps up to timeout_ms (negative: no limit) only when idle."""
+        self._turn_count += 1
+        work = 0
+        if not any(o.pending_size_bytes > STAGED_SIZE_BYTES_HIGH for o in self.codec_outboxes):
+            for inbox in self.other_inboxes:
+                if inbox.ring.readable():
+                    work += self._drain_other(inbox)
+            for inbox in self.worker_inboxes:
+                if inbox.ring.readable():
+                    work += self._drain_worker(inbox)
+        now_ns = time.monotonic_ns()
+        deadline_ns = self.next_deadline_ns()
+        if now_ns >= self._tick_due_ns or (deadline_ns is not None and now_ns >= deadline_ns):
+            self._tick_due_ns = now_ns + TICK_INTERVAL_NS
+            self.on_tick(now_ns)
+            deadline_ns = self.next_deadline_ns()
+        all_written = self._flush()
+        if work:
+            return work
+        due_ns = self._tick_due_ns if deadline_ns is None else min(deadline_ns, self._tick_due_ns)
+        wait_ms = max(0, -(-(due_ns - time.monotonic_ns()) // 1_000_000))
+        if timeout_ms >= 0:
+            wait_ms = min(wait_ms, timeout_ms)
+        if not all_written:
+            wait_ms = min(wait_ms, BACKED_UP_RETRY_MS)
+        for fd, _mask in self.sleeper.wait(wait_ms):
+            if fd == self.wakeup_fd:
+                runtime.clear_wakeup_nowait()
+        return 0
+
+    def _flush(self) -> bool:
+        all_written = True
+        for outbox in self.codec_outboxes:
+            if outbox.pending_count:
+                all_written = outbox.flush_nowait() and all_written
+        return all_written
+
+    def _drain_worker(self, inbox: Inbox) -> int:
+        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        handled = 0
+        now_ns = time.monotonic_ns()
+        for record_type, buffer, offset, size in inbox.records(batch):
+            handled += 1
+            if record_type == records.COMMAND:
+                self._on_command(buffer, offset, size, now_ns)
+            elif record_type == records.CONNECTION_OPENED:
+                self.on_connection_opened(records.unpack_connection_event(buffer, offset))
+            elif record_type == records.CONNECTION_CLOSED:
+                self.on_connection_closed(records.unpack_connection_event(buffer, offset))
+            elif record_type == records.CLOSE_CONNECTION:
+                conn_id, reason = records.unpack_close_connection(buffer, offset)
+                self.close_connection(conn_id, reason)
+                self._closes_forwarded += 1
+            elif record_type == records.REQUEST_FAILED:
+                self._on_request_failed(records.unpack_request_failed(buffer, offset, size))
+            else:
+                raise AssertionError(f"{self.role_id} got record type {record_type} from a worker")
+        inbox.release(batch)
+        return handled
+
+    def _drain_other(self, inbox: Inbox) -> int:
+        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        handled = 0
+        for record_type, buffer, offset, size in inbox.records(batch):
+            handled += 1
+            self.on_record(inbox.producer, record_type, memoryview(buffer)[offset : offset + size])
+        inbox.release(batch)
+        return handled
+
+    def _on_command(self, buffer: Buffer, offset: int, size: int, now_ns: int) -> None:
+        (conn_id, opaque, code, flag, _version, peer_ipv4, peer_port, serialize_type, _language,
+         header_size) = _COMMAND_HEAD.unpack_from(buffer, offset)  # fmt: skip
+        header_start = offset + records.COMMAND_HEAD_SIZE_BYTES
+        body_start = header_start + header_size
+        assert body_start <= offset + size
+        request = Request(
+            conn_id,
+            opaque,
+            code,
+            flag,
+            serialize_type,
+            peer_ipv4,
+            peer_port,
+            header_size,
+            bytes(memoryview(buffer)[header_start : offset + size]),
+            now_ns,
+        )
+        self._requests += 1
+        try:
+            self.handle(request)
+        except RemoteProtocolError as error:
+            self._protocol_errors += 1
+            self.reply(request, request.make_response(error.response_code, {}, remark=str(error)))
+        except MqboxError as error:
+            self._operating_errors += 1
+            self.reply(
+                request, request.make_response(ResponseCode.SYSTEM_ERROR, {}, remark=str(error))
+            )
+
+    def _on_request_failed(self, failed: records.RequestFailed) -> None:
+        response = RemotingCommand(
+            failed.response_code,
+            opaque=failed.opaque,
+            flag=FLAG_RESPONSE,
+            remark=failed.remark,
+            serialize_type=SerializeType(failed.serialize_type),
+        )
+        self._append_reply(failed.conn_id, response, encode_header(response), b"", 0, b"")
+        self._requests_failed += 1
+
+    def statistics(self) -> ProcessorStatistics:
+        return ProcessorStatistics(
+            requests=self._requests,
+            replies=self._replies,
+            replies_dropped=self._replies_dropped,
+            protocol_errors=self._protocol_errors,
+            operating_errors=self._operating_errors,
+            requests_failed=self._requests_failed,
+            closes_forwarded=self._closes_forwarded,
+            replies_too_large=self._replies_too_large,
+            spill_count=self.spill_writer.spill_count,
+            sleep_count=self.sleeper.sleep_count,
+            turn_count=self._turn_count,
+        )
+
+
+def run_processor(ctx: RoleContext, factory: Callable[..., Processor]) -> NoReturn:
+    """A processor role's main: build it, report ready, serve until SIGTERM (runtime.py)."""
+    processor = factory(ctx, wakeup_fd=runtime.wakeup_fileno())
+    ctx.report_ready({"role": ctx.role.role_id, "pid": os.getpid()})
+    processor.run_forever()

@@ -1,0 +1,434 @@
+"""The codec role: frames in, commands out; processor replies in, wire bytes out.
+
+Owns: decoding each frame's header with mqbox.protocol (decode_command) and answering a peer
+that broke the protocol; the COMMAND records toward worker.(conn % W); framing the processors'
+REPLY records (prefix from protocol.frame, header as the processor encoded it) into RESPONSE
+records toward reactor.(conn >> 56); the per-connection facts a processor needs and cannot get
+elsewhere (the peer's address, from CONNECTION_OPENED); and the lazy COMPLETED notices that let
+the worker stop tracking answered requests. RocketMQ's NettyServerCodecThread, as a process.
+Never: touches a socket, routes by request code (the worker does), or looks inside extFields or
+bodies (processors do, with protocol.headers).
+
+Invariants:
+- A connection's COMMANDs leave in the order its FRAMEs arrived: one ring from each reactor, one
+  ring to each worker, both drained and written in order.
+- After a RemoteProtocolError the connection's later frames are dropped until its
+  CONNECTION_CLOSED: the reactor closes it once the error response is written.
+- Every REPLY becomes exactly one RESPONSE (or is dropped, counted, when its reactor index is
+  unknown), and one COMPLETED entry toward the worker that routed the request.
+
+The frame size limit is protocol.frame's default (16 MiB, Java's as well); the reactor checked
+each frame's length against the same limit before forwarding it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import select
+import socket
+import time
+from collections.abc import Iterable
+from typing import Final, NoReturn
+
+import orjson
+
+from mqbox.ipc.ring import Ring
+from mqbox.protocol.codes import FLAG_RESPONSE, SerializeType
+from mqbox.protocol.command import INT32_MAX, INT32_MIN, RemotingCommand, decode_command
+from mqbox.protocol.command import encode_command as encode_whole_command
+from mqbox.protocol.errors import RemoteProtocolError
+from mqbox.protocol.frame import (
+    FRAME_LENGTH_SIZE_BYTES,
+    FRAME_PREFIX,
+    FRAME_PREFIX_SIZE_BYTES,
+    FRAME_SIZE_BYTES_MAX_DEFAULT,
+    HEADER_LENGTH_MASK,
+    HEADER_SIZE_BYTES_MAX,
+    HEADER_WORD_SIZE_BYTES,
+    SERIALIZE_TYPE_JSON,
+    SERIALIZE_TYPE_ROCKETMQ,
+    SERIALIZE_TYPE_SHIFT,
+    check_header_word,
+    encode_frame_prefix,
+)
+from mqbox.server import records, runtime
+from mqbox.server.records import Buffer, Inbox, Outbox, Sleeper, SpillWriter
+from mqbox.server.topology import RoleContext, RoleKind
+
+STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
+BACKED_UP_RETRY_MS: Final = 1
+_NO_PEER: Final = (b"\0\0\0\0", 0)
+_REPLY_HEAD: Final = records.REPLY_HEAD_STRUCT
+_RESPONSE_HEAD: Final = records.RESPONSE_HEAD_STRUCT
+_COMMAND_HEAD: Final = records.COMMAND_HEAD_STRUCT
+_CONN_ID: Final = records.CONN_ID_STRUCT
+# Where the opaque sits in a ROCKETMQ binary header: after code i16, language i8, version i16.
+_BINARY_OPAQUE_OFFSET: Final = 5
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CodecStatistics:
+    frames_decoded: int
+    protocol_errors: int
+    frames_dropped: int  # of connections that failed already
+    replies_encoded: int
+    replies_dropped: int  # for a reactor index that does not exist
+    completed_notices: int
+    connections_known: int
+    spill_count: int
+    sleep_count: int
+    turn_count: int
+
+
+class Codec:
+    """One codec process's state. `run_forever()` is the role; tests drive `run_once()`."""
+
+    def __init__(
+        self,
+        ctx: RoleContext,
+        *,
+        frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
+        spin_ns_max: int = records.SPIN_NS_MAX_DEFAULT,
+        wakeup_fd: int | None = None,
+    ) -> None:
+        assert ctx.role.kind is RoleKind.CODEC
+        self.role_id = ctx.role.role_id
+        self.frame_size_bytes_max = frame_size_bytes_max
+        topology = ctx.topology
+        self.spill_writer = SpillWriter(ctx.instance, self.role_id)
+        worker_ids = [role.role_id for role in topology.roles_of(RoleKind.WORKER)]
+        assert worker_ids, "a broker has at least one worker"
+        self.worker_outboxes = [
+            Outbox(Ring.attach(topology.ring(self.role_id, worker_id).name), self.spill_writer)
+            for worker_id in worker_ids
+        ]
+        self.reactor_outboxes: dict[int, Outbox] = {
+            role.index: Outbox(
+                Ring.attach(topology.ring(self.role_id, role.role_id).name), self.spill_writer
+            )
+            for role in topology.roles_of(RoleKind.REACTOR)
+        }
+        reactor_ids = {role.role_id for role in topology.roles_of(RoleKind.REACTOR)}
+        specs = topology.rings_to(self.role_id)
+        self.frame_inboxes = [
+            Inbox(Ring.attach(spec.name), spec.producer)
+            for spec in specs
+            if spec.producer in reactor_ids
+        ]
+        self.reply_inboxes = [
+            Inbox(Ring.attach(spec.name), spec.producer)
+            for spec in specs
+            if spec.producer not in reactor_ids
+        ]
+        self.sleeper = Sleeper(
+            select.epoll(), [*self.reply_inboxes, *self.frame_inboxes], spin_ns_max
+        )
+        self.wakeup_fd = wakeup_fd  # runtime.wakeup_fileno(): readable after SIGTERM, SIGUSR1
+        if wakeup_fd is not None:
+            self.sleeper.epoll.register(wakeup_fd, select.EPOLLIN)
+        self.peers: dict[int, tuple[bytes, int]] = {}
+        self.failed: set[int] = set()
+        self._completed: list[list[tuple[int, int]]] = [[] for _ in worker_ids]
+        self._completed_since_ns = [0] * len(worker_ids)
+        self._frames_decoded = 0
+        self._protocol_errors = 0
+        self._frames_dropped = 0
+        self._replies_encoded = 0
+        self._replies_dropped = 0
+        self._completed_notices = 0
+        self._turn_count = 0
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def run_forever(self) -> NoReturn:
+        while True:
+            if runtime.stop_requested():
+                self._flush_all()
+                runtime.exit_stopped()
+            self.run_once(-1)
+        raise AssertionError("unreachable")
+
+    def run_once(self, timeout_ms: int) -> int:
+        """One turn: replies to the reactors, frames to the workers. Returns the records handled;
+        sleeps up to timeout_ms (negative: no limit) only when there was nothing to do."""
+        self._turn_count += 1
+        work = 0
+        if not self._backed_up(self.reactor_outboxes.values()):
+            for inbox in self.reply_inboxes:
+                if inbox.ring.readable():
+                    work += self._drain_replies(inbox)
+        if not self._backed_up(self.worker_outboxes):
+            for inbox in self.frame_inboxes:
+                if inbox.ring.readable():
+                    work += self._drain_frames(inbox)
+        completed_wait_ms = self._flush_completed(time.monotonic_ns())
+        all_written = self._flush_all()
+        if work:
+            return work
+        wait_ms = timeout_ms
+        if not all_written:
+            wait_ms = BACKED_UP_RETRY_MS if wait_ms < 0 else min(wait_ms, BACKED_UP_RETRY_MS)
+        if completed_wait_ms >= 0:
+            wait_ms = completed_wait_ms if wait_ms < 0 else min(wait_ms, completed_wait_ms)
+        for fd, _mask in self.sleeper.wait(wait_ms):
+            if fd == self.wakeup_fd:
+                runtime.clear_wakeup_nowait()
+        return 0
+
+    def _flush_all(self) -> bool:
+        """Write every staged record the rings take; True if nothing is left staged."""
+        all_written = True
+        for outbox in self.worker_outboxes:
+            if outbox.pending_count:
+                all_written = outbox.flush_nowait() and all_written
+        for outbox in self.reactor_outboxes.values():
+            if outbox.pending_count:
+                all_written = outbox.flush_nowait() and all_written
+        return all_written
+
+    @staticmethod
+    def _backed_up(outboxes: Iterable[Outbox]) -> bool:
+        return any(outbox.pending_size_bytes > STAGED_SIZE_BYTES_HIGH for outbox in outboxes)
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def _drain_frames(self, inbox: Inbox) -> int:
+        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        handled = 0
+        for record_type, buffer, offset, size in inbox.records(batch):
+            handled += 1
+            if record_type == records.FRAME:
+                self._on_frame(buffer, offset, size)
+            elif record_type == records.CONNECTION_OPENED:
+                self._on_opened(buffer, offset, size)
+            elif record_type == records.CONNECTION_CLOSED:
+                conn_id = records.unpack_conn_id(buffer, offset)
+                self.peers.pop(conn_id, None)
+                self.failed.discard(conn_id)
+                outbox = self.worker_outboxes[conn_id % len(self.worker_outboxes)]
+                outbox.append(records.CONNECTION_CLOSED, memoryview(buffer)[offset : offset + size])
+            else:
+                raise AssertionError(f"codec got record type {record_type} from a reactor")
+        inbox.release(batch)
+        return handled
+
+    def _on_opened(self, buffer: Buffer, offset: int, size: int) -> None:
+        event = records.unpack_connection_event(buffer, offset)
+        self.peers[event.conn_id] = (_ipv4_octets(event.peer_host), event.peer_port)
+        self.failed.discard(event.conn_id)
+        outbox = self.worker_outboxes[event.conn_id % len(self.worker_outboxes)]
+        outbox.append(records.CONNECTION_OPENED, memoryview(buffer)[offset : offset + size])
+
+    def _on_frame(self, buffer: Buffer, offset: int, size: int) -> None:
+        (conn_id,) = _CONN_ID.unpack_from(buffer, offset)
+        if conn_id in self.failed:
+            self._frames_dropped += 1
+            return
+        frame_start = offset + records.CONN_ID_SIZE_BYTES
+        frame_end = offset + size
+        # The reactor's check_frame_length admits frame_length >= 4: the header word is there.
+        assert frame_end - frame_start >= FRAME_PREFIX_SIZE_BYTES
+        view = memoryview(buffer)
+        frame_length, header_word = FRAME_PREFIX.unpack_from(buffer, frame_start)
+        assert frame_length == frame_end - frame_start - 4
+        header_start = frame_start + FRAME_PREFIX_SIZE_BYTES
+        # frame.check_header_word's two rules, inline for the usual case; it names the error.
+        serialize_type = header_word >> SERIALIZE_TYPE_SHIFT
+        header_size = header_word & HEADER_LENGTH_MASK
+        header = view[header_start : header_start + header_size]
+        try:
+            if serialize_type > SERIALIZE_TYPE_ROCKETMQ or header_size > frame_length - 4:
+                serialize_type = SERIALIZE_TYPE_JSON
+                check_header_word(frame_length, header_word)
+                raise AssertionError("unreachable")
+            command = decode_command(serialize_type, header, b"")
+        except RemoteProtocolError as error:
+            self._on_protocol_error(conn_id, serialize_type, header, error)
+            return
+        self._frames_decoded += 1
+        peer_ipv4, peer_port = self.peers.get(conn_id, _NO_PEER)
+        head = _COMMAND_HEAD.pack(
+            conn_id,
+            command.opaque,
+            command.code,
+            command.flag,
+            command.version,
+            peer_ipv4,
+            peer_port,
+            serialize_type,
+            int(command.language),
+            header_size,
+        )
+        outbox = self.worker_outboxes[conn_id % len(self.worker_outboxes)]
+        outbox.append(records.COMMAND, head, view[header_start:frame_end])
+
+    def _on_protocol_error(
+        self, conn_id: int, serialize_type: int, header: memoryview, error: RemoteProtocolError
+    ) -> None:
+        """Answer with the error's code if the header still gives an opaque, then close."""
+        self._protocol_errors += 1
+        self.failed.add(conn_id)
+        opaque = _salvage_opaque(serialize_type, header)
+        outbox = self.reactor_outboxes.get(records.reactor_of(conn_id))
+        if outbox is None:
+            return
+        if opaque is None:
+            outbox.append(
+                records.CLOSE_CONNECTION,
+                records.pack_close_connection(conn_id, records.CLOSE_REASON_PROTOCOL),
+            )
+            return
+        response = RemotingCommand(
+            error.response_code,
+            opaque=opaque,
+            flag=FLAG_RESPONSE,
+            remark=str(error),
+            serialize_type=SerializeType(serialize_type),
+        )
+        frame = encode_whole_command(response, self.frame_size_bytes_max)
+        head = records.pack_response_head(conn_id, 0, records.REPLY_FLAG_CLOSE_AFTER)
+        outbox.append(records.RESPONSE, head, frame)
+
+    # -- responses --------------------------------------------------------------------------------
+
+    def _drain_replies(self, inbox: Inbox) -> int:
+        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        handled = 0
+        for record_type, buffer, offset, size in inbox.records(batch):
+            handled += 1
+            if record_type == records.REPLY:
+                self._on_reply(buffer, offset, size)
+            elif record_type == records.CLOSE_CONNECTION:
+                conn_id, _reason = records.unpack_close_connection(buffer, offset)
+                outbox = self.reactor_outboxes.get(records.reactor_of(conn_id))
+                if outbox is not None:
+                    outbox.append(
+                        records.CLOSE_CONNECTION, memoryview(buffer)[offset : offset + size]
+                    )
+            else:
+                raise AssertionError(f"codec got record type {record_type} from {inbox.producer}")
+        inbox.release(batch)
+        return handled
+
+    def _on_reply(self, buffer: Buffer, offset: int, size: int) -> None:
+        conn_id, opaque, serialize_type, flags, header_size, run_count, body_size = (
+            _REPLY_HEAD.unpack_from(buffer, offset)
+        )
+        runs_start = offset + records.REPLY_HEAD_SIZE_BYTES
+        header_start = runs_start + run_count * records.RUN_SIZE_BYTES
+        header_end = header_start + header_size
+        end = offset + size
+        if run_count == 0:
+            assert end - header_end == body_size
+        else:
+            assert end == header_end
+        outbox = self.reactor_outboxes.get(conn_id >> records.CONN_ID_REACTOR_SHIFT)
+        worker = conn_id % len(self.worker_outboxes)
+        completed = self._completed[worker]
+        if not completed:
+            self._completed_since_ns[worker] = time.monotonic_ns()
+        completed.append((conn_id, opaque))
+        if outbox is None:
+            self._replies_dropped += 1
+            return
+        # The processor checked the size against the same limit: a refusal here is a bug there.
+        # encode_frame_prefix's checks, inline for the usual case; it raises with the reason.
+        frame_length = HEADER_WORD_SIZE_BYTES + header_size + body_size
+        if (
+            header_size > HEADER_SIZE_BYTES_MAX
+            or frame_length + FRAME_LENGTH_SIZE_BYTES > self.frame_size_bytes_max
+        ):
+            encode_frame_prefix(serialize_type, header_size, body_size, self.frame_size_bytes_max)
+            raise AssertionError("unreachable")
+        prefix = FRAME_PREFIX.pack(
+            frame_length, (serialize_type << SERIALIZE_TYPE_SHIFT) | header_size
+        )
+        view = memoryview(buffer)
+        if run_count == 0:
+            outbox.append(
+                records.RESPONSE,
+                _RESPONSE_HEAD.pack(conn_id, 0, flags),
+                prefix,
+                view[header_start:end],
+            )
+            self._replies_encoded += 1
+            return
+        outbox.append(
+            records.RESPONSE,
+            _RESPONSE_HEAD.pack(conn_id, run_count, flags),
+            view[runs_start:header_start],
+            prefix,
+            view[header_start:end],
+        )
+        self._replies_encoded += 1
+
+    def _flush_completed(self, now_ns: int) -> int:
+        """Send COMPLETED notices that are due; returns ms until the next is due, or -1."""
+        wait_ms = -1
+        for worker, completed in enumerate(self._completed):
+            if not completed:
+                continue
+            outbox = self.worker_outboxes[worker]
+            age_ns = now_ns - self._completed_since_ns[worker]
+            if (
+                outbox.pending_count
+                or len(completed) >= records.COMPLETED_FLUSH_COUNT
+                or age_ns >= records.COMPLETED_FLUSH_INTERVAL_NS
+            ):
+                outbox.append(records.COMPLETED, records.pack_completed(completed))
+                self._completed_notices += len(completed)
+                completed.clear()
+                continue
+            due_ms = -(-(records.COMPLETED_FLUSH_INTERVAL_NS - age_ns) // 1_000_000)
+            wait_ms = due_ms if wait_ms < 0 else min(wait_ms, due_ms)
+        return wait_ms
+
+    def statistics(self) -> CodecStatistics:
+        return CodecStatistics(
+            frames_decoded=self._frames_decoded,
+            protocol_errors=self._protocol_errors,
+            frames_dropped=self._frames_dropped,
+            replies_encoded=self._replies_encoded,
+            replies_dropped=self._replies_dropped,
+            completed_notices=self._completed_notices,
+            connections_known=len(self.peers),
+            spill_count=self.spill_writer.spill_count,
+            sleep_count=self.sleeper.sleep_count,
+            turn_count=self._turn_count,
+        )
+
+
+def _ipv4_octets(host: str) -> bytes:
+    """The 4 octets of an IPv4 peer (also IPv4-mapped IPv6); 0.0.0.0 for anything else."""
+    try:
+        return socket.inet_aton(host.removeprefix("::ffff:"))
+    except OSError:
+        return _NO_PEER[0]
+
+
+def _salvage_opaque(serialize_type: int, header: memoryview) -> int | None:
+    """The opaque of a header that failed to decode, if it can still be read; else None."""
+    if serialize_type == SERIALIZE_TYPE_ROCKETMQ:
+        if len(header) < _BINARY_OPAQUE_OFFSET + 4:
+            return None
+        return int.from_bytes(
+            header[_BINARY_OPAQUE_OFFSET : _BINARY_OPAQUE_OFFSET + 4], "big", signed=True
+        )
+    try:
+        fields = orjson.loads(header)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(fields, dict):
+        return None
+    opaque = fields.get("opaque")
+    if type(opaque) is not int or not INT32_MIN <= opaque <= INT32_MAX:
+        return None
+    return opaque
+
+
+def main(ctx: RoleContext) -> NoReturn:
+    """The codec role: serve until SIGTERM, then finish the turn and exit (runtime.py)."""
+    codec = Codec(ctx, wakeup_fd=runtime.wakeup_fileno())
+    ctx.report_ready({"role": ctx.role.role_id, "pid": os.getpid()})
+    codec.run_forever()

@@ -1,0 +1,573 @@
+"""The reactor role: owns every client socket of its share of the broker's connections.
+
+Owns: accepting on the shared listening socket (several reactors accept on it; EPOLLEXCLUSIVE
+wakes one of them per connection), the connection ids (records.py draws them), reading with a
+bounded buffer per connection, cutting the byte stream into frames by their length prefix,
+forwarding each complete frame to codec.(conn % C), writing responses from the codecs (queued per
+connection, with a bound), and os.sendfile of PULL bodies from its own read-only descriptors of
+the commit-log segments. Never: decodes a header (the codec does), decides anything about a
+request, writes to the store, or blocks anywhere but in its one epoll.
+
+Invariants:
+- Frames of one connection reach the codec in the order they arrived, after its
+  CONNECTION_OPENED and before its CONNECTION_CLOSED (one ring per codec, written in order).
+- A connection's buffered input never exceeds one maximal frame plus one read: the length
+  prefix is checked (protocol.frame.check_frame_length) before the rest of a frame is awaited.
+  A bad length closes that connection only, after the frames before it were forwarded.
+- Its queued output never exceeds `output_size_bytes_max` for long: a peer that stops reading is
+  closed (CLOSE_REASON_SLOW_READER), so it cannot make the broker hold unbounded responses.
+- Every closed connection produces exactly one CONNECTION_CLOSED, which the codec forwards to
+  the worker; a CLOSE_CONNECTION for an id this reactor does not know produces one too, so the
+  tables of a reactor's predecessor drain away.
+
+Theory of operation: one loop; each turn drains the response rings (at most BATCH_COUNT_MAX
+records each), writes what it can, handles the epoll events of the sockets, then writes the
+staged FRAME records to the codec rings in one batch per ring. Sockets and ring doorbells share
+the one epoll (records.Sleeper), so a response wakes the reactor the same way a request does.
+Descriptor numbers of segments mean nothing in another process (STYLE.md section 9), so each
+reactor opens the segments itself, caches one descriptor per segment, and closes a descriptor
+whose file was deleted (retention), so the disk space is freed.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import select
+import socket
+import time
+from typing import Final, NoReturn
+
+from mqbox.ipc.ring import Ring
+from mqbox.protocol.errors import RemoteProtocolError
+from mqbox.protocol.frame import (
+    FRAME_LENGTH,
+    FRAME_LENGTH_MIN,
+    FRAME_LENGTH_SIZE_BYTES,
+    FRAME_SIZE_BYTES_MAX_DEFAULT,
+    check_frame_length,
+)
+from mqbox.server import records, runtime
+from mqbox.server.records import Buffer, Inbox, Outbox, Sleeper, SpillWriter
+from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.store import layout as store_layout
+
+READ_SIZE_BYTES: Final = 256 * 1024  # one recv per readable socket per turn
+ACCEPT_COUNT_MAX: Final = 64  # accepts per turn, so a connection storm cannot starve responses
+OUTPUT_SIZE_BYTES_MAX_DEFAULT: Final = 64 * 1024 * 1024
+# Above this many staged bytes toward the codecs the reactor stops reading sockets until the
+# rings take them: TCP flow control then pushes back on the clients.
+STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
+BACKED_UP_RETRY_MS: Final = 1
+HOUSEKEEPING_INTERVAL_NS: Final = 1_000_000_000
+IOV_COUNT_MAX: Final = 512  # well below IOV_MAX (1024 on Linux)
+_EPOLL_READ: Final = select.EPOLLIN | select.EPOLLRDHUP
+_EPOLL_READ_WRITE: Final = _EPOLL_READ | select.EPOLLOUT
+_EPOLL_BROKEN: Final = select.EPOLLERR | select.EPOLLHUP
+
+
+@dataclasses.dataclass(slots=True)
+class _FileRun:
+    """A queued os.sendfile: `size` bytes from `file_offset` of the segment at segment_start."""
+
+    segment_start: int
+    file_offset: int
+    size: int
+
+
+class _Connection:
+    __slots__ = (
+        "close_reason",
+        "conn_id",
+        "conn_id_bytes",
+        "events",
+        "fd",
+        "outbox",
+        "output",
+        "output_size_bytes",
+        "peer_host",
+        "peer_port",
+        "pending",
+        "sock",
+    )
+
+    def __init__(
+        self, sock: socket.socket, conn_id: int, peer_host: str, peer_port: int, outbox: Outbox
+    ) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.conn_id = conn_id
+        self.conn_id_bytes = records.pack_conn_id(conn_id)
+        self.peer_host = peer_host
+        self.peer_port = peer_port
+        self.outbox = outbox  # toward codec.(conn % C)
+        self.pending = bytearray()  # the start of a frame whose end has not arrived
+        self.output: collections.deque[Buffer | _FileRun] = collections.deque()
+        self.output_size_bytes = 0
+        self.events = _EPOLL_READ
+        self.close_reason: int | None = None  # set: close once the output is written
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReactorStatistics:
+    connections_accepted: int
+    connections_open: int
+    connections_closed: int
+    protocol_closes: int
+    slow_reader_closes: int
+    frames_received: int
+    bytes_received: int
+    responses_written: int
+    bytes_written: int
+    sendfile_bytes: int
+    responses_dropped: int  # for connections already closed
+    spill_count: int
+    sleep_count: int
+    turn_count: int
+
+
+class Reactor:
+    """One reactor process's state. `run_forever()` is the role; tests drive `run_once()`."""
+
+    def __init__(
+        self,
+        ctx: RoleContext,
+        *,
+        output_size_bytes_max: int = OUTPUT_SIZE_BYTES_MAX_DEFAULT,
+        frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
+        spin_ns_max: int = records.SPIN_NS_MAX_DEFAULT,
+        wakeup_fd: int | None = None,
+    ) -> None:
+        assert ctx.role.kind is RoleKind.REACTOR
+        assert ctx.role.index < records.REACTOR_COUNT_MAX
+        self.role_id = ctx.role.role_id
+        self.index = ctx.role.index
+        self.output_size_bytes_max = output_size_bytes_max
+        self.frame_size_bytes_max = frame_size_bytes_max
+        self.commit_log_dir = store_layout.commit_log_dir(ctx.store_root)
+        self.generation = os.getpid()
+        self._conn_counter = 0
+        topology = ctx.topology
+        spill_writer = SpillWriter(ctx.instance, self.role_id)
+        self.spill_writer = spill_writer
+        codec_ids = [role.role_id for role in topology.roles_of(RoleKind.CODEC)]
+        assert codec_ids, "a broker has at least one codec"
+        self.outboxes = [
+            Outbox(Ring.attach(topology.ring(self.role_id, codec_id).name), spill_writer)
+            for codec_id in codec_ids
+        ]
+        self.inboxes = [
+            Inbox(Ring.attach(spec.name), spec.producer) for spec in topology.rings_to(self.role_id)
+        ]
+        self.listen_socket: socket.socket = ctx.listen_socket
+        self.listen_socket.setblocking(False)
+        self.listen_fd = self.listen_socket.fileno()
+        self.epoll = select.epoll()
+        # EPOLLEXCLUSIVE: when several reactors wait on the one listening socket, a new
+        # connection wakes one of them, not all (Linux 4.5; the others' accept would only fail).
+        self.epoll.register(self.listen_fd, select.EPOLLIN | select.EPOLLEXCLUSIVE)
+        self.sleeper = Sleeper(
+            self.epoll, self.inboxes, spin_ns_max, poll_sockets_while_spinning=True
+        )
+        self.wakeup_fd = wakeup_fd  # runtime.wakeup_fileno(): readable after SIGTERM, SIGUSR1
+        if wakeup_fd is not None:
+            self.epoll.register(wakeup_fd, select.EPOLLIN)
+        self.connections: dict[int, _Connection] = {}
+        self._by_fd: dict[int, _Connection] = {}
+        self._segment_fds: dict[int, int] = {}
+        self._scratch = bytearray(READ_SIZE_BYTES)
+        self._scratch_view = memoryview(self._scratch)
+        self._touched: dict[int, _Connection] = {}
+        self._housekeeping_due_ns = time.monotonic_ns() + HOUSEKEEPING_INTERVAL_NS
+        self._connections_accepted = 0
+        self._connections_closed = 0
+        self._protocol_closes = 0
+        self._slow_reader_closes = 0
+        self._frames_received = 0
+        self._bytes_received = 0
+        self._responses_written = 0
+        self._bytes_written = 0
+        self._sendfile_bytes = 0
+        self._responses_dropped = 0
+        self._turn_count = 0
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def run_forever(self) -> NoReturn:
+        while True:
+            if runtime.stop_requested():
+                self._flush_all()
+                runtime.exit_stopped()
+            self.run_once(-1)
+        raise AssertionError("unreachable")
+
+    def run_once(self, timeout_ms: int) -> int:
+        """One turn: responses out, socket events in, frames to the codecs. Returns how many
+        records and events it handled; waits up to timeout_ms (negative: no limit) only when
+        there was nothing to do."""
+        self._turn_count += 1
+        work = self._drain_responses()
+        backed_up = self._flush_outboxes()
+        if work or backed_up:
+            wait_ms = 0 if work else BACKED_UP_RETRY_MS
+            if timeout_ms >= 0:
+                wait_ms = min(wait_ms, timeout_ms)
+        else:
+            wait_ms = timeout_ms
+        now_ns = time.monotonic_ns()
+        if now_ns >= self._housekeeping_due_ns:
+            self._housekeeping_due_ns = now_ns + HOUSEKEEPING_INTERVAL_NS
+            self._close_deleted_segments()
+        if wait_ms < 0 or wait_ms > 1000:
+            wait_ms = 1000  # wake at least once a second for housekeeping
+        events = self.sleeper.wait(wait_ms)
+        for fd, mask in events:
+            if fd == self.listen_fd:
+                self._accept()
+                continue
+            connection = self._by_fd.get(fd)
+            if connection is None:
+                if fd == self.wakeup_fd:
+                    runtime.clear_wakeup_nowait()
+                continue  # a doorbell (drained next turn) or a connection closed this turn
+            work += 1
+            if mask & select.EPOLLOUT:
+                self._write(connection)
+                if connection.fd < 0:
+                    continue
+            if mask & (_EPOLL_READ | _EPOLL_BROKEN) and not backed_up:
+                self._read(connection)
+        self._flush_outboxes()
+        return work
+
+    # -- accepting --------------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        for _ in range(ACCEPT_COUNT_MAX):
+            try:
+                sock, address = self.listen_socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                # ECONNABORTED and friends: the peer left before we accepted; EMFILE: out of
+                # descriptors, which the next turn retries. Both are operating conditions.
+                return
+            sock.setblocking(False)
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            peer_host, peer_port = (
+                (address[0], address[1]) if isinstance(address, tuple) else ("", 0)
+            )
+            self._conn_counter = self._conn_counter % records.CONN_ID_COUNTER_MASK + 1
+            conn_id = records.make_conn_id(self.index, self.generation, self._conn_counter)
+            outbox = self.outboxes[conn_id % len(self.outboxes)]
+            connection = _Connection(sock, conn_id, peer_host, peer_port, outbox)
+            self.connections[conn_id] = connection
+            self._by_fd[connection.fd] = connection
+            self.epoll.register(connection.fd, _EPOLL_READ)
+            self._connections_accepted += 1
+            event = records.ConnectionEvent(conn_id, records.now_ms(), peer_host, peer_port)
+            outbox.append(records.CONNECTION_OPENED, records.pack_connection_event(event))
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def _read(self, connection: _Connection) -> None:
+        try:
+            size_bytes = connection.sock.recv_into(self._scratch_view)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(connection, records.CLOSE_REASON_PEER)
+            return
+        if size_bytes == 0:
+            self._close(connection, records.CLOSE_REASON_PEER)
+            return
+        self._bytes_received += size_bytes
+        pending = connection.pending
+        if pending:
+            pending += self._scratch_view[:size_bytes]
+            with memoryview(pending) as view:
+                end = self._forward_frames(connection, view)
+            if end >= 0:
+                del pending[:end]
+        else:
+            view = self._scratch_view[:size_bytes]
+            end = self._forward_frames(connection, view)
+            if 0 <= end < size_bytes:
+                pending += view[end:]
+        if end < 0:
+            self._protocol_closes += 1
+            self._close(connection, records.CLOSE_REASON_PROTOCOL)
+
+    def _forward_frames(self, connection: _Connection, view: memoryview) -> int:
+        """Stage a FRAME record for each complete frame at the start of `view`; returns the
+        bytes consumed, or -1 if a length prefix is bad (the frames before it are staged)."""
+        position = 0
+        available = len(view)
+        outbox = connection.outbox
+        conn_id_bytes = connection.conn_id_bytes
+        frame_size_bytes_max = self.frame_size_bytes_max
+        frame_count = 0
+        while available - position >= FRAME_LENGTH_SIZE_BYTES:
+            (frame_length,) = FRAME_LENGTH.unpack_from(view, position)
+            end = position + FRAME_LENGTH_SIZE_BYTES + frame_length
+            # frame.check_frame_length's rules, inline; it is called only to confirm a refusal.
+            if frame_length < FRAME_LENGTH_MIN or end - position > frame_size_bytes_max:
+                try:
+                    check_frame_length(frame_length, frame_size_bytes_max)
+                except RemoteProtocolError:
+                    self._frames_received += frame_count
+                    return -1
+                raise AssertionError("check_frame_length accepted a refused length")
+            if end > available:
+                break
+            outbox.append(records.FRAME, conn_id_bytes, view[position:end])
+            frame_count += 1
+            position = end
+        self._frames_received += frame_count
+        return position
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def _drain_responses(self) -> int:
+        """Queue every RESPONSE drained this turn on its connection, write them, then copy what
+        the sockets did not take out of the rings before releasing the batches."""
+        handled = 0
+        touched = self._touched
+        for inbox in self.inboxes:
+            if not inbox.ring.readable():
+                continue
+            batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+            for record_type, buffer, offset, size in inbox.records(batch):
+                handled += 1
+                if record_type == records.RESPONSE:
+                    self._queue_response(buffer, offset, size, touched)
+                elif record_type == records.CLOSE_CONNECTION:
+                    conn_id, reason = records.unpack_close_connection(buffer, offset)
+                    self._close_requested(conn_id, reason, touched)
+                else:
+                    raise AssertionError(f"reactor got record type {record_type} from a codec")
+            for connection in touched.values():
+                if connection.fd >= 0:
+                    self._write(connection)
+                if connection.output:
+                    connection.output = collections.deque(
+                        bytes(item) if isinstance(item, memoryview) else item
+                        for item in connection.output
+                    )
+            touched.clear()
+            inbox.release(batch)
+        return handled
+
+    def _queue_response(
+        self, buffer: Buffer, offset: int, size: int, touched: dict[int, _Connection]
+    ) -> None:
+        conn_id, run_count, flags = records.unpack_response_head(buffer, offset)
+        connection = self.connections.get(conn_id)
+        if connection is None or connection.close_reason is not None:
+            self._responses_dropped += 1
+            return
+        runs_offset = offset + records.RESPONSE_HEAD_SIZE_BYTES
+        bytes_offset = runs_offset + run_count * records.RUN_SIZE_BYTES
+        end = offset + size
+        assert bytes_offset < end, "a response has at least a frame prefix"
+        view = memoryview(buffer)[bytes_offset:end]
+        connection.output.append(view)
+        connection.output_size_bytes += len(view)
+        if run_count:
+            for run in records.unpack_runs(buffer, runs_offset, run_count):
+                connection.output.append(_FileRun(run.segment_start, run.file_offset, run.size))
+                connection.output_size_bytes += run.size
+        self._responses_written += 1
+        if flags & records.REPLY_FLAG_CLOSE_AFTER:
+            connection.close_reason = records.CLOSE_REASON_REQUESTED
+        touched[conn_id] = connection
+
+    def _close_requested(self, conn_id: int, reason: int, touched: dict[int, _Connection]) -> None:
+        connection = self.connections.get(conn_id)
+        if connection is None:
+            # Not ours (any more): answer with a CLOSED anyway, so the tables upstream let go.
+            event = records.ConnectionEvent(
+                conn_id, records.now_ms(), "", 0, records.CLOSE_REASON_UNKNOWN
+            )
+            outbox = self.outboxes[conn_id % len(self.outboxes)]
+            outbox.append(records.CONNECTION_CLOSED, records.pack_connection_event(event))
+            return
+        if connection.close_reason is None:
+            connection.close_reason = reason
+        touched[conn_id] = connection
+
+    def _write(self, connection: _Connection) -> None:
+        """Write the connection's queued output until the socket stops taking it."""
+        output = connection.output
+        sock = connection.sock
+        while output:
+            item = output[0]
+            if isinstance(item, _FileRun):
+                if not self._sendfile(connection, item):
+                    return
+                output.popleft()
+                continue
+            buffers: list[Buffer] = []
+            for queued in output:
+                if isinstance(queued, _FileRun) or len(buffers) == IOV_COUNT_MAX:
+                    break
+                buffers.append(queued)
+            try:
+                sent = sock.sendmsg(buffers) if len(buffers) > 1 else sock.send(buffers[0])
+            except (BlockingIOError, InterruptedError):
+                self._want_write(connection)
+                return
+            except OSError:
+                self._close(connection, records.CLOSE_REASON_PEER)
+                return
+            self._bytes_written += sent
+            connection.output_size_bytes -= sent
+            while sent:
+                head = output[0]
+                assert not isinstance(head, _FileRun)
+                if sent >= len(head):
+                    sent -= len(head)
+                    output.popleft()
+                else:
+                    output[0] = memoryview(head)[sent:]
+                    sent = 0
+            if output and not isinstance(output[0], _FileRun):
+                self._want_write(connection)  # the socket took less than offered
+                return
+        # Everything is written.
+        assert connection.output_size_bytes == 0
+        if connection.close_reason is not None:
+            self._close(connection, connection.close_reason)
+        elif connection.events != _EPOLL_READ:
+            connection.events = _EPOLL_READ
+            self.epoll.modify(connection.fd, _EPOLL_READ)
+
+    def _want_write(self, connection: _Connection) -> None:
+        if connection.output_size_bytes > self.output_size_bytes_max:
+            self._slow_reader_closes += 1
+            self._close(connection, records.CLOSE_REASON_SLOW_READER)
+            return
+        if connection.events != _EPOLL_READ_WRITE:
+            connection.events = _EPOLL_READ_WRITE
+            self.epoll.modify(connection.fd, _EPOLL_READ_WRITE)
+
+    def _sendfile(self, connection: _Connection, run: _FileRun) -> bool:
+        """Send what the socket takes of `run`; True when it is all sent."""
+        segment_fd = self._segment_fd(run.segment_start)
+        if segment_fd < 0:
+            self._close(connection, records.CLOSE_REASON_READ_PLAN_GONE)
+            return False
+        while run.size:
+            try:
+                sent = os.sendfile(connection.fd, segment_fd, run.file_offset, run.size)
+            except (BlockingIOError, InterruptedError):
+                self._want_write(connection)
+                return False
+            except OSError:
+                self._close(connection, records.CLOSE_REASON_PEER)
+                return False
+            if sent == 0:
+                # The segment is shorter than the plan said: the frame cannot be completed.
+                self._close(connection, records.CLOSE_REASON_READ_PLAN_GONE)
+                return False
+            run.file_offset += sent
+            run.size -= sent
+            connection.output_size_bytes -= sent
+            self._bytes_written += sent
+            self._sendfile_bytes += sent
+        return True
+
+    def _segment_fd(self, segment_start: int) -> int:
+        """This reactor's read-only descriptor of a commit-log segment, or -1 if it is gone."""
+        fd = self._segment_fds.get(segment_start)
+        if fd is not None:
+            if os.fstat(fd).st_nlink > 0:
+                return fd
+            os.close(fd)  # deleted: reopen by name, so a deleted file is not kept alive
+            del self._segment_fds[segment_start]
+        path = self.commit_log_dir / store_layout.segment_name(segment_start)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return -1
+        self._segment_fds[segment_start] = fd
+        return fd
+
+    def _close_deleted_segments(self) -> None:
+        for segment_start, fd in list(self._segment_fds.items()):
+            if os.fstat(fd).st_nlink == 0:
+                os.close(fd)
+                del self._segment_fds[segment_start]
+
+    # -- closing ----------------------------------------------------------------------------------
+
+    def _close(self, connection: _Connection, reason: int) -> None:
+        if connection.fd < 0:
+            return
+        self.epoll.unregister(connection.fd)
+        del self._by_fd[connection.fd]
+        del self.connections[connection.conn_id]
+        connection.sock.close()
+        connection.fd = -1
+        connection.output.clear()
+        connection.output_size_bytes = 0
+        connection.pending = bytearray()
+        self._connections_closed += 1
+        event = records.ConnectionEvent(
+            connection.conn_id,
+            records.now_ms(),
+            connection.peer_host,
+            connection.peer_port,
+            reason,
+        )
+        connection.outbox.append(records.CONNECTION_CLOSED, records.pack_connection_event(event))
+
+    # -- rings ------------------------------------------------------------------------------------
+
+    def _flush_all(self) -> None:
+        """At an orderly stop: what is staged goes out once; the sockets close with the process."""
+        self._flush_outboxes()
+
+    def _flush_outboxes(self) -> bool:
+        """Write the staged records; True if some ring is backed up past the high-water mark."""
+        backed_up = False
+        for outbox in self.outboxes:
+            if outbox.pending_count and not outbox.flush_nowait():
+                backed_up = backed_up or outbox.pending_size_bytes > STAGED_SIZE_BYTES_HIGH
+        return backed_up
+
+    def close(self) -> None:
+        """Close every socket and descriptor this object opened (tests; a role just exits)."""
+        for connection in list(self.connections.values()):
+            self._close(connection, records.CLOSE_REASON_REQUESTED)
+        for fd in self._segment_fds.values():
+            os.close(fd)
+        self._segment_fds.clear()
+        self.epoll.close()
+
+    def statistics(self) -> ReactorStatistics:
+        return ReactorStatistics(
+            connections_accepted=self._connections_accepted,
+            connections_open=len(self.connections),
+            connections_closed=self._connections_closed,
+            protocol_closes=self._protocol_closes,
+            slow_reader_closes=self._slow_reader_closes,
+            frames_received=self._frames_received,
+            bytes_received=self._bytes_received,
+            responses_written=self._responses_written,
+            bytes_written=self._bytes_written,
+            sendfile_bytes=self._sendfile_bytes,
+            responses_dropped=self._responses_dropped,
+            spill_count=self.spill_writer.spill_count,
+            sleep_count=self.sleeper.sleep_count,
+            turn_count=self._turn_count,
+        )
+
+
+def main(ctx: RoleContext) -> NoReturn:
+    """The reactor role: serve until SIGTERM, then finish the turn and exit (runtime.py)."""
+    reactor = Reactor(ctx, wakeup_fd=runtime.wakeup_fileno())
+    ctx.report_ready({"role": ctx.role.role_id, "pid": os.getpid()})
+    reactor.run_forever()

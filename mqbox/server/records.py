@@ -1,0 +1,928 @@
+"""What travels on the broker's rings: record types, their byte layouts, spill files, and the two
+ends every role uses (an Outbox per ring it writes, an Inbox per ring it drains, one Sleeper).
+
+Owns: the record type numbers, the layouts drawn below (each as a numpy structured dtype, the
+layout of record, plus a `struct.Struct` twin, `<NAME>_STRUCT`, that the hot path packs and
+unpacks with, checked against each other at import), the spill files of payloads too big for a
+ring, and the batching/sleeping helpers of the roles. Never: what a command means (processors),
+sockets (reactor.py), the ring protocol itself (mqbox/ipc/ring.py), or deciding routes
+(worker.py).
+
+Invariants, asserted at import: each struct twin has its dtype's size and field offsets; every
+fixed head is a multiple of 8 bytes long, so the variable part that follows starts 8-byte aligned
+in the ring as the head does; record types fit below SPILLED_FLAG.
+
+Byte order: little-endian (x86-64, like the ring's own counters); these records never leave the
+machine. Wire bytes inside them (frames, headers) stay big-endian as the client sent them.
+
+Who writes what (topology.py draws the graph):
+
+    reactor --FRAME, CONNECTION_OPENED, CONNECTION_CLOSED--> codec
+    codec   --COMMAND, CONNECTION_OPENED, CONNECTION_CLOSED, COMPLETED--> worker
+    worker  --COMMAND--> send / pull / admin
+    worker  --CONNECTION_OPENED, CONNECTION_CLOSED, CLOSE_CONNECTION, REQUEST_FAILED--> admin
+    send / pull / admin --REPLY, CLOSE_CONNECTION--> codec
+    codec   --RESPONSE, CLOSE_CONNECTION--> reactor
+
+FRAME: one complete remoting frame of one connection, exactly as received, length prefix
+included. The reactor has checked the length field only (frame.check_frame_length).
+
+    +0          +8
+    +-----------+--------------------------------------------------+
+    | conn_id   | frame: 4 + L bytes (protocol/frame.py draws it)  |
+    | u64       |                                                  |
+    +-----------+--------------------------------------------------+
+
+CONNECTION_OPENED and CONNECTION_CLOSED (one layout, CONNECTION_EVENT):
+
+    +0          +8          +16     +18     +19     +20                          +66   +72
+    +-----------+-----------+-------+-------+-------+----------------------------+-----+
+    | conn_id   | time_ms   | peer  |reason | host  | peer_host: ASCII, zero     | pad |
+    | u64       | i64 epoch | port  | u8    | size  | padded (INET6_ADDRSTRLEN)  |     |
+    |           |           | u16   |       | u8    | 46 bytes                   |     |
+    +-----------+-----------+-------+-------+-------+----------------------------+-----+
+
+COMMAND: one decoded request (or a client's response to a broker request). The codec decoded and
+checked the header; the record carries the header bytes as the client sent them, and the
+processor decodes them again with protocol.decode_command. Why not a re-encoded or typed header:
+the processor needs a whole RemotingCommand anyway, re-encoding costs the codec as much as the
+processor's second parse saves, and passing the client's bytes keeps every header format owned
+by mqbox/protocol alone (JSON with numbers or strings, or the ROCKETMQ binary layout).
+
+    +0        +8      +12     +16     +20      +24        +28   +30  +31  +32       +36   +40
+    +---------+-------+-------+-------+--------+----------+-----+----+----+---------+-----+
+    | conn_id | opaque| code  | flag  | version| peer_ipv4| peer| ser| lan| header  | pad |
+    | u64     | i32   | i32   | i32   | i32    | u32 (BE  | port| ial| gua| size    |     |
+    |         |       |       |       |        | octets)  | u16 | u8 | u8 | u32     |     |
+    +---------+-------+-------+-------+--------+----------+-----+----+----+---------+-----+
+    +40: header (header_size bytes), then the body (the rest of the payload)
+
+REPLY: what a processor answers, with the header already encoded by protocol.encode_header in the
+request's serialize type. Why pre-encoded: the processor holds the RemotingCommand it built, and
+encoding it there costs one orjson call; sending the fields instead would make the codec rebuild
+a dict and encode it again. The codec adds the frame prefix (it owns framing and the frame size
+limit) and picks the reactor.
+
+    +0        +8      +12   +13   +14   +16           +20         +24                +32
+    +---------+-------+-----+-----+-----+-------------+-----------+------------------+
+    | conn_id | opaque| ser | flags| pad | header_size | run_count | body_size        |
+    | u64     | i32   | u8  | u8  | u16 | u32         | u32       | u64              |
+    +---------+-------+-----+-----+-----+-------------+-----------+------------------+
+    +32: run_count runs (RUN, 24 bytes each), then the header, then the inline body
+         (run_count == 0) or nothing (the runs' bytes are the body: sendfile)
+
+RESPONSE: wire bytes for one connection: the whole frame, or (run_count > 0) the frame's prefix and
+header, which the reactor follows with os.sendfile of each run from the commit log.
+
+    +0        +8          +12      +16
+    +---------+-----------+--------+------------------------------------------+
+    | conn_id | run_count | flags  | runs (24 bytes each), then the bytes     |
+    | u64     | u32       | u32    |                                          |
+    +---------+-----------+--------+------------------------------------------+
+
+RUN: one piece of a read plan: bytes [file_offset, file_offset + size) of the commit-log segment
+whose first byte is at log offset segment_start (store/layout.py names the file).
+
+    +0                +8                 +16            +24
+    | segment_start i64 | file_offset i64 | size i64    |
+
+CLOSE_CONNECTION: close this connection once its queued output is written.
+
+    +0        +8       +12
+    | conn_id | reason | pad |
+    | u64     | u32    | u32 |
+
+COMPLETED: requests the codec has answered, so the worker stops tracking them. Lazy: the codec
+sends these with other traffic to the same worker or after COMPLETED_FLUSH_INTERVAL_NS, never as
+a wake-up of their own (worker.py says why a late notice is harmless).
+
+    +0      +8
+    | count | pad | count x COMPLETED_ENTRY (conn_id u64, opaque i32, pad i32) |
+
+REQUEST_FAILED: the worker asks an admin processor to answer a request with an error (a processor
+died with the request in flight, and the worker has no ring to the codecs).
+
+    +0        +8      +12            +16   +17   +20          +24
+    | conn_id | opaque| response_code| ser | pad | remark_size| remark (UTF-8) |
+    | u64     | i32   | i32          | u8  |     | u32        |                |
+
+SPILLED (type = a type above | SPILLED_FLAG): a payload longer than the ring's inline maximum.
+Its fixed head stays inline, so a role that only forwards the record (the worker) routes it
+without reading the file; the rest of the payload is in a file in /dev/shm named
+`mqbox.<instance>.spill-<producer role>.<n>` (names.py's scheme, so the supervisor's sweep
+removes what a crash leaves). The file belongs to whoever holds the record: the role that uses
+the payload reads the file and unlinks it after it has released the record, so a record that is
+delivered again after a consumer crash still finds its file.
+
+    +0          +4          +8           +16
+    | head_size | name_size | file_size  | head (head_size) | name (name_size, file in /dev/shm) |
+    | u32       | u32       | u64        |                  |                                    |
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import dataclasses
+import os
+import select
+import struct
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Final, NamedTuple, TypeAlias
+
+import numpy as np
+
+from mqbox.ipc import names
+from mqbox.ipc.ring import RecordBatch, Ring
+
+Buffer: TypeAlias = bytes | bytearray | memoryview
+
+# Record types. Any int from 0 to 2**31 - 1 is a valid ring type; these are the broker's.
+FRAME: Final = 1
+CONNECTION_OPENED: Final = 2
+CONNECTION_CLOSED: Final = 3
+COMMAND: Final = 4
+REPLY: Final = 5
+RESPONSE: Final = 6
+CLOSE_CONNECTION: Final = 7
+COMPLETED: Final = 8
+REQUEST_FAILED: Final = 9
+SPILLED_FLAG: Final = 1 << 24
+RECORD_TYPE_NAMES: Final = {
+    FRAME: "FRAME",
+    CONNECTION_OPENED: "CONNECTION_OPENED",
+    CONNECTION_CLOSED: "CONNECTION_CLOSED",
+    COMMAND: "COMMAND",
+    REPLY: "REPLY",
+    RESPONSE: "RESPONSE",
+    CLOSE_CONNECTION: "CLOSE_CONNECTION",
+    COMPLETED: "COMPLETED",
+    REQUEST_FAILED: "REQUEST_FAILED",
+}
+
+# Why a connection closed (CONNECTION_CLOSED.reason, CLOSE_CONNECTION.reason).
+CLOSE_REASON_PEER: Final = 0  # the peer closed or reset the connection
+CLOSE_REASON_PROTOCOL: Final = 1  # the peer broke the remoting protocol
+CLOSE_REASON_IDLE: Final = 2  # no request for the worker's idle time
+CLOSE_REASON_SLOW_READER: Final = 3  # the peer stopped reading: its output queue overflowed
+CLOSE_REASON_REQUESTED: Final = 4  # a processor asked for it
+CLOSE_REASON_READ_PLAN_GONE: Final = 5  # a commit-log segment of a response vanished
+CLOSE_REASON_UNKNOWN: Final = 6  # asked to close a connection the reactor does not have
+
+# REPLY.flags and RESPONSE.flags.
+REPLY_FLAG_CLOSE_AFTER: Final = 1  # close the connection once this response is written
+
+# Each role drains at most this many records per ring per turn (STYLE.md section 3).
+BATCH_COUNT_MAX: Final = 256
+# A spill file name's index runs 0..SPILL_INDEX_LIMIT - 1, then wraps (names.py allows 9 digits).
+SPILL_INDEX_LIMIT: Final = 1_000_000_000
+SPILL_ROLE_PREFIX: Final = "spill-"
+# How long the codec may hold COMPLETED notices before it sends them on their own.
+COMPLETED_FLUSH_INTERVAL_NS: Final = 20_000_000
+COMPLETED_FLUSH_COUNT: Final = 1024
+# The longest adaptive spin of a role before it sleeps (Sleeper): a round trip's worth of one hop
+# on a small VM. On 2 shared cores the bench (bench/hop.py) could not tell 0, 50 and 150 us apart
+# through the noise of other work; 50 us keeps an idle role's cost at a few rounds per wake-up.
+SPIN_NS_MAX_DEFAULT: Final = 50_000
+
+PEER_HOST_SIZE_BYTES_MAX: Final = 46  # INET6_ADDRSTRLEN: the longest textual IPv6 address + NUL
+
+# Layouts: numpy dtypes (the documentation a reader can inspect) and struct twins (the hot path).
+CONN_ID = np.dtype([("conn_id", "<u8")])
+CONN_ID_STRUCT = struct.Struct("<Q")
+
+CONNECTION_EVENT = np.dtype(
+    {
+        "names": ["conn_id", "time_ms", "peer_port", "reason", "peer_host_size", "peer_host"],
+        "formats": ["<u8", "<i8", "<u2", "u1", "u1", f"S{PEER_HOST_SIZE_BYTES_MAX}"],
+        "offsets": [0, 8, 16, 18, 19, 20],
+        "itemsize": 72,
+    }
+)
+CONNECTION_EVENT_STRUCT = struct.Struct(f"<QqHBB{PEER_HOST_SIZE_BYTES_MAX}s6x")
+
+COMMAND_HEAD = np.dtype(
+    {
+        "names": [
+            "conn_id",
+            "opaque",
+            "code",
+            "flag",
+            "version",
+            "peer_ipv4",
+            "peer_port",
+            "serialize_type",
+            "language",
+            "header_size",
+        ],
+        "formats": ["<u8", "<i4", "<i4", "<i4", "<i4", "S4", "<u2", "u1", "u1", "<u4"],
+        "offsets": [0, 8, 12, 16, 20, 24, 28, 30, 31, 32],
+        "itemsize": 40,
+    }
+)
+COMMAND_HEAD_STRUCT = struct.Struct("<Qiiii4sHBBI4x")
+
+REPLY_HEAD = np.dtype(
+    {
+        "names": [
+            "conn_id",
+            "opaque",
+            "serialize_type",
+            "flags",
+            "header_size",
+            "run_count",
+            "body_size",
+        ],
+        "formats": ["<u8", "<i4", "u1", "u1", "<u4", "<u4", "<u8"],
+        "offsets": [0, 8, 12, 13, 16, 20, 24],
+        "itemsize": 32,
+    }
+)
+REPLY_HEAD_STRUCT = struct.Struct("<QiBB2xIIQ")
+
+RESPONSE_HEAD = np.dtype(
+    {
+        "names": ["conn_id", "run_count", "flags"],
+        "formats": ["<u8", "<u4", "<u4"],
+        "offsets": [0, 8, 12],
+        "itemsize": 16,
+    }
+)
+RESPONSE_HEAD_STRUCT = struct.Struct("<QII")
+
+RUN = np.dtype(
+    {
+        "names": ["segment_start", "file_offset", "size"],
+        "formats": ["<i8", "<i8", "<i8"],
+        "offsets": [0, 8, 16],
+        "itemsize": 24,
+    }
+)
+RUN_STRUCT = struct.Struct("<qqq")
+
+CLOSE_CONNECTION_HEAD = np.dtype(
+    {"names": ["conn_id", "reason"], "formats": ["<u8", "<u4"], "offsets": [0, 8], "itemsize": 16}
+)
+CLOSE_CONNECTION_STRUCT = struct.Struct("<QI4x")
+
+COMPLETED_HEAD = np.dtype(
+    {"names": ["count"], "formats": ["<u4"], "offsets": [0], "itemsize": 8},
+)
+COMPLETED_HEAD_STRUCT = struct.Struct("<I4x")
+COMPLETED_ENTRY = np.dtype(
+    {"names": ["conn_id", "opaque"], "formats": ["<u8", "<i4"], "offsets": [0, 8], "itemsize": 16}
+)
+COMPLETED_ENTRY_STRUCT = struct.Struct("<Qi4x")
+
+REQUEST_FAILED_HEAD = np.dtype(
+    {
+        "names": ["conn_id", "opaque", "response_code", "serialize_type", "remark_size"],
+        "formats": ["<u8", "<i4", "<i4", "u1", "<u4"],
+        "offsets": [0, 8, 12, 16, 20],
+        "itemsize": 24,
+    }
+)
+REQUEST_FAILED_HEAD_STRUCT = struct.Struct("<QiiB3xI")
+
+SPILL_HEAD = np.dtype(
+    {
+        "names": ["head_size", "name_size", "file_size"],
+        "formats": ["<u4", "<u4", "<u8"],
+        "offsets": [0, 4, 8],
+        "itemsize": 16,
+    }
+)
+SPILL_HEAD_STRUCT = struct.Struct("<IIQ")
+
+COMMAND_HEAD_SIZE_BYTES: Final = COMMAND_HEAD_STRUCT.size
+REPLY_HEAD_SIZE_BYTES: Final = REPLY_HEAD_STRUCT.size
+RESPONSE_HEAD_SIZE_BYTES: Final = RESPONSE_HEAD_STRUCT.size
+RUN_SIZE_BYTES: Final = RUN_STRUCT.size
+CONN_ID_SIZE_BYTES: Final = CONN_ID_STRUCT.size
+COMPLETED_ENTRY_SIZE_BYTES: Final = COMPLETED_ENTRY_STRUCT.size
+
+
+def _struct_fields_match(dtype: np.dtype[np.void], twin: struct.Struct) -> bool:
+    """Pack distinct values with the dtype, unpack with the twin: same values, same order."""
+    probe = np.zeros(1, dtype=dtype)
+    expected: list[object] = []
+    for number, name in enumerate(dtype.names or ()):
+        kind = dtype.fields[name][0] if dtype.fields else None
+        assert kind is not None
+        value: object = bytes([65 + number]) * kind.itemsize if kind.kind == "S" else number + 1
+        probe[name] = value
+        expected.append(value)
+    unpacked = twin.unpack(probe.tobytes())
+    return list(unpacked) == expected
+
+
+for _dtype, _twin in (
+    (CONN_ID, CONN_ID_STRUCT),
+    (CONNECTION_EVENT, CONNECTION_EVENT_STRUCT),
+    (COMMAND_HEAD, COMMAND_HEAD_STRUCT),
+    (REPLY_HEAD, REPLY_HEAD_STRUCT),
+    (RESPONSE_HEAD, RESPONSE_HEAD_STRUCT),
+    (RUN, RUN_STRUCT),
+    (CLOSE_CONNECTION_HEAD, CLOSE_CONNECTION_STRUCT),
+    (COMPLETED_HEAD, COMPLETED_HEAD_STRUCT),
+    (COMPLETED_ENTRY, COMPLETED_ENTRY_STRUCT),
+    (REQUEST_FAILED_HEAD, REQUEST_FAILED_HEAD_STRUCT),
+    (SPILL_HEAD, SPILL_HEAD_STRUCT),
+):
+    assert _dtype.itemsize == _twin.size
+    assert _twin.size % 8 == 0  # what follows a head starts 8-byte aligned
+    assert _struct_fields_match(_dtype, _twin)
+assert max(RECORD_TYPE_NAMES) < SPILLED_FLAG
+assert SPILLED_FLAG | max(RECORD_TYPE_NAMES) <= 2**31 - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Connection ids
+#
+#    bit 63      56 55                       32 31                             0
+#        +---------+---------------------------+-------------------------------+
+#        | reactor | generation: the reactor's | counter, from 1, per reactor  |
+#        | index   | pid, low 24 bits          | process                       |
+#        +---------+---------------------------+-------------------------------+
+#
+# The reactor index in the top byte tells the codec where a response goes; the generation keeps a
+# restarted reactor's ids apart from those its predecessor left in codec and worker tables.
+
+CONN_ID_REACTOR_SHIFT: Final = 56
+CONN_ID_GENERATION_SHIFT: Final = 32
+CONN_ID_GENERATION_MASK: Final = (1 << 24) - 1
+CONN_ID_COUNTER_MASK: Final = (1 << 32) - 1
+REACTOR_COUNT_MAX: Final = 256
+
+
+def make_conn_id(reactor_index: int, generation: int, counter: int) -> int:
+    assert 0 <= reactor_index < REACTOR_COUNT_MAX
+    assert 0 < counter <= CONN_ID_COUNTER_MASK
+    return (
+        (reactor_index << CONN_ID_REACTOR_SHIFT)
+        | ((generation & CONN_ID_GENERATION_MASK) << CONN_ID_GENERATION_SHIFT)
+        | counter
+    )
+
+
+def reactor_of(conn_id: int) -> int:
+    """The index of the reactor that owns the connection's socket."""
+    return conn_id >> CONN_ID_REACTOR_SHIFT
+
+
+# ---------------------------------------------------------------------------------------------
+# Packing and unpacking. Pack functions return the fixed head; variable parts follow it in the
+# Outbox call, so nothing is joined twice.
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConnectionEvent:
+    """A CONNECTION_OPENED or CONNECTION_CLOSED record."""
+
+    conn_id: int
+    time_ms: int
+    peer_host: str
+    peer_port: int
+    reason: int = CLOSE_REASON_PEER
+
+
+def pack_connection_event(event: ConnectionEvent) -> bytes:
+    host = event.peer_host.encode("ascii")
+    assert len(host) < PEER_HOST_SIZE_BYTES_MAX
+    assert 0 <= event.peer_port <= 0xFFFF
+    return CONNECTION_EVENT_STRUCT.pack(
+        event.conn_id, event.time_ms, event.peer_port, event.reason, len(host), host
+    )
+
+
+def unpack_connection_event(buffer: Buffer, offset: int = 0) -> ConnectionEvent:
+    conn_id, time_ms, peer_port, reason, host_size, host = CONNECTION_EVENT_STRUCT.unpack_from(
+        buffer, offset
+    )
+    assert host_size < PEER_HOST_SIZE_BYTES_MAX
+    return ConnectionEvent(conn_id, time_ms, host[:host_size].decode("ascii"), peer_port, reason)
+
+
+def pack_conn_id(conn_id: int) -> bytes:
+    return CONN_ID_STRUCT.pack(conn_id)
+
+
+def unpack_conn_id(buffer: Buffer, offset: int = 0) -> int:
+    conn_id: int = CONN_ID_STRUCT.unpack_from(buffer, offset)[0]
+    return conn_id
+
+
+class CommandHead(NamedTuple):
+    """The fixed part of a COMMAND record; header_size bytes of header follow, then the body."""
+
+    conn_id: int
+    opaque: int
+    code: int
+    flag: int
+    version: int
+    peer_ipv4: bytes  # 4 octets, network order; 0.0.0.0 for a peer that is not IPv4
+    peer_port: int
+    serialize_type: int
+    language: int
+    header_size: int
+
+
+pack_command_head = COMMAND_HEAD_STRUCT.pack  # (conn_id, opaque, code, flag, version, peer_ipv4,
+# peer_port, serialize_type, language, header_size): called once per request, so no wrapper
+
+
+def unpack_command_head(buffer: Buffer, offset: int = 0) -> CommandHead:
+    return CommandHead._make(COMMAND_HEAD_STRUCT.unpack_from(buffer, offset))
+
+
+def unpack_command_route(buffer: Buffer, offset: int = 0) -> tuple[int, int, int, int, int]:
+    """(conn_id, opaque, code, flag, serialize_type) of a COMMAND: what the worker routes by."""
+    fields = COMMAND_HEAD_STRUCT.unpack_from(buffer, offset)
+    return fields[0], fields[1], fields[2], fields[3], fields[7]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Run:
+    """Bytes [file_offset, file_offset + size) of the commit-log segment starting at
+    log offset segment_start."""
+
+    segment_start: int
+    file_offset: int
+    size: int
+
+
+def pack_runs(runs: Sequence[Run | tuple[int, int, int]]) -> bytes:
+    parts = []
+    for run in runs:
+        segment_start, file_offset, size = (
+            (run.segment_start, run.file_offset, run.size) if isinstance(run, Run) else run
+        )
+        assert segment_start >= 0
+        assert file_offset >= 0
+        assert size > 0
+        parts.append(RUN_STRUCT.pack(segment_start, file_offset, size))
+    return b"".join(parts)
+
+
+def unpack_runs(buffer: Buffer, offset: int, run_count: int) -> list[Run]:
+    return [
+        Run(*fields) for fields in RUN_STRUCT.iter_unpack(buffer[offset : offset + run_count * 24])
+    ]
+
+
+class ReplyHead(NamedTuple):
+    """The fixed part of a REPLY record."""
+
+    conn_id: int
+    opaque: int
+    serialize_type: int
+    flags: int
+    header_size: int
+    run_count: int
+    body_size: int
+
+
+def pack_reply_head(
+    conn_id: int,
+    opaque: int,
+    serialize_type: int,
+    flags: int,
+    header_size: int,
+    run_count: int,
+    body_size: int,
+) -> bytes:
+    return REPLY_HEAD_STRUCT.pack(
+        conn_id, opaque, serialize_type, flags, header_size, run_count, body_size
+    )
+
+
+def unpack_reply_head(buffer: Buffer, offset: int = 0) -> ReplyHead:
+    return ReplyHead._make(REPLY_HEAD_STRUCT.unpack_from(buffer, offset))
+
+
+def pack_response_head(conn_id: int, run_count: int, flags: int) -> bytes:
+    return RESPONSE_HEAD_STRUCT.pack(conn_id, run_count, flags)
+
+
+def unpack_response_head(buffer: Buffer, offset: int = 0) -> tuple[int, int, int]:
+    """(conn_id, run_count, flags) of a RESPONSE."""
+    fields: tuple[int, int, int] = RESPONSE_HEAD_STRUCT.unpack_from(buffer, offset)
+    return fields
+
+
+def pack_close_connection(conn_id: int, reason: int) -> bytes:
+    return CLOSE_CONNECTION_STRUCT.pack(conn_id, reason)
+
+
+def unpack_close_connection(buffer: Buffer, offset: int = 0) -> tuple[int, int]:
+    """(conn_id, reason) of a CLOSE_CONNECTION."""
+    fields: tuple[int, int] = CLOSE_CONNECTION_STRUCT.unpack_from(buffer, offset)
+    return fields
+
+
+def pack_completed(entries: Sequence[tuple[int, int]]) -> bytes:
+    """A COMPLETED payload for (conn_id, opaque) pairs."""
+    parts = [COMPLETED_HEAD_STRUCT.pack(len(entries))]
+    parts.extend(COMPLETED_ENTRY_STRUCT.pack(conn_id, opaque) for conn_id, opaque in entries)
+    return b"".join(parts)
+
+
+def unpack_completed(buffer: Buffer, offset: int, size: int) -> list[tuple[int, int]]:
+    (count,) = COMPLETED_HEAD_STRUCT.unpack_from(buffer, offset)
+    start = offset + COMPLETED_HEAD_STRUCT.size
+    assert COMPLETED_HEAD_STRUCT.size + count * COMPLETED_ENTRY_SIZE_BYTES == size
+    return list(COMPLETED_ENTRY_STRUCT.iter_unpack(buffer[start : start + count * 16]))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequestFailed:
+    conn_id: int
+    opaque: int
+    response_code: int
+    serialize_type: int
+    remark: str
+
+
+def pack_request_failed(failed: RequestFailed) -> bytes:
+    remark = failed.remark.encode("utf-8", "surrogateescape")
+    head = REQUEST_FAILED_HEAD_STRUCT.pack(
+        failed.conn_id, failed.opaque, failed.response_code, failed.serialize_type, len(remark)
+    )
+    return head + remark
+
+
+def unpack_request_failed(buffer: Buffer, offset: int, size: int) -> RequestFailed:
+    conn_id, opaque, response_code, serialize_type, remark_size = (
+        REQUEST_FAILED_HEAD_STRUCT.unpack_from(buffer, offset)
+    )
+    start = offset + REQUEST_FAILED_HEAD_STRUCT.size
+    assert REQUEST_FAILED_HEAD_STRUCT.size + remark_size == size
+    remark = bytes(buffer[start : start + remark_size]).decode("utf-8", "surrogateescape")
+    return RequestFailed(conn_id, opaque, response_code, serialize_type, remark)
+
+
+# ---------------------------------------------------------------------------------------------
+# Spill files
+
+
+class SpillWriter:
+    """Names and writes the spill files of one producer role (`spill-<role>.<n>` in /dev/shm)."""
+
+    def __init__(self, instance: str, role_id: str, directory: Path = names.SHM_DIRECTORY) -> None:
+        self.role_part = SPILL_ROLE_PREFIX + role_id.replace(".", "-")
+        names.check_part("role", self.role_part)
+        self.instance = instance
+        self.directory = directory
+        self._index_next = 0
+        self.spill_count = 0
+        self.spill_size_bytes = 0
+
+    def write(self, parts: Sequence[Buffer]) -> str:
+        """Write `parts` back to back into a fresh file; returns its name (not its path)."""
+        for _attempt in range(SPILL_INDEX_LIMIT):
+            index = self._index_next
+            self._index_next = (index + 1) % SPILL_INDEX_LIMIT
+            name = names.shm_name(self.instance, self.role_part, index).removeprefix("/")
+            path = self.directory / name
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            except FileExistsError:
+                continue  # left by an earlier process of this role, still unread: skip it
+            try:
+                for part in parts:
+                    view = memoryview(part)
+                    while view:
+                        written = os.write(fd, view)
+                        view = view[written:]
+            except BaseException:
+                os.close(fd)
+                path.unlink()
+                raise
+            os.close(fd)
+            self.spill_count += 1
+            self.spill_size_bytes += sum(len(part) for part in parts)
+            return name
+        raise AssertionError("unreachable: every spill index is taken")
+
+
+def pack_spill(head: Buffer, name: str, file_size_bytes: int) -> bytes:
+    name_bytes = name.encode("ascii")
+    return (
+        SPILL_HEAD_STRUCT.pack(len(head), len(name_bytes), file_size_bytes)
+        + bytes(head)
+        + name_bytes
+    )
+
+
+def spill_head_view(buffer: Buffer, offset: int) -> tuple[int, int, int, int]:
+    """(head offset, head size, name offset, name size) inside a SPILLED record at `offset`."""
+    head_size, name_size, _file_size = SPILL_HEAD_STRUCT.unpack_from(buffer, offset)
+    head_offset = offset + SPILL_HEAD_STRUCT.size
+    return head_offset, head_size, head_offset + head_size, name_size
+
+
+def read_spill(
+    buffer: Buffer, offset: int, directory: Path = names.SHM_DIRECTORY
+) -> tuple[bytes, Path]:
+    """The whole original payload of the SPILLED record at `offset` (head + file) and the file's
+    path, which the caller unlinks after releasing the record. FileNotFoundError if the file is
+    gone (a consumer died between unlinking and releasing: the record is lost)."""
+    head_size, name_size, file_size = SPILL_HEAD_STRUCT.unpack_from(buffer, offset)
+    head_offset = offset + SPILL_HEAD_STRUCT.size
+    head = bytes(buffer[head_offset : head_offset + head_size])
+    name = bytes(buffer[head_offset + head_size : head_offset + head_size + name_size]).decode()
+    assert "/" not in name
+    path = directory / name
+    with path.open("rb") as file:
+        tail = file.read()
+    assert len(tail) == file_size, f"spill file {path} holds {len(tail)} of {file_size} bytes"
+    return head + tail, path
+
+
+# ---------------------------------------------------------------------------------------------
+# The two ends of a role's rings
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OutboxStatistics:
+    record_count_written: int
+    batch_count_written: int
+    full_count: int  # flushes that left records behind
+    spill_count: int
+    spill_size_bytes: int
+
+
+class Outbox:
+    """Records for one out-ring, staged in one buffer and written as one batch per flush.
+
+    Not thread-safe; one per (role, out-ring). A record whose payload is longer than the ring's
+    inline maximum goes to a spill file (SpillWriter) and travels as a SPILLED record. What the
+    ring cannot take now stays staged, in order, for the next flush: the caller stops reading its
+    inputs while `pending_size_bytes` is above its high-water mark (back-pressure).
+    """
+
+    def __init__(self, ring: Ring, spill_writer: SpillWriter) -> None:
+        self.ring = ring
+        self.spill_writer = spill_writer
+        self.payload_size_bytes_max = ring.payload_size_bytes_max
+        # Staged records: payloads back to back, and type, offset and size per record in arrays
+        # that numpy reads in place (np.frombuffer), so a flush converts nothing.
+        self._buffer = bytearray()
+        self._types = array.array("i")
+        self._offsets = array.array("q")
+        self._sizes = array.array("q")
+        self._record_count_written = 0
+        self._batch_count_written = 0
+        self._full_count = 0
+        assert self._types.itemsize == 4
+        assert self._offsets.itemsize == 8
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._types)
+
+    @property
+    def pending_size_bytes(self) -> int:
+        return len(self._buffer)
+
+    def append(self, record_type: int, head: Buffer, *tail: Buffer) -> None:
+        """Stage one record: `head` then each part of `tail`, back to back."""
+        assert 0 <= record_type < SPILLED_FLAG
+        buffer = self._buffer
+        start = len(buffer)
+        buffer += head
+        for part in tail:
+            buffer += part
+        size_bytes = len(buffer) - start
+        if size_bytes > self.payload_size_bytes_max:
+            del buffer[start:]
+            self._append_spilled(record_type, head, tail)
+            return
+        self._types.append(record_type)
+        self._offsets.append(start)
+        self._sizes.append(size_bytes)
+
+    def append_spilled(self, record_type: int, payload: Buffer) -> None:
+        """Stage a SPILLED record received from another ring, unchanged: its file goes along."""
+        assert record_type & SPILLED_FLAG
+        assert len(payload) <= self.payload_size_bytes_max
+        self._append_raw(record_type, payload)
+
+    def _append_spilled(self, record_type: int, head: Buffer, tail: Sequence[Buffer]) -> None:
+        name = self.spill_writer.write(tail)
+        payload = pack_spill(head, name, sum(len(part) for part in tail))
+        assert len(payload) <= self.payload_size_bytes_max, "a fixed head never fills a ring"
+        self._append_raw(record_type | SPILLED_FLAG, payload)
+
+    def _append_raw(self, record_type: int, payload: Buffer) -> None:
+        self._types.append(record_type)
+        self._offsets.append(len(self._buffer))
+        self._sizes.append(len(payload))
+        self._buffer += payload
+
+    def flush_nowait(self) -> bool:
+        """Write what the ring takes now; True when nothing is left staged."""
+        record_count = len(self._types)
+        if record_count == 0:
+            return True
+        types = np.frombuffer(self._types, dtype=np.int32)
+        offsets = np.frombuffer(self._offsets, dtype=np.int64)
+        sizes = np.frombuffer(self._sizes, dtype=np.int64)
+        payloads = np.frombuffer(self._buffer, dtype=np.uint8)
+        try:
+            written = self.ring.try_write_batch_nowait(types, payloads, offsets, sizes)
+        finally:
+            # The buffers cannot change size while numpy holds views of them.
+            del types, offsets, sizes, payloads
+        assert 0 <= written <= record_count
+        if written > 0:
+            self._record_count_written += written
+            self._batch_count_written += 1
+        if written == record_count:
+            self._buffer.clear()
+            del self._types[:]
+            del self._offsets[:]
+            del self._sizes[:]
+            return True
+        self._full_count += 1
+        if written > 0:
+            cut = self._offsets[written]
+            del self._buffer[:cut]
+            del self._types[:written]
+            self._offsets = array.array("q", [offset - cut for offset in self._offsets[written:]])
+            del self._sizes[:written]
+        return False
+
+    def statistics(self) -> OutboxStatistics:
+        return OutboxStatistics(
+            record_count_written=self._record_count_written,
+            batch_count_written=self._batch_count_written,
+            full_count=self._full_count,
+            spill_count=self.spill_writer.spill_count,
+            spill_size_bytes=self.spill_writer.spill_size_bytes,
+        )
+
+
+class Inbox:
+    """One in-ring of a role: drains batches and opens spilled records.
+
+    Iterate a drained batch with `records(batch)`: it yields (type, buffer, offset, size) with the
+    SPILLED flag resolved, so `buffer[offset : offset + size]` is always the whole payload. Spill
+    files read during a batch are unlinked by `release(batch)`, after the ring's release.
+    """
+
+    def __init__(self, ring: Ring, producer: str) -> None:
+        self.ring = ring
+        self.producer = producer  # role id of the producer, e.g. "codec.1"
+        self._view: memoryview | None = None
+        self._spill_paths: list[Path] = []
+        self.spill_missing_count = 0
+
+    def drain_nowait(self, batch_count_max: int = BATCH_COUNT_MAX) -> RecordBatch:
+        return self.ring.drain_nowait(batch_count_max)
+
+    def records(
+        self, batch: RecordBatch, keep_spilled: frozenset[int] = frozenset()
+    ) -> Iterator[tuple[int, Buffer, int, int]]:
+        """(type, buffer, offset, size) of each record. A SPILLED record whose base type is in
+        `keep_spilled` comes as it is (type with SPILLED_FLAG, the inline spill payload): for a
+        role that forwards it unread; every other one comes with its whole payload."""
+        if batch.count == 0:
+            return
+        view = self._view
+        if view is None:
+            # The ring's data area: the same array for every batch this ring drains.
+            view = self._view = memoryview(batch.data.data)
+        for record_type, offset, size in zip(
+            batch.types.tolist(), batch.offsets.tolist(), batch.sizes.tolist(), strict=True
+        ):
+            if record_type & SPILLED_FLAG and record_type & ~SPILLED_FLAG not in keep_spilled:
+                try:
+                    payload, path = read_spill(view, offset)
+                except FileNotFoundError:
+                    self.spill_missing_count += 1
+                    continue
+                self._spill_paths.append(path)
+                yield record_type & ~SPILLED_FLAG, payload, 0, len(payload)
+            else:
+                yield record_type, view, offset, size
+
+    def release(self, batch: RecordBatch) -> None:
+        self.ring.release(batch)
+        if self._spill_paths:
+            for path in self._spill_paths:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            self._spill_paths.clear()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SleeperStatistics:
+    sleep_count: int  # waits that blocked in epoll with the doorbells armed
+    spin_hit_count: int  # waits that found work while spinning: no sleep, no doorbell
+    spin_miss_count: int  # spins that ended without work, then slept
+    spin_budget_ns: int  # the current adaptive budget
+
+
+class Sleeper:
+    """The one place a role sleeps: every in-ring's doorbell and the role's sockets in one epoll.
+
+    `wait(timeout_ms)` may first spin: it polls the rings (and, for the reactor, the epoll with a
+    zero timeout) and yields the core between polls, then arms each ring's doorbell and blocks in
+    epoll. A producer rings only while its consumer is armed, so a spin that finds the next
+    record saves the producer's write(2), this role's wake-up (tens of microseconds on a VM) and
+    the arm/disarm round. The budget adapts, as an adaptive mutex's does (glibc's
+    PTHREAD_MUTEX_ADAPTIVE_NP, HotSpot's spin-then-park): a spin that finds work doubles it, up
+    to `spin_ns_max`; one that ends empty halves it, down to nothing; a sleep that ended sooner
+    than `spin_ns_max` raises it to twice that sleep, so a role that stopped spinning starts
+    again when its records come close together. An idle role therefore spins for a few rounds
+    and then blocks for free, and a pipeline under load keeps its roles awake. The yield matters
+    with fewer cores than roles: a spinner gives its core to any role with work on it.
+    """
+
+    SPIN_NS_FLOOR: Final = 2_000  # below this, a spin is not worth its first system call
+
+    def __init__(
+        self,
+        epoll: select.epoll,
+        inboxes: Sequence[Inbox],
+        spin_ns_max: int = 0,
+        *,
+        poll_sockets_while_spinning: bool = False,
+    ) -> None:
+        assert spin_ns_max >= 0
+        self.epoll = epoll
+        self.rings = [inbox.ring for inbox in inboxes]
+        self.spin_ns_max = spin_ns_max
+        self.spin_budget_ns = spin_ns_max
+        self.poll_sockets_while_spinning = poll_sockets_while_spinning
+        for ring in self.rings:
+            epoll.register(ring.doorbell_fileno(), select.EPOLLIN)
+        self.sleep_count = 0
+        self.spin_hit_count = 0
+        self.spin_miss_count = 0
+
+    def wait(self, timeout_ms: int) -> list[tuple[int, int]]:
+        """Events from the epoll (doorbell events included, which the caller ignores), after at
+        most `timeout_ms` (negative: no limit). Returns at once if a ring is readable."""
+        if timeout_ms == 0:
+            return self.epoll.poll(0)
+        if self.spin_budget_ns >= self.SPIN_NS_FLOOR:
+            events = self._spin(self.spin_budget_ns)
+            if events is not None:
+                self.spin_hit_count += 1
+                self.spin_budget_ns = min(self.spin_ns_max, self.spin_budget_ns * 2)
+                return events
+            self.spin_miss_count += 1
+            self.spin_budget_ns //= 2
+        armed: list[Ring] = []
+        try:
+            for ring in self.rings:
+                if not ring.arm_doorbell_nowait():
+                    return self.epoll.poll(0)  # a record arrived meanwhile: do not sleep
+                armed.append(ring)
+            self.sleep_count += 1
+            slept_from_ns = time.monotonic_ns()
+            events = self.epoll.poll(timeout_ms / 1000 if timeout_ms > 0 else -1)
+            slept_ns = time.monotonic_ns() - slept_from_ns
+            if slept_ns < self.spin_ns_max:
+                # A spin this long would have found the work: spin for it next time.
+                self.spin_budget_ns = min(
+                    self.spin_ns_max, max(self.spin_budget_ns * 2, slept_ns * 2)
+                )
+            return events
+        finally:
+            for ring in armed:
+                ring.disarm_doorbell()
+
+    def _spin(self, spin_ns: int) -> list[tuple[int, int]] | None:
+        """Poll until spin_ns passes; [] or the epoll's events if work came, None if not."""
+        deadline_ns = time.monotonic_ns() + spin_ns
+        rings = self.rings
+        poll_sockets = self.poll_sockets_while_spinning
+        while True:
+            for ring in rings:
+                if ring.readable():
+                    return []
+            if poll_sockets:
+                events = self.epoll.poll(0)
+                if events:
+                    return events
+            if time.monotonic_ns() >= deadline_ns:
+                return None
+            os.sched_yield()
+
+    def statistics(self) -> SleeperStatistics:
+        return SleeperStatistics(
+            sleep_count=self.sleep_count,
+            spin_hit_count=self.spin_hit_count,
+            spin_miss_count=self.spin_miss_count,
+            spin_budget_ns=self.spin_budget_ns,
+        )
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds since the epoch, as RocketMQ stamps events."""
+    return time.time_ns() // 1_000_000
