@@ -418,6 +418,19 @@ class ConsumeQueue:
             return None
         return self.entry(self._entry_count - 1)
 
+    def segment_for_read(self, queue_index: int) -> MappedFile | None:
+        """The mapped segment holding entry `queue_index`, or None if no segment holds it.
+
+        For read plans (read_plan.plan_read scans the segment's bytes in place): the caller
+        keeps the MappedFile between reads and asks again once it is `closed` (an LRU eviction)
+        or the index moves to another segment. Entries at or past `entry_count` may be unwritten.
+        """
+        assert queue_index >= 0
+        segment = self._segments.find_segment(queue_index * CQ_ENTRY_SIZE_BYTES)
+        if segment is None and not self.writable:
+            self._reader_follow_retention()
+        return segment
+
     def observe_entry_count(self, entry_count: int) -> None:
         """Read-only queues: adopt the entry count the writer published."""
         assert not self.writable
