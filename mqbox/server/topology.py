@@ -9,7 +9,9 @@ The graph (R reactors, C codecs, W workers, S send, P pull and A admin processor
     reactor.i --frames--> codec.(conn % C) --commands--> worker.(conn % W) --> send/pull/admin
     reactor.i <--bytes--- codec.(conn % C) <--responses-- send.s / pull.p / admin.a
     send.s --append requests--> store_writer --acks--> send.s
+    store_writer --write position--> dispatcher
     dispatcher --queue wake-ups--> pull.p            (plus shared counters for queue lengths)
+    pull.p --offset commits--> admin.0               (commitOffset piggybacked on pulls)
     worker.k --connection events--> admin.a          (closed connections, idle checks)
 
 Every arrow is one single-producer single-consumer ring (mqbox/ipc/ring.py); a role that hears
@@ -194,7 +196,10 @@ def broker_topology(
     link(by_kind[RoleKind.CODEC], by_kind[RoleKind.REACTOR])
     link(by_kind[RoleKind.SEND], by_kind[RoleKind.STORE_WRITER])
     link(by_kind[RoleKind.STORE_WRITER], by_kind[RoleKind.SEND])
+    link(by_kind[RoleKind.STORE_WRITER], by_kind[RoleKind.DISPATCHER])
     link(by_kind[RoleKind.DISPATCHER], by_kind[RoleKind.PULL])
+    # Consumer offsets have one owner, admin.0, so a commit piggybacked on a pull goes there.
+    link(by_kind[RoleKind.PULL], by_kind[RoleKind.ADMIN][:1])
 
     ring_counts: dict[str, int] = {}
     rings: list[RingSpec] = []
