@@ -23,6 +23,8 @@ Who writes what (topology.py draws the graph):
     worker  --CONNECTION_OPENED, CONNECTION_CLOSED, CLOSE_CONNECTION, REQUEST_FAILED--> admin
     send / pull / admin --REPLY, CLOSE_CONNECTION--> codec
     codec   --RESPONSE, CLOSE_CONNECTION--> reactor
+    send    --APPEND--> store_writer --APPEND_ACK--> send
+    store_writer --WRITTEN--> dispatcher --QUEUES_GREW--> pull
 
 FRAME: one complete remoting frame of one connection, exactly as received, length prefix
 included. The reactor has checked the length field only (frame.check_frame_length).
@@ -106,6 +108,42 @@ died with the request in flight, and the worker has no ring to the codecs).
     | conn_id | opaque| response_code| ser | pad | remark_size| remark (UTF-8) |
     | u64     | i32   | i32          | u8  |     | u32        |                |
 
+APPEND: the stored records of one SEND (one message, or every element of a batch), all for one
+(topic, queue_id), encoded by the send processor with the store-side fields zero; the store
+writer patches QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and STOREHOST as it copies them into
+the commit log. `flags` bit 0 (APPEND_FLAG_WAIT_FLUSH): under SYNC_FLUSH, acknowledge only once a
+flush covers the records (the message's WAIT property, true unless the client said false).
+
+    +0           +8            +12       +16     +20          +24              +32
+    | request_id | record_count| queue_id| flags | topic_size | records_size   |
+    | u64        | u32         | i32     | u32   | u32        | u64            |
+    +32: topic (UTF-8, zero padded to a multiple of 8), then record_count sizes (i32, zero padded
+         to a multiple of 8), then the records back to back (records_size bytes)
+
+APPEND_ACK: the store writer's answer to one APPEND, to the send processor that sent it.
+response_code is the SEND response code (0 stored; 10 FLUSH_DISK_TIMEOUT only after a real
+sync-flush timeout; 13, 1, 14 refused, nothing stored), the remark says why.
+
+    +0           +8                +16           +24                 +32          +36      +40
+    | request_id | log_offset      | queue_index | store_timestamp_ms| record_count| code   | remark
+    | u64        | i64 first record| i64 first   | i64               | u32          | i32    | _size
+    +40: remark_size u32, pad u32; +48: remark (UTF-8)
+
+WRITTEN: the commit log's write position moved (every byte below it is whole records or blanks).
+The dispatcher takes the largest it drained; the store writer sends at most one per loop turn.
+
+    +0                       +8
+    | write_log_offset_bytes | appended_record_total |
+    | i64                    | i64 (since the writer started) |
+
+QUEUES_GREW: after a dispatch batch, the queues whose entry count grew, as queue_counters keys
+(64-bit hashes of (topic, queue_id)); with QUEUES_GREW_FLAG_MANY the list is empty and every
+held pull should look again.
+
+    +0                            +8          +12     +16
+    | dispatched_log_offset_bytes | key_count   | flags | keys: key_count x u64 |
+    | i64                         | u32         | u32   |                       |
+
 SPILLED (type = a type above | SPILLED_FLAG): a payload longer than the ring's inline maximum.
 Its fixed head stays inline, so a role that only forwards the record (the worker) routes it
 without reading the file; the rest of the payload is in a file in /dev/shm named
@@ -149,6 +187,10 @@ RESPONSE: Final = 6
 CLOSE_CONNECTION: Final = 7
 COMPLETED: Final = 8
 REQUEST_FAILED: Final = 9
+APPEND: Final = 10
+APPEND_ACK: Final = 11
+WRITTEN: Final = 12
+QUEUES_GREW: Final = 13
 SPILLED_FLAG: Final = 1 << 24
 RECORD_TYPE_NAMES: Final = {
     FRAME: "FRAME",
@@ -160,6 +202,10 @@ RECORD_TYPE_NAMES: Final = {
     CLOSE_CONNECTION: "CLOSE_CONNECTION",
     COMPLETED: "COMPLETED",
     REQUEST_FAILED: "REQUEST_FAILED",
+    APPEND: "APPEND",
+    APPEND_ACK: "APPEND_ACK",
+    WRITTEN: "WRITTEN",
+    QUEUES_GREW: "QUEUES_GREW",
 }
 
 # Why a connection closed (CONNECTION_CLOSED.reason, CLOSE_CONNECTION.reason).
@@ -173,6 +219,10 @@ CLOSE_REASON_UNKNOWN: Final = 6  # asked to close a connection the reactor does 
 
 # REPLY.flags and RESPONSE.flags.
 REPLY_FLAG_CLOSE_AFTER: Final = 1  # close the connection once this response is written
+
+# APPEND.flags and QUEUES_GREW.flags.
+APPEND_FLAG_WAIT_FLUSH: Final = 1  # SYNC_FLUSH: acknowledge once a flush covers the records
+QUEUES_GREW_FLAG_MANY: Final = 1  # too many queues grew to list: every held pull looks again
 
 # Each role drains at most this many records per ring per turn (STYLE.md section 3).
 BATCH_COUNT_MAX: Final = 256
@@ -286,6 +336,61 @@ REQUEST_FAILED_HEAD = np.dtype(
 )
 REQUEST_FAILED_HEAD_STRUCT = struct.Struct("<QiiB3xI")
 
+APPEND_HEAD = np.dtype(
+    {
+        "names": [
+            "request_id",
+            "record_count",
+            "queue_id",
+            "flags",
+            "topic_size",
+            "records_size",
+        ],
+        "formats": ["<u8", "<u4", "<i4", "<u4", "<u4", "<u8"],
+        "offsets": [0, 8, 12, 16, 20, 24],
+        "itemsize": 32,
+    }
+)
+APPEND_HEAD_STRUCT = struct.Struct("<QIiIIQ")
+
+APPEND_ACK_HEAD = np.dtype(
+    {
+        "names": [
+            "request_id",
+            "log_offset",
+            "queue_index",
+            "store_timestamp_ms",
+            "record_count",
+            "response_code",
+            "remark_size",
+        ],
+        "formats": ["<u8", "<i8", "<i8", "<i8", "<u4", "<i4", "<u4"],
+        "offsets": [0, 8, 16, 24, 32, 36, 40],
+        "itemsize": 48,
+    }
+)
+APPEND_ACK_HEAD_STRUCT = struct.Struct("<QqqqIiI4x")
+
+WRITTEN_HEAD = np.dtype(
+    {
+        "names": ["write_log_offset", "appended_record_total"],
+        "formats": ["<i8", "<i8"],
+        "offsets": [0, 8],
+        "itemsize": 16,
+    }
+)
+WRITTEN_HEAD_STRUCT = struct.Struct("<qq")
+
+QUEUES_GREW_HEAD = np.dtype(
+    {
+        "names": ["dispatched_log_offset", "key_count", "flags"],
+        "formats": ["<i8", "<u4", "<u4"],
+        "offsets": [0, 8, 12],
+        "itemsize": 16,
+    }
+)
+QUEUES_GREW_HEAD_STRUCT = struct.Struct("<qII")
+
 SPILL_HEAD = np.dtype(
     {
         "names": ["head_size", "name_size", "file_size"],
@@ -329,6 +434,10 @@ for _dtype, _twin in (
     (COMPLETED_HEAD, COMPLETED_HEAD_STRUCT),
     (COMPLETED_ENTRY, COMPLETED_ENTRY_STRUCT),
     (REQUEST_FAILED_HEAD, REQUEST_FAILED_HEAD_STRUCT),
+    (APPEND_HEAD, APPEND_HEAD_STRUCT),
+    (APPEND_ACK_HEAD, APPEND_ACK_HEAD_STRUCT),
+    (WRITTEN_HEAD, WRITTEN_HEAD_STRUCT),
+    (QUEUES_GREW_HEAD, QUEUES_GREW_HEAD_STRUCT),
     (SPILL_HEAD, SPILL_HEAD_STRUCT),
 ):
     assert _dtype.itemsize == _twin.size
@@ -561,6 +670,126 @@ def unpack_request_failed(buffer: Buffer, offset: int, size: int) -> RequestFail
     assert REQUEST_FAILED_HEAD_STRUCT.size + remark_size == size
     remark = bytes(buffer[start : start + remark_size]).decode("utf-8", "surrogateescape")
     return RequestFailed(conn_id, opaque, response_code, serialize_type, remark)
+
+
+def padded_size_bytes(size_bytes: int) -> int:
+    """`size_bytes` rounded up to a multiple of 8 (the variable parts of APPEND are 8-aligned)."""
+    return (size_bytes + 7) & ~7
+
+
+class AppendView(NamedTuple):
+    """Where the parts of an APPEND record lie in the buffer it was read from."""
+
+    request_id: int
+    record_count: int
+    queue_id: int
+    flags: int
+    topic: bytes
+    sizes_offset: int  # record_count int32 sizes start here (8-aligned in the ring)
+    records_offset: int  # the records start here
+    records_size: int
+
+
+def pack_append_head(
+    request_id: int,
+    record_count: int,
+    queue_id: int,
+    flags: int,
+    topic: bytes,
+    records_size_bytes: int,
+) -> bytes:
+    """APPEND's fixed head and its zero-padded topic; the caller appends the sizes (padded with
+    `padded_size_bytes`) and the records as the record's tail."""
+    assert record_count > 0
+    assert 0 < len(topic) <= 127
+    assert records_size_bytes > 0
+    head = APPEND_HEAD_STRUCT.pack(
+        request_id, record_count, queue_id, flags, len(topic), records_size_bytes
+    )
+    return head + topic + bytes(padded_size_bytes(len(topic)) - len(topic))
+
+
+def unpack_append(buffer: Buffer, offset: int, size: int) -> AppendView:
+    """The parts of the APPEND record at `offset` (`size` bytes), checked against its size."""
+    request_id, record_count, queue_id, flags, topic_size, records_size = (
+        APPEND_HEAD_STRUCT.unpack_from(buffer, offset)
+    )
+    topic_offset = offset + APPEND_HEAD_STRUCT.size
+    sizes_offset = topic_offset + padded_size_bytes(topic_size)
+    records_offset = sizes_offset + padded_size_bytes(4 * record_count)
+    assert records_offset + records_size == offset + size, "APPEND parts do not fill the record"
+    topic = bytes(buffer[topic_offset : topic_offset + topic_size])
+    return AppendView(
+        request_id, record_count, queue_id, flags, topic, sizes_offset, records_offset, records_size
+    )
+
+
+class AppendAck(NamedTuple):
+    """An APPEND_ACK record: where the records of one APPEND went, or why they did not."""
+
+    request_id: int
+    log_offset_bytes: int  # the first record's; -1 when nothing was stored
+    queue_index: int  # the first record's QUEUEOFFSET
+    store_timestamp_ms: int
+    record_count: int
+    response_code: int
+    remark: str
+
+
+def pack_append_ack(ack: AppendAck) -> bytes:
+    remark = ack.remark.encode("utf-8", "surrogateescape")
+    return (
+        APPEND_ACK_HEAD_STRUCT.pack(
+            ack.request_id,
+            ack.log_offset_bytes,
+            ack.queue_index,
+            ack.store_timestamp_ms,
+            ack.record_count,
+            ack.response_code,
+            len(remark),
+        )
+        + remark
+    )
+
+
+def unpack_append_ack(buffer: Buffer, offset: int, size: int) -> AppendAck:
+    (request_id, log_offset, queue_index, store_timestamp_ms, record_count, code, remark_size) = (
+        APPEND_ACK_HEAD_STRUCT.unpack_from(buffer, offset)
+    )
+    start = offset + APPEND_ACK_HEAD_STRUCT.size
+    assert APPEND_ACK_HEAD_STRUCT.size + remark_size == size
+    remark = bytes(buffer[start : start + remark_size]).decode("utf-8", "surrogateescape")
+    return AppendAck(
+        request_id, log_offset, queue_index, store_timestamp_ms, record_count, code, remark
+    )
+
+
+def pack_written(write_log_offset_bytes: int, appended_record_total: int) -> bytes:
+    assert write_log_offset_bytes >= 0
+    return WRITTEN_HEAD_STRUCT.pack(write_log_offset_bytes, appended_record_total)
+
+
+def unpack_written(buffer: Buffer, offset: int = 0) -> tuple[int, int]:
+    """(write_log_offset_bytes, appended_record_total) of a WRITTEN record."""
+    fields: tuple[int, int] = WRITTEN_HEAD_STRUCT.unpack_from(buffer, offset)
+    return fields
+
+
+def pack_queues_grew(dispatched_log_offset_bytes: int, keys: bytes, flags: int = 0) -> bytes:
+    """QUEUES_GREW with `keys`, the packed little-endian u64 queue keys (an empty bytes with
+    QUEUES_GREW_FLAG_MANY)."""
+    assert len(keys) % 8 == 0
+    assert not (flags & QUEUES_GREW_FLAG_MANY) or not keys
+    return QUEUES_GREW_HEAD_STRUCT.pack(dispatched_log_offset_bytes, len(keys) // 8, flags) + keys
+
+
+def unpack_queues_grew(buffer: Buffer, offset: int, size: int) -> tuple[int, int, list[int]]:
+    """(dispatched_log_offset_bytes, flags, keys) of a QUEUES_GREW record."""
+    dispatched, key_count, flags = QUEUES_GREW_HEAD_STRUCT.unpack_from(buffer, offset)
+    start = offset + QUEUES_GREW_HEAD_STRUCT.size
+    assert QUEUES_GREW_HEAD_STRUCT.size + 8 * key_count == size
+    keys = np.frombuffer(buffer, dtype="<u8", count=key_count, offset=start).tolist()
+    return dispatched, flags, keys
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,17 +24,17 @@ Invariants:
 - Checkpoint timestamps only describe data a flush covered: each is taken before its flush
   starts and stored after it returns.
 
-recover() is the hook the recovery engineer replaces: today it implements the clean path only.
+Recovery (recovery.py) runs inside `open`; retention (cleanup.py) is `retention.run_once`, called
+by the appliance's services every 10 s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -54,6 +54,7 @@ from mqbox.message import (
     index_key_hash,
 )
 from mqbox.store.checkpoint import Checkpoint
+from mqbox.store.cleanup import DiskSpaceGuard, RetentionConfig, RetentionService
 from mqbox.store.commit_log import (
     AppendResult,
     CommitLog,
@@ -72,11 +73,10 @@ from mqbox.store.index import IndexService
 from mqbox.store.index import warm_up_kernels as warm_up_index_kernels
 from mqbox.store.layout import (
     StoreGeometry,
-    abort_path,
     checkpoint_path,
     index_dir,
 )
-from mqbox.store.mapped_file import MappedFile, ensure_directory, fsync_directory, store_error
+from mqbox.store.mapped_file import MappedFile, ensure_directory, fsync_directory
 from mqbox.store.read_plan import (
     NO_TAG_FILTER,
     PULL_MESSAGE_COUNT_MAX,
@@ -88,6 +88,13 @@ from mqbox.store.read_plan import (
     plan_for_bounds,
     plan_read,
     warm_up_plan_kernel,
+)
+from mqbox.store.recovery import (
+    RecoveryReport,
+    create_abort_file,
+    recover,
+    remove_abort_file,
+    warm_up_recovery_kernels,
 )
 
 # The most messages one read plan may hold (count_max above it is an error of the caller).
@@ -113,6 +120,10 @@ class StoreConfig:
     cq_map_count_max: int | None = None  # None: consume_queue.map_count_max_default()
     dispatch_record_count_max: int = DISPATCH_RECORD_COUNT_MAX_DEFAULT
     warm_segments: bool = False  # pre-fault commit-log pages in a thread (SegmentWarmer)
+    # fileReservedTime, deleteWhen, diskMaxUsedSpaceRatio (cleanup.py)
+    retention: RetentionConfig = dataclasses.field(default_factory=RetentionConfig)
+    # Recovery cuts damage inside flushed data only when asked (recovery.py explains why).
+    truncate_flushed_damage: bool = False
 
     def __post_init__(self) -> None:
         if len(self.store_host) != HOST_SIZE_BYTES:
@@ -140,6 +151,7 @@ class StoreConfig:
             flush_disk_type=broker.flush_disk_type,
             store_host=store_host,
             delay_levels_ms=delay_level_durations_ms(broker.message_delay_level),
+            retention=RetentionConfig.from_broker_config(broker),
         )
 
 
@@ -538,8 +550,19 @@ class MessageStore:
             lambda: self.commit_log.write_log_offset_bytes,
         )
         self.group_commit = GroupCommit(self.commit_log)
+        self.disk_guard = DiskSpaceGuard(store_root, config.retention.refuse_ratio_percent)
+        self.retention = RetentionService(
+            store_root,
+            self.commit_log,
+            self.consume_queues,
+            self.index,
+            config.retention,
+            dispatched_log_offset_bytes=lambda: self.dispatcher.dispatched_log_offset_bytes,
+            on_min_log_offset_moved=lambda _min: self.reader.refresh_commit_log_bounds(),
+        )
         self._warmer: SegmentWarmer | None = None
         self.found_abort_at_open = False
+        self.recovery_report: RecoveryReport | None = None
         self._closed = False
 
     @classmethod
@@ -549,70 +572,42 @@ class MessageStore:
         config: StoreConfig | None = None,
         *,
         clock_ms: Callable[[], int] = _wall_clock_ms,
+        **recover_options: Any,
     ) -> MessageStore:
-        """Open (or create) the store at `store_root`, recover it and dispatch what is due."""
+        """Open (or create) the store at `store_root`: mark it running (the abort file), recover
+        it (recovery.recover: torn tails cut, consume queues and index made to agree, what they
+        lack re-dispatched) and return it ready for appends; `recovery_report` says what
+        happened. `recover_options` go to recovery.recover (tests tune the scan with them)."""
         store = cls(store_root, config or StoreConfig(), clock_ms)
-        store._open()
+        store._open(recover_options)
         return store
 
-    def _open(self) -> None:
-        changed = ensure_directory(self.store_root)
-        for directory in changed:
+    def _open(self, recover_options: dict[str, Any]) -> None:
+        for directory in ensure_directory(self.store_root):
             fsync_directory(directory)
-        self.found_abort_at_open = abort_path(self.store_root).exists()
-        self._create_abort_file()
+        was_clean = not create_abort_file(self.store_root)
+        self.found_abort_at_open = not was_clean
         self.commit_log.load()
-        ensure_directory(index_dir(self.store_root))
+        for directory in ensure_directory(index_dir(self.store_root)):
+            fsync_directory(directory)
         self.index.load()
-        self.recover()
+        recover_options.setdefault("truncate_flushed_damage", self.config.truncate_flushed_damage)
+        self.recovery_report = recover(
+            self.commit_log,
+            self.consume_queues,
+            self.index,
+            self.checkpoint,
+            was_clean=was_clean,
+            dispatcher=self.dispatcher,
+            **recover_options,
+        )
         self.reader.refresh_commit_log_bounds()
-
-    def _create_abort_file(self) -> None:
-        path = abort_path(self.store_root)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            os.close(fd)
-        except OSError as error:
-            raise store_error(error, "create", path) from error
-        fsync_directory(self.store_root)
 
     def _initial_queue_index(self, topic: str, queue_id: int) -> int:
         """Where the writer's count of (topic, queue_id) starts: the consume queue's length,
         exact once recover() has dispatched everything on disk."""
         queue = self.consume_queues.find_queue(topic, queue_id)
         return 0 if queue is None else queue.entry_count
-
-    # -- recovery hook -------------------------------------------------------------------------
-
-    def recover(self) -> None:
-        """Find the write position and re-dispatch what the consume queues or index lack.
-
-        The clean path, for the recovery engineer to extend (torn tails, abort file, CRC
-        checks, checkpoint timestamps): every consume queue is opened (each trims its own
-        torn tail); re-dispatch starts at min(newest consume-queue record end, newest indexed
-        record), which is exact after a clean stop; the write position is where whole records
-        end (CommitLog.find_clean_write_end raises StoreError unless the log ends cleanly).
-        Queue offsets then come back from the consume queues' lengths.
-        """
-        self.consume_queues.open_all()
-        cq_end_bytes = max(
-            (queue.log_end_offset_bytes for queue in self.consume_queues.queues()), default=0
-        )
-        index_has_entries = any(index_file.entry_count > 0 for index_file in self.index.files)
-        index_last_bytes = self.index.end_log_offset_bytes if index_has_entries else 0
-        start_bytes = max(min(cq_end_bytes, index_last_bytes), self.commit_log.min_log_offset_bytes)
-        write_end_bytes = self.commit_log.find_clean_write_end(start_bytes)
-        if write_end_bytes < start_bytes:
-            raise StoreError(
-                f"consume queues or index point past the commit log end {write_end_bytes}"
-            )
-        self.commit_log.set_write_position(write_end_bytes)
-        self.dispatcher.start_at(
-            start_bytes,
-            redispatch_end_log_offset_bytes=write_end_bytes,
-            index_skip_through_log_offset_bytes=index_last_bytes if index_has_entries else -1,
-        )
-        self.dispatcher.dispatch(write_end_bytes)
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -625,13 +620,16 @@ class MessageStore:
         *,
         store_timestamp_ms: int | None = None,
     ) -> AppendResult:
-        """Append encoded records of one queue (CommitLog.append_batch has the contract)."""
+        """Append encoded records of one queue (CommitLog.append_batch has the contract).
+        DiskFullError while the disk is nearly full (cleanup.DiskSpaceGuard)."""
+        self.disk_guard.check_writable()
         return self.commit_log.append_batch(
             records, sizes_bytes, topic, queue_id, store_timestamp_ms
         )
 
     def append_record(self, record: bytes | bytearray, topic: str, queue_id: int) -> AppendResult:
         """Append one encoded record (the convenient form of append_batch)."""
+        self.disk_guard.check_writable()
         return self.commit_log.append_batch(
             np.frombuffer(record, dtype=np.uint8),
             np.array([len(record)], dtype=np.int32),
@@ -651,6 +649,7 @@ class MessageStore:
         out_queue_indexes: NDArray[np.int64],
     ) -> AppendResult:
         """Append records of several queues (CommitLog.append_records)."""
+        self.disk_guard.check_writable()
         return self.commit_log.append_records(records, sizes_bytes, queue_slots, out_queue_indexes)
 
     def wait_flushed(self, end_log_offset_bytes: int, timeout_s: float) -> bool:
@@ -776,12 +775,7 @@ class MessageStore:
         self.commit_log.close()
         self.consume_queues.close()
         self.index.close()
-        path = abort_path(self.store_root)
-        try:
-            path.unlink(missing_ok=True)
-        except OSError as error:
-            raise store_error(error, "delete", path) from error
-        fsync_directory(self.store_root)
+        remove_abort_file(self.store_root)  # last: only a complete close counts as clean
         self._closed = True
 
     def statistics(self) -> MessageStoreStatistics:
@@ -805,3 +799,4 @@ def warm_up_kernels() -> None:
     warm_up_plan_kernel()
     warm_up_index_kernels()
     warm_up_dispatch_kernel()
+    warm_up_recovery_kernels()

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.integration
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # TODO(#4): () once mqbox/server/{reactor,codec,worker,store_writer,dispatcher}.py and
 # processors/{send,pull,admin}.py exist; the tests then start the real broker.
-ROLE_ARGS: tuple[str, ...] = ("--topology", "tests.support.roles:topology")
+ROLE_ARGS: tuple[str, ...] = ()
 # The first start on a machine compiles every kernel; later ones load numba's cache.
 START_TIMEOUT_S = 300.0
 MEMORY_BUDGET_BYTES = 500 << 20

@@ -238,6 +238,9 @@ class Processor:
             for spec in specs
             if spec.producer not in worker_ids
         ]
+        # Rings a subclass writes besides the codecs' (send: its store writer's): flushed with
+        # the replies every turn, and back-pressure stops the worker rings when one backs up.
+        self.extra_outboxes: list[Outbox] = []
         self.epoll = select.epoll()
         self.sleeper = Sleeper(self.epoll, [*self.worker_inboxes, *self.other_inboxes], spin_ns_max)
         self.wakeup_fd = wakeup_fd
@@ -372,9 +375,10 @@ class Processor:
             for inbox in self.other_inboxes:
                 if inbox.ring.readable():
                     work += self._drain_other(inbox)
-            for inbox in self.worker_inboxes:
-                if inbox.ring.readable():
-                    work += self._drain_worker(inbox)
+            if not any(o.pending_size_bytes > STAGED_SIZE_BYTES_HIGH for o in self.extra_outboxes):
+                for inbox in self.worker_inboxes:
+                    if inbox.ring.readable():
+                        work += self._drain_worker(inbox)
         now_ns = time.monotonic_ns()
         deadline_ns = self.next_deadline_ns()
         if now_ns >= self._tick_due_ns or (deadline_ns is not None and now_ns >= deadline_ns):
@@ -398,6 +402,9 @@ class Processor:
     def _flush(self) -> bool:
         all_written = True
         for outbox in self.codec_outboxes:
+            if outbox.pending_count:
+                all_written = outbox.flush_nowait() and all_written
+        for outbox in self.extra_outboxes:
             if outbox.pending_count:
                 all_written = outbox.flush_nowait() and all_written
         return all_written

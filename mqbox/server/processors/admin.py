@@ -1,35 +1,337 @@
 """The admin processor: every request that is neither a SEND nor a PULL.
 
-Owns: the answers that need no store: HEART_BEAT (34) and UNREGISTER_CLIENT (35) are
-acknowledged with SUCCESS, MQBOX_NOOP answers SUCCESS at once, and every other code gets
-REQUEST_CODE_NOT_SUPPORTED (3) with the Java broker's remark " request type <code> not
-supported". It also does the admin pool's share of the plumbing the base class provides:
-answering the worker's REQUEST_FAILED and forwarding its idle CLOSE_CONNECTION. Never: the
-store, sockets, or a client's response (a reply to a broker request is counted and dropped).
+Owns, in admin.0 (the only process that holds them; topology.py sends it the pulls' commits):
+- the client tables (client_manager.py): HEART_BEAT (34), UNREGISTER_CLIENT (35), closed
+  connections (CONNECTION_CLOSED from the workers) and 120 s of silence; the consumer list (38);
+  NOTIFY_CONSUMER_IDS_CHANGED (40), sent as a broker request on each member's connection when a
+  group's membership changes; a consumer group's first heartbeat creates its subscription group
+  (config/subscriptionGroup.json, this process is its only writer) and its `%RETRY%<group>`
+  topic (1 queue, perm 6, through topics.py, so it becomes routable); the group-subscriptions
+  file that the pull processors read (admin_records.py);
+- consumer offsets (consumer_offsets.py): QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15),
+  COMMIT_OFFSET records from the pull processors, consumerOffset.json every 5 s while changed and
+  at an orderly stop;
+- queue locks of orderly consumers (locks.py): LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42).
+And, in every admin processor: the store queries through a read-only MessageStoreReader bounded
+by the dispatcher's published counts (GET_MAX_OFFSET 30, GET_MIN_OFFSET 31,
+SEARCH_OFFSET_BY_TIMESTAMP 29, GET_EARLIEST_MSG_STORETIME 32, VIEW_MESSAGE_BY_ID 33, QUERY_MESSAGE
+12); topic admin through topics.py's file lock (UPDATE_AND_CREATE_TOPIC 17, DELETE_TOPIC_IN_BROKER
+215, GET_ALL_TOPIC_CONFIG 21; the services role sees topics.json change and registers again);
+mqbox's own admin views (below); MQBOX_NOOP; REQUEST_CODE_NOT_SUPPORTED (3, with the Java
+broker's remark) for every other code; and the admin pool's share of the base class's plumbing
+(the workers' REQUEST_FAILED and idle CLOSE_CONNECTION).
 
-Not yet: heartbeats are acknowledged without keeping the client table; consumer lists (38),
-locks (41/42), offsets (14/15) and topic admin belong here or in heartbeat.py once the store
-and the consumer-group tables exist.
+DELETE_TOPIC_IN_BROKER removes the topic's configuration only (17 if there is none; system topics
+stay, 1): the consume queues belong to the dispatcher and committed offsets stay, as in Java.
+With more than one admin processor, admin.k (k > 0) answers admin_records.ADMIN_ZERO_CODES with
+SYSTEM_ERROR and a remark saying so, until the worker routes those codes to admin.0.
 
-MQBOX_NOOP (10000) is mqbox's own request code, far above every RocketMQ code (the largest is in
-the 300s), for bench/hop.py: it measures the round trip through reactor, codec, worker and a
-processor and back, with nothing else in it. It takes no extFields and no body and answers
-SUCCESS with an empty extFields.
+Never: writes the store, holds a request (every answer goes out at once: the C++ client gives a
+lock request 1 s and closes its connection on a timeout), or answers a client's response to a
+broker request (counted and dropped).
+
+Bad input: a typed header or body that does not parse is answered SYSTEM_ERROR (1) with a remark
+naming the field (RemoteProtocolError, answered by the base class); a group name outside
+[A-Za-z0-9%|_-]{1,255} or a negative queue id, 1 as well; a topic that topics.json does not hold,
+17 TOPIC_NOT_EXIST. Nothing from outside reaches an assert.
+
+Broker requests (40) travel as REPLY records: the codec frames whatever command a REPLY holds, so
+a request with flag ONEWAY and an opaque from this process's counter goes out on the client's
+connection like a response. The counter starts at 2**30, far above the opaques clients use
+(both the C++ and the Java client count theirs up from 0), because the codec tells the worker
+the (connection, opaque) it saw, and the worker would stop tracking a client request with the
+same opaque.
+
+mqbox's own request codes (RocketMQ has GET_TOPIC_STATS_INFO 202 and GET_CONSUME_STATS 208, but
+their bodies are maps keyed by JSON objects, which is not JSON; the private range 10000-10099
+keeps mqbox's CLI off RocketMQ's numbers). Every ext value is a string, every body standard JSON:
+- MQBOX_NOOP (10000): no ext, no body; SUCCESS at once (bench/hop.py).
+- MQBOX_TOPIC_STATUS (10001): ext `topic`. Body {"topic", "queues": [{"queueId", "minOffset",
+  "maxOffset", "lastUpdateTimestamp"}]}, one per queue id below max(read, write queue count);
+  lastUpdateTimestamp is the newest message's store time (0 for an empty queue). 17 if unknown.
+- MQBOX_CONSUMER_PROGRESS (10002): ext `consumerGroup`, optional `topic`. Body {"group",
+  "clientIds", "totalLag", "queues": [{"topic", "queueId", "brokerOffset", "consumerOffset",
+  "lag"}]} over the topics the group committed offsets for or subscribes to (or only `topic`).
+  consumerOffset is -1 when nothing is committed; lag is brokerOffset minus consumerOffset, or
+  minus minOffset when nothing is committed (where a new group would start, checklist rule 7).
+  26 SUBSCRIPTION_GROUP_NOT_EXIST for a group nobody knows.
+- MQBOX_RESET_CONSUMER_OFFSET (10003): ext `consumerGroup`, `topic`, `to` ("earliest", "latest"
+  or "timestamp") and, for "timestamp", `timestamp` (ms). Sets the group's index of every read
+  queue of the topic (to minOffset, maxOffset, or SEARCH_OFFSET_BY_TIMESTAMP's answer), saves
+  consumerOffset.json at once, and answers {"group", "topic", "queues": [{"queueId",
+  "previousOffset", "offset"}]}. Live consumers keep their own position and commit it again
+  within 5 s, so stop the group first (mqadmin's resetOffsetByTime without a live client does the
+  same).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import dataclasses
+import logging
+import struct
+import time
+from collections.abc import Callable, Iterator
 from typing import Any, Final, NoReturn
 
-from mqbox.protocol.codes import FLAG_RESPONSE, RequestCode, ResponseCode
-from mqbox.protocol.command import RemotingCommand
+from mqbox.errors import ConfigError, MqboxError
+from mqbox.message import STORETIMESTAMP_POSITION_BYTES
+from mqbox.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode
+from mqbox.protocol.command import RemotingCommand, dumps_json, encode_header, make_request
+from mqbox.protocol.errors import RemoteProtocolError
+from mqbox.protocol.headers import (
+    ConsumerGroupRequestHeader,
+    ConsumerListBody,
+    DataVersion,
+    DeleteTopicRequestHeader,
+    GetEarliestMsgStoretimeResponseHeader,
+    HeartbeatData,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+    OffsetResponseHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueryMessageRequestHeader,
+    QueryMessageResponseHeader,
+    QueueRequestHeader,
+    SearchOffsetRequestHeader,
+    UnregisterClientRequestHeader,
+    UpdateAndCreateTopicRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    ViewMessageRequestHeader,
+    validate_topic,
+)
+from mqbox.protocol.headers import TopicConfig as WireTopicConfig
+from mqbox.server import admin_records, runtime
+from mqbox.server.admin_records import (
+    ADMIN_ZERO_CODES,
+    MQBOX_CODE_FIRST,
+    MQBOX_CODE_LAST,
+    MQBOX_CONSUMER_PROGRESS,
+    MQBOX_NOOP,
+    MQBOX_RESET_CONSUMER_OFFSET,
+    MQBOX_TOPIC_STATUS,
+    RESET_TO_EARLIEST,
+    RESET_TO_LATEST,
+    RESET_TO_TIMESTAMP,
+)
+from mqbox.server.client_manager import (
+    CLIENT_EXPIRY_MS_DEFAULT,
+    ClientChange,
+    ClientManager,
+    group_name_problem,
+)
+from mqbox.server.consumer_offsets import (
+    PERSIST_INTERVAL_MS_DEFAULT,
+    ConsumerOffsets,
+    starting_queue_index,
+)
+from mqbox.server.locks import LOCK_LIFETIME_MS_DEFAULT, QueueLocks
 from mqbox.server.processors import Processor, Request, run_processor
+from mqbox.server.queue_counters import (
+    QueueCounters,
+    StorePositions,
+    queue_counters_name,
+    store_positions_name,
+)
+from mqbox.server.records import ConnectionEvent
+from mqbox.server.store_writer import store_config_of
+from mqbox.server.topics import (
+    PERM_READ_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TopicConfigStore,
+    system_topics,
+)
 from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.store import config_files
+from mqbox.store.config_files import (
+    SubscriptionGroupConfig,
+    SubscriptionGroupTable,
+    TopicConfig,
+)
+from mqbox.store.layout import config_dir
+from mqbox.store.message_store import MessageStoreReader
+from mqbox.store.read_plan import GetMessageStatus
 
-MQBOX_NOOP: Final = 10_000
+log = logging.getLogger("mqbox.admin")
+
+__all__ = [  # mqbox's own codes live in admin_records.py; these names stay importable from here
+    "MQBOX_CODE_FIRST",
+    "MQBOX_CODE_LAST",
+    "MQBOX_CONSUMER_PROGRESS",
+    "MQBOX_NOOP",
+    "MQBOX_RESET_CONSUMER_OFFSET",
+    "MQBOX_TOPIC_STATUS",
+    "AdminProcessor",
+    "main",
+]
+
+NOTIFY_OPAQUE_FIRST: Final = 1 << 30
+NOTIFY_OPAQUE_LAST: Final = (1 << 31) - 1
+HOUSEKEEPING_INTERVAL_NS: Final = 1_000_000_000
+STORE_ATTACH_RETRY_NS: Final = 1_000_000_000
+QUERY_MESSAGE_COUNT_MAX: Final = 64  # Java's maxMsgsNumBatch
+UNIQUE_KEY_QUERY_COUNT: Final = 32  # Java's defaultQueryMaxNum, forced for UNIQ_KEY queries
+QUERY_MESSAGE_BODY_SIZE_BYTES_MAX: Final = 8 << 20  # stay well below the 16 MiB frame limit
+TOPIC_QUEUE_COUNT_MAX: Final = 1024  # as many as BenchmarkTest, the largest system topic
+PERM_MAX: Final = 0xF
+_STORE_TIMESTAMP: Final = struct.Struct(">q")
+REMARK_NO_CONSUMER: Final = "no consumer for this group"
+REMARK_QUERY_NOT_FOUND: Final = "mqbox: nothing committed, and the queue no longer starts at 0"
 
 Handler = Callable[[Request], RemotingCommand | None]
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _required(ext: dict[str, str], key: str, where: str) -> str:
+    value = ext.get(key)
+    if value is None:
+        raise RemoteProtocolError(f"{where}: required field {key!r} is missing")
+    return value
+
+
+def _required_int(ext: dict[str, str], key: str, where: str) -> int:
+    text = _required(ext, key, where)
+    try:
+        return int(text)
+    except ValueError:
+        raise RemoteProtocolError(
+            f"{where}: field {key!r} is {text[:40]!r}, not an integer"
+        ) from None
+
+
+class AdminTopicStore(TopicConfigStore):
+    """topics.py's store plus the two changes only topic admin makes: replace and delete.
+
+    Both run under topics.py's lock with the table re-read inside it, like create_if_absent.
+    TODO(#5): move `put` and `delete` into topics.py (its owner's file) and drop this class.
+    """
+
+    def put(self, config: TopicConfig) -> bool:
+        """Create or replace the topic; False if the table held exactly this already."""
+        assert validate_topic(config.topic_name) is None
+        with self._locked():
+            if self._table.topics.get(config.topic_name) == config:
+                return False
+            topics = dict(self._table.topics)
+            topics[config.topic_name] = config
+            self._save(topics)
+        return True
+
+    def delete(self, topic: str) -> bool:
+        """Remove the topic; False if the table did not hold it."""
+        with self._locked():
+            if topic not in self._table.topics:
+                return False
+            topics = dict(self._table.topics)
+            del topics[topic]
+            self._save(topics)
+        return True
+
+
+class StoreView:
+    """The admin's read-only view of the store: a MessageStoreReader bounded by the published
+    counts (queue_counters.py). Attached lazily and retried at most once a second, so a broker
+    without store roles (the front-only topologies of the tests) still answers everything else."""
+
+    def __init__(self, ctx: RoleContext, clock_ns: Callable[[], int]) -> None:
+        self._ctx = ctx
+        self._clock_ns = clock_ns
+        self._reader: MessageStoreReader | None = None
+        self._counters: QueueCounters | None = None
+        self._positions: StorePositions | None = None
+        self._retry_due_ns = 0
+
+    def _attach(self) -> None:
+        if self._reader is not None and self._counters is not None and self._positions is not None:
+            return
+        now_ns = self._clock_ns()
+        if now_ns < self._retry_due_ns:
+            return
+        self._retry_due_ns = now_ns + STORE_ATTACH_RETRY_NS
+        instance = self._ctx.instance
+        if self._counters is None:
+            with contextlib.suppress(FileNotFoundError, ConfigError):
+                self._counters = QueueCounters.attach(queue_counters_name(instance))
+        if self._positions is None:
+            with contextlib.suppress(FileNotFoundError, ConfigError):
+                self._positions = StorePositions.attach(store_positions_name(instance))
+        if self._reader is None and self._counters is not None:
+            # Only once the dispatcher published its table: before that the store may still be
+            # in recovery, and the reader would fix its view of each queue too early.
+            try:
+                self._reader = MessageStoreReader.open(
+                    self._ctx.store_root, store_config_of(self._ctx)
+                )
+            except (MqboxError, OSError) as error:
+                log.warning("the store is not readable yet: %s", error)
+
+    def for_queue(self, topic: str, queue_id: int) -> MessageStoreReader | None:
+        """The reader with the queue's published entry count applied; None without a store."""
+        assert queue_id >= 0
+        self._attach()
+        reader = self._reader
+        if reader is None:
+            return None
+        counters = self._counters
+        if counters is not None:
+            count = counters.entry_count(topic.encode("utf-8"), queue_id)
+            if count is not None:
+                reader.observe_max_offset(topic, queue_id, count)
+        return reader
+
+    def for_log(self) -> MessageStoreReader | None:
+        """The reader with the writer's published position applied (reads by log offset)."""
+        self._attach()
+        reader = self._reader
+        if reader is None:
+            return None
+        if self._positions is not None:
+            reader.observe_commit_log_end(self._positions.write_log_offset_bytes)
+        return reader
+
+    def last_store_timestamp_ms(self, topic: str, queue_id: int) -> int:
+        """Store time of the queue's newest message; 0 if it has none or it is gone."""
+        reader = self.for_queue(topic, queue_id)
+        if reader is None:
+            return 0
+        max_queue_index = reader.max_offset(topic, queue_id)
+        if max_queue_index <= reader.min_offset(topic, queue_id):
+            return 0
+        plan = reader.get_messages(topic, queue_id, max_queue_index - 1, 1)
+        if plan.status is not GetMessageStatus.FOUND:
+            return 0
+        record = reader.read_plan_bytes(plan)
+        value: int = _STORE_TIMESTAMP.unpack_from(record, STORETIMESTAMP_POSITION_BYTES)[0]
+        return value
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if self._counters is not None:
+            self._counters.close()
+            self._counters = None
+        if self._positions is not None:
+            self._positions.close()
+            self._positions = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AdminStatistics:
+    owns_state: bool
+    client_responses: int  # clients' answers to broker requests, dropped
+    unsupported_requests: int
+    notifications_sent: int  # NOTIFY_CONSUMER_IDS_CHANGED requests
+    commit_records: int  # COMMIT_OFFSET records from pull processors
+    commit_records_refused: int  # with a bad group or topic name
+    subscriptions_file_writes: int
+    consumer_count: int
+    producer_count: int
+    offsets_persisted: int
+    locks_held: int
 
 
 class AdminProcessor(Processor):
@@ -37,31 +339,686 @@ class AdminProcessor(Processor):
 
     kind = RoleKind.ADMIN
 
-    def __init__(self, ctx: RoleContext, **options: Any) -> None:
+    def __init__(
+        self,
+        ctx: RoleContext,
+        *,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        wall_clock_ms: Callable[[], int] = _wall_clock_ms,
+        client_expiry_ms: int = CLIENT_EXPIRY_MS_DEFAULT,
+        lock_lifetime_ms: int = LOCK_LIFETIME_MS_DEFAULT,
+        offset_persist_interval_ms: int = PERSIST_INTERVAL_MS_DEFAULT,
+        **options: Any,
+    ) -> None:
         super().__init__(ctx, **options)
+        self.clock_ns = clock_ns
+        self.wall_clock_ms = wall_clock_ms
+        # admin.0 owns the client, offset and lock tables and the files behind them.
+        self.owns_state = ctx.role.index == 0
+        self.config_dir = config_dir(ctx.store_root)
+        self.clients = ClientManager(expiry_ns=client_expiry_ms * 1_000_000)
+        self.offsets = ConsumerOffsets(
+            self.config_dir if self.owns_state else None,
+            persist_interval_ns=offset_persist_interval_ms * 1_000_000,
+        )
+        self.locks = QueueLocks(lifetime_ns=lock_lifetime_ms * 1_000_000)
+        self.topics = AdminTopicStore(ctx.store_root, ctx.broker)
+        self.store = StoreView(ctx, clock_ns)
+        self.subscription_groups: SubscriptionGroupTable = SubscriptionGroupTable()
+        if self.owns_state:
+            self.offsets.load()
+            self.subscription_groups = config_files.load_subscription_groups(
+                self.config_dir, use_backup_if_corrupt=True
+            )
+        self._system_topic_names = frozenset(t.topic_name for t in system_topics(ctx.broker))
+        self._groups_ensured: set[str] = set()
+        self._notify_pending: set[str] = set()
+        self._notify_opaques = self._opaque_counter()
+        self._subscriptions_version = 0
+        self._housekeeping_due_ns = clock_ns() + HOUSEKEEPING_INTERVAL_NS
         self.handlers: dict[int, Handler] = {
-            RequestCode.HEART_BEAT: self._acknowledge,
-            RequestCode.UNREGISTER_CLIENT: self._acknowledge,
+            RequestCode.HEART_BEAT: self._heartbeat,
+            RequestCode.UNREGISTER_CLIENT: self._unregister_client,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
+            RequestCode.QUERY_CONSUMER_OFFSET: self._query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self._update_consumer_offset,
+            RequestCode.GET_MAX_OFFSET: self._max_offset,
+            RequestCode.GET_MIN_OFFSET: self._min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self._search_offset,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self._earliest_store_time,
+            RequestCode.VIEW_MESSAGE_BY_ID: self._view_message,
+            RequestCode.QUERY_MESSAGE: self._query_message,
+            RequestCode.LOCK_BATCH_MQ: self._lock_batch,
+            RequestCode.UNLOCK_BATCH_MQ: self._unlock_batch,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self._update_and_create_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: self._delete_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self._all_topic_config,
             MQBOX_NOOP: self._acknowledge,
+            MQBOX_TOPIC_STATUS: self._topic_status,
+            MQBOX_CONSUMER_PROGRESS: self._consumer_progress,
+            MQBOX_RESET_CONSUMER_OFFSET: self._reset_consumer_offset,
         }
         self.client_responses = 0
         self.unsupported_requests = 0
+        self._notifications_sent = 0
+        self._commit_records = 0
+        self._commit_records_refused = 0
+        self._subscriptions_file_writes = 0
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def run_forever(self) -> NoReturn:
+        """The base loop, plus the offsets saved before an orderly exit (SIGTERM)."""
+        while True:
+            if runtime.stop_requested():
+                self.on_stop()
+                self._flush()
+                runtime.exit_stopped()
+            self.run_once(-1)
+        raise AssertionError("unreachable")
+
+    def on_stop(self) -> None:
+        """Save what must survive the stop: the offsets committed since the last save."""
+        self.offsets.persist_now()
 
     def handle(self, request: Request) -> None:
         if request.flag & FLAG_RESPONSE:
-            self.client_responses += 1  # nothing waits for one yet: the broker sends no requests
+            self.client_responses += 1  # to a NOTIFY_CONSUMER_IDS_CHANGED: nothing waits for it
             return
         handler = self.handlers.get(request.code)
         if handler is None:
             self.unsupported_requests += 1
             super().handle(request)  # REQUEST_CODE_NOT_SUPPORTED
             return
+        if not self.owns_state and request.code in ADMIN_ZERO_CODES:
+            self.reply(
+                request,
+                request.make_response(
+                    ResponseCode.SYSTEM_ERROR,
+                    {},
+                    remark=f"mqbox: {self.role_id} does not hold the client and offset tables; "
+                    f"the worker must route code {request.code} to admin.0",
+                ),
+            )
+            return
         response = handler(request)
         if response is not None:
             self.reply(request, response)
 
+    def on_connection_closed(self, event: ConnectionEvent) -> None:
+        if self.owns_state:
+            self._apply(self.clients.connection_closed(event.conn_id))
+
+    def on_record(self, producer: str, record_type: int, payload: memoryview) -> None:
+        if record_type != admin_records.COMMIT_OFFSET:
+            super().on_record(producer, record_type, payload)
+            return
+        assert self.owns_state, "COMMIT_OFFSET reaches admin.0 only (topology.py)"
+        commit = admin_records.unpack_commit_offset(payload, 0, len(payload))
+        self._commit_records += 1
+        if (
+            group_name_problem(commit.group) is not None
+            or validate_topic(commit.topic) is not None
+            or not self.offsets.commit(
+                commit.group, commit.topic, commit.queue_id, commit.queue_index, self.clock_ns()
+            )
+        ):
+            self._commit_records_refused += 1
+
+    def on_tick(self, now_ns: int) -> None:
+        self._send_notifications()
+        clock_now_ns = self.clock_ns()
+        if clock_now_ns >= self._housekeeping_due_ns:
+            self._housekeeping_due_ns = clock_now_ns + HOUSEKEEPING_INTERVAL_NS
+            self.housekeeping(clock_now_ns)
+
+    def next_deadline_ns(self) -> int | None:
+        # Notifications wait for the end of the turn, so a burst of heartbeats sends one each.
+        return 0 if self._notify_pending else None
+
+    def housekeeping(self, now_ns: int) -> None:
+        """Once a second (on_tick): silent clients, expired locks, the offsets' save schedule."""
+        if not self.owns_state:
+            return
+        self._apply(self.clients.expire(now_ns))
+        self.locks.expire(now_ns)
+        self.offsets.persist_if_due(now_ns)
+        self._send_notifications()
+
+    # -- clients ----------------------------------------------------------------------------------
+
+    def _heartbeat(self, request: Request) -> RemotingCommand:
+        command = request.command
+        data = HeartbeatData.from_json(command.body)
+        for consumer in data.consumer_data_set:
+            problem = group_name_problem(consumer.group_name)
+            if problem is not None:
+                raise RemoteProtocolError(f"HeartbeatData.consumerDataSet[].groupName: {problem}")
+        change = self.clients.heartbeat(
+            data,
+            request.conn_id,
+            self.clock_ns(),
+            language=command.language.name,
+            version=command.version,
+        )
+        for consumer in data.consumer_data_set:
+            self._ensure_group(consumer.group_name)
+        self._apply(change)
+        return request.make_response(ResponseCode.SUCCESS, {})
+
+    def _unregister_client(self, request: Request) -> RemotingCommand:
+        header = UnregisterClientRequestHeader.from_ext(request.command.ext_fields)
+        self._apply(
+            self.clients.unregister(header.client_id, header.producer_group, header.consumer_group)
+        )
+        return request.make_response(ResponseCode.SUCCESS, {})
+
+    def _consumer_list(self, request: Request) -> RemotingCommand:
+        header = ConsumerGroupRequestHeader.from_ext(request.command.ext_fields)
+        client_ids = self.clients.consumer_ids(header.consumer_group)
+        if not client_ids:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, {}, remark=REMARK_NO_CONSUMER)
+        body = ConsumerListBody(tuple(client_ids)).to_json()
+        return request.make_response(ResponseCode.SUCCESS, {}, body=body)
+
+    def _ensure_group(self, group: str) -> None:
+        """A consumer group's subscription group config and `%RETRY%<group>` topic, made on its
+        first heartbeat as the Java broker makes them (remoting-protocol.md section 4.3)."""
+        if group in self._groups_ensured:
+            return
+        config = self.subscription_groups.groups.get(group)
+        if config is None and self.ctx.broker.auto_create_subscription_group:
+            config = SubscriptionGroupConfig(group)
+            groups = dict(self.subscription_groups.groups)
+            groups[group] = config
+            version = self.subscription_groups.data_version
+            table = SubscriptionGroupTable(
+                groups,
+                config_files.DataVersion(self.wall_clock_ms(), version.counter + 1),
+            )
+            config_files.save_subscription_groups(self.config_dir, table)
+            self.subscription_groups = table
+        if config is not None:
+            retry_topic = RETRY_GROUP_TOPIC_PREFIX + group
+            if validate_topic(retry_topic) is None:
+                queue_count = max(1, config.retry_queue_nums)
+                self.topics.create_if_absent(
+                    TopicConfig(retry_topic, queue_count, queue_count, PERM_READ_WRITE)
+                )
+            else:
+                log.warning("group %s: %s is not a legal topic name", group, retry_topic)
+        self._groups_ensured.add(group)
+
+    def _apply(self, change: ClientChange) -> None:
+        """Act on what a client table change did: the pulls' file, then notices at turn end."""
+        if change.subscriptions_changed:
+            self._subscriptions_version += 1
+            admin_records.write_group_subscriptions(
+                self.ctx.store_root,
+                self.clients.group_subscriptions(),
+                self._subscriptions_version,
+                self.wall_clock_ms(),
+            )
+            self._subscriptions_file_writes += 1
+        self._notify_pending.update(change.groups_changed)
+
+    def _send_notifications(self) -> None:
+        if not self._notify_pending:
+            return
+        pending = sorted(self._notify_pending)
+        self._notify_pending.clear()
+        for group in pending:
+            config = self.subscription_groups.groups.get(group)
+            if config is not None and not config.notify_consumer_ids_changed_enable:
+                continue
+            ext = ConsumerGroupRequestHeader(group).to_ext()
+            for conn_id in self.clients.consumer_connections(group):
+                self.send_request(
+                    conn_id,
+                    make_request(
+                        RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                        next(self._notify_opaques),
+                        dict(ext),
+                        oneway=True,
+                    ),
+                )
+                self._notifications_sent += 1
+
+    def send_request(self, conn_id: int, command: RemotingCommand) -> None:
+        """Send a broker request to a client on its connection (module docstring)."""
+        assert command.flag & FLAG_RESPONSE == 0
+        assert command.flag & FLAG_ONEWAY, "nothing here waits for a client's answer"
+        header = encode_header(command)
+        self._append_reply(conn_id, command, header, b"", len(command.body), command.body)
+
+    @staticmethod
+    def _opaque_counter() -> Iterator[int]:
+        while True:
+            yield from range(NOTIFY_OPAQUE_FIRST, NOTIFY_OPAQUE_LAST + 1)
+
+    # -- offsets ----------------------------------------------------------------------------------
+
+    def _check_group(self, group: str) -> None:
+        problem = group_name_problem(group)
+        if problem is not None:
+            raise RemoteProtocolError(f"consumerGroup: {problem}")
+
+    @staticmethod
+    def _check_queue_id(queue_id: int) -> None:
+        if queue_id < 0:
+            raise RemoteProtocolError(f"queueId: {queue_id} is negative")
+
+    def _unknown_topic(self, request: Request, topic: str) -> RemotingCommand | None:
+        """17 TOPIC_NOT_EXIST if topics.json does not hold `topic` (looked at afresh on a miss,
+        as another process may have made it a moment ago); None if it does."""
+        if self.topics.get(topic) is not None or self.topics.get_fresh(topic) is not None:
+            return None
+        return request.make_response(
+            ResponseCode.TOPIC_NOT_EXIST,
+            {},
+            remark=f"mqbox: topic {topic} does not exist on this broker",
+        )
+
+    def _no_store(self, request: Request) -> RemotingCommand:
+        return request.make_response(
+            ResponseCode.SYSTEM_ERROR, {}, remark="mqbox: the store is not readable yet"
+        )
+
+    def _query_consumer_offset(self, request: Request) -> RemotingCommand:
+        header = QueryConsumerOffsetRequestHeader.from_ext(request.command.ext_fields)
+        self._check_group(header.consumer_group)
+        self._check_queue_id(header.queue_id)
+        error = self._unknown_topic(request, header.topic)
+        if error is not None:
+            return error
+        committed = self.offsets.query(header.consumer_group, header.topic, header.queue_id)
+        min_queue_index = 0
+        if committed is None:
+            reader = self.store.for_queue(header.topic, header.queue_id)
+            if reader is not None:
+                min_queue_index = reader.min_offset(header.topic, header.queue_id)
+        queue_index = starting_queue_index(committed, min_queue_index)
+        if queue_index is None:
+            return request.make_response(
+                ResponseCode.QUERY_NOT_FOUND, {}, remark=REMARK_QUERY_NOT_FOUND
+            )
+        return request.make_response(
+            ResponseCode.SUCCESS, OffsetResponseHeader(queue_index).to_ext()
+        )
+
+    def _update_consumer_offset(self, request: Request) -> RemotingCommand:
+        header = UpdateConsumerOffsetRequestHeader.from_ext(request.command.ext_fields)
+        self._check_group(header.consumer_group)
+        self._check_queue_id(header.queue_id)
+        error = self._unknown_topic(request, header.topic)
+        if error is not None:
+            return error
+        if header.commit_queue_index < 0:
+            raise RemoteProtocolError(f"commitOffset: {header.commit_queue_index} is negative")
+        self.offsets.commit(
+            header.consumer_group,
+            header.topic,
+            header.queue_id,
+            header.commit_queue_index,
+            self.clock_ns(),
+        )
+        return request.make_response(ResponseCode.SUCCESS, {})
+
+    # -- store queries ----------------------------------------------------------------------------
+
+    def _queue_reader(
+        self, request: Request, header: QueueRequestHeader | SearchOffsetRequestHeader
+    ) -> MessageStoreReader | RemotingCommand:
+        self._check_queue_id(header.queue_id)
+        error = self._unknown_topic(request, header.topic)
+        if error is not None:
+            return error
+        reader = self.store.for_queue(header.topic, header.queue_id)
+        return self._no_store(request) if reader is None else reader
+
+    def _max_offset(self, request: Request) -> RemotingCommand:
+        header = QueueRequestHeader.from_ext(request.command.ext_fields)
+        reader = self._queue_reader(request, header)
+        if isinstance(reader, RemotingCommand):
+            return reader
+        queue_index = reader.max_offset(header.topic, header.queue_id)
+        return request.make_response(
+            ResponseCode.SUCCESS, OffsetResponseHeader(queue_index).to_ext()
+        )
+
+    def _min_offset(self, request: Request) -> RemotingCommand:
+        header = QueueRequestHeader.from_ext(request.command.ext_fields)
+        reader = self._queue_reader(request, header)
+        if isinstance(reader, RemotingCommand):
+            return reader
+        queue_index = reader.min_offset(header.topic, header.queue_id)
+        return request.make_response(
+            ResponseCode.SUCCESS, OffsetResponseHeader(queue_index).to_ext()
+        )
+
+    def _search_offset(self, request: Request) -> RemotingCommand:
+        header = SearchOffsetRequestHeader.from_ext(request.command.ext_fields)
+        reader = self._queue_reader(request, header)
+        if isinstance(reader, RemotingCommand):
+            return reader
+        queue_index = reader.search_offset_by_timestamp(
+            header.topic, header.queue_id, header.timestamp_ms
+        )
+        return request.make_response(
+            ResponseCode.SUCCESS, OffsetResponseHeader(queue_index).to_ext()
+        )
+
+    def _earliest_store_time(self, request: Request) -> RemotingCommand:
+        header = QueueRequestHeader.from_ext(request.command.ext_fields)
+        reader = self._queue_reader(request, header)
+        if isinstance(reader, RemotingCommand):
+            return reader
+        timestamp_ms = reader.earliest_message_store_timestamp_ms(header.topic, header.queue_id)
+        return request.make_response(
+            ResponseCode.SUCCESS, GetEarliestMsgStoretimeResponseHeader(timestamp_ms).to_ext()
+        )
+
+    def _view_message(self, request: Request) -> RemotingCommand:
+        header = ViewMessageRequestHeader.from_ext(request.command.ext_fields)
+        reader = self.store.for_log()
+        if reader is None:
+            return self._no_store(request)
+        record = reader.read_message(header.log_offset_bytes)
+        if record is None:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                {},
+                remark=f"no message at commit log offset {header.log_offset_bytes}",
+            )
+        return request.make_response(ResponseCode.SUCCESS, {}, body=record)
+
+    def _query_message(self, request: Request) -> RemotingCommand:
+        header = QueryMessageRequestHeader.from_ext(request.command.ext_fields)
+        error = self._unknown_topic(request, header.topic)
+        if error is not None:
+            return error
+        reader = self.store.for_log()
+        if reader is None:
+            return self._no_store(request)
+        if header.unique_key_query:
+            count_max = UNIQUE_KEY_QUERY_COUNT
+        else:
+            count_max = min(max(header.message_count_max, 1), QUERY_MESSAGE_COUNT_MAX)
+        found = reader.query_records_by_key(
+            header.topic,
+            header.key,
+            header.begin_timestamp_ms,
+            header.end_timestamp_ms,
+            count_max,
+        )
+        parts: list[bytes] = []
+        size_bytes = 0
+        newest_ms = 0
+        newest_log_offset_bytes = 0
+        for log_offset_bytes, record in found:
+            if parts and size_bytes + len(record) > QUERY_MESSAGE_BODY_SIZE_BYTES_MAX:
+                break
+            parts.append(record)
+            size_bytes += len(record)
+            store_ms: int = _STORE_TIMESTAMP.unpack_from(record, STORETIMESTAMP_POSITION_BYTES)[0]
+            newest_ms = max(newest_ms, store_ms)
+            newest_log_offset_bytes = max(newest_log_offset_bytes, log_offset_bytes)
+        if not parts:
+            return request.make_response(
+                ResponseCode.QUERY_NOT_FOUND,
+                {},
+                remark="mqbox: no message of this topic carries the key in the time range",
+            )
+        # Java answers with the index file's newest entry; mqbox with the newest record found,
+        # which is what a client merging answers from several brokers compares.
+        ext = QueryMessageResponseHeader(newest_ms, newest_log_offset_bytes).to_ext()
+        return request.make_response(ResponseCode.SUCCESS, ext, body=b"".join(parts))
+
+    # -- orderly consumers ------------------------------------------------------------------------
+
+    def _lock_batch(self, request: Request) -> RemotingCommand:
+        body = LockBatchRequestBody.from_json(request.command.body)
+        granted = self.locks.lock(body.consumer_group, body.client_id, body.mq_set, self.clock_ns())
+        return request.make_response(
+            ResponseCode.SUCCESS, {}, body=LockBatchResponseBody(tuple(granted)).to_json()
+        )
+
+    def _unlock_batch(self, request: Request) -> RemotingCommand:
+        body = LockBatchRequestBody.from_json(request.command.body)
+        self.locks.unlock(body.consumer_group, body.client_id, body.mq_set)
+        return request.make_response(ResponseCode.SUCCESS, {})
+
+    # -- topic admin ------------------------------------------------------------------------------
+
+    def _update_and_create_topic(self, request: Request) -> RemotingCommand:
+        header = UpdateAndCreateTopicRequestHeader.from_ext(request.command.ext_fields)
+        topic = header.topic
+        problem = validate_topic(topic)
+        if problem is None and topic == self.ctx.broker.broker_cluster_name:
+            problem = f"the topic {topic} is named after the cluster, which is reserved"
+        if problem is None:
+            for name, count in (
+                ("readQueueNums", header.read_queue_nums),
+                ("writeQueueNums", header.write_queue_nums),
+            ):
+                if not 1 <= count <= TOPIC_QUEUE_COUNT_MAX:
+                    problem = f"{name} = {count} is outside [1, {TOPIC_QUEUE_COUNT_MAX}]"
+        if problem is None and not 0 <= header.perm <= PERM_MAX:
+            problem = f"perm = {header.perm} is outside [0, {PERM_MAX}]"
+        if problem is not None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, {}, remark=problem)
+        self.topics.put(
+            TopicConfig(
+                topic,
+                header.read_queue_nums,
+                header.write_queue_nums,
+                header.perm,
+                header.topic_filter_type,
+                header.topic_sys_flag,
+                header.order,
+            )
+        )
+        return request.make_response(ResponseCode.SUCCESS, {})
+
+    def _delete_topic(self, request: Request) -> RemotingCommand:
+        """Deletes the configuration only: the consume queues belong to the dispatcher, and the
+        committed offsets stay (as in Java); sending to the topic again brings it back."""
+        header = DeleteTopicRequestHeader.from_ext(request.command.ext_fields)
+        if header.topic in self._system_topic_names:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                {},
+                remark=f"mqbox: {header.topic} is a system topic and stays",
+            )
+        if not self.topics.delete(header.topic):
+            return request.make_response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                {},
+                remark=f"mqbox: topic {header.topic} does not exist on this broker",
+            )
+        self._groups_ensured.clear()  # a deleted %RETRY% topic comes back on the next heartbeat
+        return request.make_response(ResponseCode.SUCCESS, {})
+
+    def _all_topic_config(self, request: Request) -> RemotingCommand:
+        self.topics.reload_if_changed()
+        version = self.topics.data_version
+        table = {
+            name: WireTopicConfig(
+                config.topic_name,
+                config.read_queue_nums,
+                config.write_queue_nums,
+                config.perm,
+                config.topic_filter_type,
+                config.topic_sys_flag,
+                config.order,
+            ).to_json_value()
+            for name, config in sorted(self.topics.topics().items())
+        }
+        body = dumps_json(
+            {
+                "topicConfigTable": table,
+                "dataVersion": DataVersion(version.counter, version.timestamp_ms).to_json_value(),
+            }
+        )
+        return request.make_response(ResponseCode.SUCCESS, {}, body=body)
+
+    # -- mqbox's own views ------------------------------------------------------------------------
+
     def _acknowledge(self, request: Request) -> RemotingCommand:
         return request.make_response(ResponseCode.SUCCESS, {})
+
+    def _topic_status(self, request: Request) -> RemotingCommand:
+        topic = _required(request.command.ext_fields, "topic", "MQBOX_TOPIC_STATUS")
+        error = self._unknown_topic(request, topic)
+        if error is not None:
+            return error
+        config = self.topics.get(topic)
+        assert config is not None
+        queues: list[dict[str, int]] = []
+        for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
+            reader = self.store.for_queue(topic, queue_id)
+            if reader is None:
+                return self._no_store(request)
+            queues.append(
+                {
+                    "queueId": queue_id,
+                    "minOffset": reader.min_offset(topic, queue_id),
+                    "maxOffset": reader.max_offset(topic, queue_id),
+                    "lastUpdateTimestamp": self.store.last_store_timestamp_ms(topic, queue_id),
+                }
+            )
+        body = dumps_json({"topic": topic, "queues": queues})
+        return request.make_response(ResponseCode.SUCCESS, {}, body=body)
+
+    def _consumer_progress(self, request: Request) -> RemotingCommand:
+        ext = request.command.ext_fields
+        group = _required(ext, "consumerGroup", "MQBOX_CONSUMER_PROGRESS")
+        self._check_group(group)
+        only_topic = ext.get("topic") or None
+        known = self.clients.consumer_group(group)
+        if only_topic is not None:
+            topics = [only_topic]
+        else:
+            subscribed = set(known.subscriptions) if known is not None else set()
+            topics = sorted(subscribed | set(self.offsets.topics_of(group)))
+        if (
+            not topics
+            and known is None
+            and group not in self.subscription_groups.groups
+            and only_topic is None
+        ):
+            return request.make_response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                {},
+                remark=f"mqbox: no client, offset or configuration knows group {group}",
+            )
+        queues: list[dict[str, Any]] = []
+        total_lag = 0
+        for topic in topics:
+            config = self.topics.get(topic)
+            committed = self.offsets.topic_offsets(group, topic)
+            if config is not None:
+                queue_count = max(config.read_queue_nums, config.write_queue_nums)
+            else:
+                queue_count = max(committed, default=-1) + 1
+            for queue_id in range(queue_count):
+                reader = self.store.for_queue(topic, queue_id)
+                if reader is None:
+                    return self._no_store(request)
+                broker_offset = reader.max_offset(topic, queue_id)
+                consumer_offset = committed.get(queue_id, -1)
+                start = (
+                    consumer_offset if consumer_offset >= 0 else reader.min_offset(topic, queue_id)
+                )
+                lag = max(0, broker_offset - start)
+                total_lag += lag
+                queues.append(
+                    {
+                        "topic": topic,
+                        "queueId": queue_id,
+                        "brokerOffset": broker_offset,
+                        "consumerOffset": consumer_offset,
+                        "lag": lag,
+                    }
+                )
+        body = dumps_json(
+            {
+                "group": group,
+                "clientIds": self.clients.consumer_ids(group),
+                "totalLag": total_lag,
+                "queues": queues,
+            }
+        )
+        return request.make_response(ResponseCode.SUCCESS, {}, body=body)
+
+    def _reset_consumer_offset(self, request: Request) -> RemotingCommand:
+        ext = request.command.ext_fields
+        where = "MQBOX_RESET_CONSUMER_OFFSET"
+        group = _required(ext, "consumerGroup", where)
+        self._check_group(group)
+        topic = _required(ext, "topic", where)
+        target = _required(ext, "to", where)
+        if target not in (RESET_TO_EARLIEST, RESET_TO_LATEST, RESET_TO_TIMESTAMP):
+            raise RemoteProtocolError(
+                f"{where}: field 'to' is {target[:40]!r}, not earliest, latest or timestamp"
+            )
+        timestamp_ms = _required_int(ext, "timestamp", where) if target == RESET_TO_TIMESTAMP else 0
+        error = self._unknown_topic(request, topic)
+        if error is not None:
+            return error
+        config = self.topics.get(topic)
+        assert config is not None
+        offsets: dict[int, int] = {}
+        for queue_id in range(config.read_queue_nums):
+            reader = self.store.for_queue(topic, queue_id)
+            if reader is None:
+                return self._no_store(request)
+            if target == RESET_TO_EARLIEST:
+                offsets[queue_id] = reader.min_offset(topic, queue_id)
+            elif target == RESET_TO_LATEST:
+                offsets[queue_id] = reader.max_offset(topic, queue_id)
+            else:
+                offsets[queue_id] = reader.search_offset_by_timestamp(topic, queue_id, timestamp_ms)
+        previous = self.offsets.topic_offsets(group, topic)
+        self.offsets.replace_topic(group, topic, offsets, self.clock_ns())
+        self.offsets.persist_now()
+        body = dumps_json(
+            {
+                "group": group,
+                "topic": topic,
+                "queues": [
+                    {
+                        "queueId": queue_id,
+                        "previousOffset": previous.get(queue_id, -1),
+                        "offset": queue_index,
+                    }
+                    for queue_id, queue_index in sorted(offsets.items())
+                ],
+            }
+        )
+        return request.make_response(ResponseCode.SUCCESS, {}, body=body)
+
+    # -- statistics -------------------------------------------------------------------------------
+
+    def statistics_admin(self) -> AdminStatistics:
+        clients = self.clients.statistics()
+        return AdminStatistics(
+            owns_state=self.owns_state,
+            client_responses=self.client_responses,
+            unsupported_requests=self.unsupported_requests,
+            notifications_sent=self._notifications_sent,
+            commit_records=self._commit_records,
+            commit_records_refused=self._commit_records_refused,
+            subscriptions_file_writes=self._subscriptions_file_writes,
+            consumer_count=clients.consumer_count,
+            producer_count=clients.producer_count,
+            offsets_persisted=self.offsets.statistics().persist_count,
+            locks_held=self.locks.statistics().lock_count,
+        )
+
+    def close(self) -> None:
+        """Release the store maps (tests; a role process just exits)."""
+        self.store.close()
 
 
 def main(ctx: RoleContext) -> NoReturn:

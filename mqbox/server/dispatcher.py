@@ -1,0 +1,350 @@
+"""The dispatcher role: commit-log records -> consume queues and index, then wake held pulls.
+
+Owns, once the store writer's recovery is done: the consume queues and the index files (the only
+writer of both), the dispatched position, the QueueCounters segment (queue_counters.py: each
+queue's entry count and the dispatched position, for the pull processors), the QUEUES_GREW
+records that wake held pulls, and the consume-queue / index flush schedule with the checkpoint
+(RocketMQ's ReputMessageService and FlushConsumeQueueService in one process).
+
+Never: writes the commit log (it maps it read-only), decides where dispatch starts (the store
+writer's recovery published it), answers a client, or touches a socket.
+
+How it follows the writer: each WRITTEN record (and, as a fallback, the write position in
+StorePositions) says how far the commit log holds whole records; each loop turn dispatches up to
+the largest such position with store.dispatch.Dispatcher (the numba scan), then publishes, in
+this order: the new entry counts of the queues that grew, the dispatched position (which bumps
+the change sequence), and one QUEUES_GREW record per pull processor naming the queues that grew,
+or QUEUES_GREW_FLAG_MANY when more than `grew_key_count_max` did. A pull that reads a count
+therefore finds every entry below it written.
+
+Invariants: the published count of a queue equals its ConsumeQueue's entry_count between turns
+(both only grow); the dispatched position never passes the published write position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import select
+import time
+from typing import Final, NoReturn, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from mqbox.ipc.ring import Ring
+from mqbox.server import records, runtime
+from mqbox.server.queue_counters import (
+    QUEUE_CAPACITY_DEFAULT,
+    QueueCounters,
+    StorePositions,
+    queue_counters_name,
+    queue_key,
+    store_positions_name,
+)
+from mqbox.server.records import Inbox, Outbox, Sleeper, SpillWriter
+from mqbox.server.store_writer import store_config_of
+from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.store.checkpoint import Checkpoint
+from mqbox.store.commit_log import CommitLog
+from mqbox.store.consume_queue import ConsumeQueueTable
+from mqbox.store.dispatch import Dispatcher
+from mqbox.store.index import IndexService
+from mqbox.store.layout import checkpoint_path
+
+log = logging.getLogger("mqbox.dispatcher")
+_Scalar = TypeVar("_Scalar", bound=np.generic)
+
+GREW_KEY_COUNT_MAX_DEFAULT: Final = 64
+IDLE_WAIT_MS: Final = 1000
+BACKED_UP_RETRY_MS: Final = 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DispatcherRoleStatistics:
+    dispatched_log_offset_bytes: int
+    dispatch_rounds: int
+    record_total: int
+    wakeups_sent: int
+    many_wakeups_sent: int
+    queue_count: int
+    counter_overflow_count: int
+    flush_rounds: int
+    sleep_count: int
+    turn_count: int
+
+
+class DispatcherRole:
+    """One dispatcher process's state. `run_forever()` is the role; tests drive `run_once()`."""
+
+    def __init__(
+        self,
+        ctx: RoleContext,
+        *,
+        spin_ns_max: int = records.SPIN_NS_MAX_DEFAULT,
+        wakeup_fd: int | None = None,
+        queue_capacity: int = QUEUE_CAPACITY_DEFAULT,
+        grew_key_count_max: int = GREW_KEY_COUNT_MAX_DEFAULT,
+    ) -> None:
+        assert ctx.role.kind is RoleKind.DISPATCHER
+        assert grew_key_count_max >= 0
+        self.role_id = ctx.role.role_id
+        self.store_root = ctx.store_root
+        self.grew_key_count_max = grew_key_count_max
+        self.flush_interval_ns = ctx.broker.flush_interval_consume_queue_ms * 1_000_000
+        config = store_config_of(ctx)
+        geometry = config.geometry
+        self.positions = StorePositions.attach(store_positions_name(ctx.instance))
+        assert self.positions.ready, "the store writer reports ready only after recovery"
+        self.commit_log = CommitLog.open(
+            ctx.store_root,
+            geometry,
+            writable=False,
+            record_size_bytes_max=config.max_message_size_bytes,
+            store_host=config.store_host,
+        )
+        self.consume_queues = ConsumeQueueTable(
+            ctx.store_root, geometry, writable=True, map_count_max=config.cq_map_count_max
+        )
+        self.index = IndexService(ctx.store_root, geometry, writable=True)
+        self.index.load()
+        self.dispatcher = Dispatcher(
+            self.commit_log,
+            self.consume_queues,
+            self.index,
+            delay_levels_ms=config.delay_levels_ms,
+            record_count_max=config.dispatch_record_count_max,
+        )
+        start_bytes = self.positions.dispatch_start_log_offset_bytes
+        self.dispatcher.start_at(start_bytes, redispatch_end_log_offset_bytes=start_bytes)
+        self.checkpoint = Checkpoint(checkpoint_path(ctx.store_root))
+        self.counters = QueueCounters.create(queue_counters_name(ctx.instance), queue_capacity)
+        self.counters.publish_dispatched(start_bytes)
+        # Per dispatcher queue slot: its counters slot (-1: no room), its key, its last count.
+        self._counter_slots = np.full(64, -1, dtype=np.int64)
+        self._queue_keys = np.zeros(64, dtype=np.uint64)
+        self._published_counts = np.zeros(64, dtype=np.int64)
+        self._known_queue_count = 0
+        topology = ctx.topology
+        self.spill_writer = SpillWriter(ctx.instance, self.role_id)
+        self.inboxes = [
+            Inbox(Ring.attach(spec.name), spec.producer) for spec in topology.rings_to(self.role_id)
+        ]
+        self.pull_outboxes = [
+            Outbox(Ring.attach(spec.name), self.spill_writer)
+            for spec in topology.rings_from(self.role_id)
+        ]
+        self.epoll = select.epoll()
+        self.sleeper = Sleeper(self.epoll, self.inboxes, spin_ns_max)
+        self.wakeup_fd = wakeup_fd
+        if wakeup_fd is not None:
+            self.epoll.register(wakeup_fd, select.EPOLLIN)
+        self._target_log_offset_bytes = start_bytes
+        self._flush_due_ns = time.monotonic_ns() + self.flush_interval_ns
+        self._dispatch_rounds = 0
+        self._wakeups_sent = 0
+        self._many_wakeups_sent = 0
+        self._flush_rounds = 0
+        self._turn_count = 0
+        self._closed = False
+        # Whatever the writer appended between its ready and ours (nothing, unless a sender
+        # started early) is dispatched before the pull processors start.
+        self.dispatch_nowait()
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def run_forever(self) -> NoReturn:
+        while True:
+            if runtime.stop_requested():
+                self.close()
+                runtime.exit_stopped()
+            self.run_once(-1)
+        raise AssertionError("unreachable")
+
+    def run_once(self, timeout_ms: int) -> int:
+        """One turn: read WRITTEN records, dispatch, publish, flush when due. Returns the records
+        dispatched plus the WRITTEN records read; sleeps up to timeout_ms only when idle."""
+        self._turn_count += 1
+        work = 0
+        for inbox in self.inboxes:
+            if inbox.ring.readable():
+                work += self._drain(inbox)
+        work += self.dispatch_nowait()
+        now_ns = time.monotonic_ns()
+        if now_ns >= self._flush_due_ns:
+            self._flush_due_ns = now_ns + self.flush_interval_ns
+            self.flush()
+        all_written = self._flush_outboxes()
+        if work:
+            return work
+        wait_ms = max(0, min(IDLE_WAIT_MS, -(-(self._flush_due_ns - now_ns) // 1_000_000)))
+        if timeout_ms >= 0:
+            wait_ms = min(wait_ms, timeout_ms)
+        if not all_written:
+            wait_ms = min(wait_ms, BACKED_UP_RETRY_MS)
+        for fd, _mask in self.sleeper.wait(wait_ms):
+            if fd == self.wakeup_fd:
+                runtime.clear_wakeup_nowait()
+        return 0
+
+    def _drain(self, inbox: Inbox) -> int:
+        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        handled = 0
+        try:
+            for record_type, buffer, offset, _size in inbox.records(batch):
+                handled += 1
+                if record_type != records.WRITTEN:
+                    raise AssertionError(f"dispatcher got record type {record_type}")
+                position_bytes, _appended_total = records.unpack_written(buffer, offset)
+                self._target_log_offset_bytes = max(self._target_log_offset_bytes, position_bytes)
+        finally:
+            inbox.release(batch)
+        return handled
+
+    def dispatch_nowait(self) -> int:
+        """Dispatch up to the newest write position known, publish, wake pulls; the records."""
+        target_bytes = max(self._target_log_offset_bytes, self.positions.write_log_offset_bytes)
+        self._target_log_offset_bytes = target_bytes
+        if target_bytes <= self.dispatcher.dispatched_log_offset_bytes:
+            return 0
+        record_count = self.dispatcher.dispatch(target_bytes)
+        self._dispatch_rounds += 1
+        self._publish()
+        return record_count
+
+    def _publish(self) -> None:
+        counts = self.dispatcher.max_offsets_by_slot()
+        queue_count = counts.size
+        if queue_count > self._known_queue_count:
+            self._register_queues(queue_count)
+        published = self._published_counts[:queue_count]
+        grown = np.flatnonzero(counts != published)
+        if grown.size:
+            new_counts = counts[grown]
+            counter_slots = self._counter_slots[grown]
+            has_room = counter_slots >= 0
+            self.counters.publish_counts(counter_slots[has_room], new_counts[has_room])
+            published[grown] = new_counts
+        dispatched_bytes = self.dispatcher.dispatched_log_offset_bytes
+        self.counters.publish_dispatched(dispatched_bytes)
+        if not grown.size or not self.pull_outboxes:
+            return
+        if grown.size > self.grew_key_count_max:
+            payload = records.pack_queues_grew(dispatched_bytes, b"", records.QUEUES_GREW_FLAG_MANY)
+            self._many_wakeups_sent += 1
+        else:
+            payload = records.pack_queues_grew(
+                dispatched_bytes, self._queue_keys[grown].astype("<u8").tobytes()
+            )
+        for outbox in self.pull_outboxes:
+            outbox.append(records.QUEUES_GREW, payload)
+        self._wakeups_sent += 1
+
+    def _register_queues(self, queue_count: int) -> None:
+        """Give the queues the dispatcher met since the last turn their counters slots."""
+        capacity = self._counter_slots.size
+        if queue_count > capacity:
+            while capacity < queue_count:
+                capacity *= 2
+            self._counter_slots = _grown(self._counter_slots, capacity, -1)
+            self._queue_keys = _grown(self._queue_keys, capacity, 0)
+            self._published_counts = _grown(self._published_counts, capacity, 0)
+        queue_keys = self.dispatcher.tables.queue_keys
+        for slot in range(self._known_queue_count, queue_count):
+            topic, queue_id = queue_keys[slot]
+            topic_bytes = topic.encode("utf-8", "surrogateescape")
+            counter_slot = self.counters.insert(topic_bytes, queue_id, 0)
+            if counter_slot < 0:
+                log.error(
+                    "queue counters are full (%d queues): %s/%d is not published; raise the "
+                    "capacity",
+                    self.counters.queue_capacity,
+                    topic,
+                    queue_id,
+                )
+            self._counter_slots[slot] = counter_slot
+            self._queue_keys[slot] = queue_key(topic_bytes, queue_id)
+        self._known_queue_count = queue_count
+
+    def _flush_outboxes(self) -> bool:
+        all_written = True
+        for outbox in self.pull_outboxes:
+            if outbox.pending_count:
+                all_written = outbox.flush_nowait() and all_written
+        return all_written
+
+    def flush(self) -> None:
+        """Flush the consume queues and the index written since the last flush, then write the
+        checkpoint (each timestamp taken before the flush it describes)."""
+        logics_ms = self.dispatcher.last_store_timestamp_ms
+        physic_ms = self.positions.flushed_store_timestamp_ms
+        self.consume_queues.flush()
+        index_ms = self.index.flush()
+        self.checkpoint.update(
+            physic_msg_timestamp_ms=physic_ms if physic_ms > 0 else None,
+            logics_msg_timestamp_ms=logics_ms if logics_ms > 0 else None,
+            index_msg_timestamp_ms=index_ms if index_ms > 0 else None,
+        )
+        self.checkpoint.flush()
+        self._flush_rounds += 1
+
+    # -- the orderly stop -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Dispatch what the writer has published, flush, write the checkpoint, release."""
+        if self._closed:
+            return
+        self._closed = True
+        for inbox in self.inboxes:
+            if inbox.ring.readable():
+                self._drain(inbox)
+        self.dispatch_nowait()
+        self.flush()
+        self._flush_outboxes()
+        statistics = self.statistics()
+        self.consume_queues.close()
+        self.index.close()
+        self.commit_log.close()
+        self.epoll.close()
+        for inbox in self.inboxes:
+            inbox.ring.close()
+        for outbox in self.pull_outboxes:
+            outbox.ring.close()
+        self.positions.close()
+        self.counters.close()
+        log.info("stopped cleanly: %s", statistics)
+
+    def statistics(self) -> DispatcherRoleStatistics:
+        counters = self.counters.statistics()
+        return DispatcherRoleStatistics(
+            dispatched_log_offset_bytes=self.dispatcher.dispatched_log_offset_bytes,
+            dispatch_rounds=self._dispatch_rounds,
+            record_total=self.dispatcher.statistics().record_total,
+            wakeups_sent=self._wakeups_sent,
+            many_wakeups_sent=self._many_wakeups_sent,
+            queue_count=counters.queue_count,
+            counter_overflow_count=counters.overflow_count,
+            flush_rounds=self._flush_rounds,
+            sleep_count=self.sleeper.sleep_count,
+            turn_count=self._turn_count,
+        )
+
+
+def _grown(array: NDArray[_Scalar], capacity: int, fill: int) -> NDArray[_Scalar]:
+    grown = np.full(capacity, fill, dtype=array.dtype)
+    grown[: array.size] = array
+    return grown
+
+
+def main(ctx: RoleContext) -> NoReturn:
+    """The dispatcher role: follow the writer, build the consume queues, wake pulls."""
+    role = DispatcherRole(ctx, wakeup_fd=runtime.wakeup_fileno())
+    ctx.report_ready(
+        {
+            "role": ctx.role.role_id,
+            "pid": os.getpid(),
+            "dispatched_log_offset_bytes": role.dispatcher.dispatched_log_offset_bytes,
+        }
+    )
+    role.run_forever()

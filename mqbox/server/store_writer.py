@@ -1,0 +1,520 @@
+"""The store writer role: the one process that appends to the commit log.
+
+Owns: opening the store for writing (the abort marker, recovery, the re-dispatch of what the
+derived files lack) before anything else of the broker runs; the system topics of a new store
+(topics.py); the APPEND records from every send processor, appended batch by batch
+(CommitLog.append_batch assigns queue indexes and log offsets, and patches the store fields);
+the APPEND_ACK back to each sender; the flush schedule (ASYNC_FLUSH: a thread flushes every
+flushIntervalCommitLog ms and acks go out after the page-cache write; SYNC_FLUSH: acks wait
+until a group-commit flush covers them, and only a flush that truly took longer than
+syncFlushTimeout answers FLUSH_DISK_TIMEOUT); the published write and flushed positions
+(queue_counters.StorePositions) and the WRITTEN records that wake the dispatcher; and the clean
+close (flush, checkpoint, abort marker removed).
+
+Never: builds or parses a message (the send processor encodes records, the kernel checks them
+whole), writes a consume queue or the index after recovery (the dispatcher role owns them from
+then on), touches a socket, or blocks on a flush in its main loop.
+
+Invariants:
+- Records reach the commit log in the order their APPENDs left each send processor; a request's
+  records are consecutive in the log and in their queue (one append_batch per APPEND).
+- An APPEND_ACK with code 0 is sent only for records below the published write position, and,
+  under SYNC_FLUSH with the WAIT flag, below the flushed position.
+- Positions published in shared memory only grow; WRITTEN goes out after the position it names
+  was published.
+
+Threads: the main thread appends and publishes the write position; the flush thread calls
+CommitLog.flush (msync via ctypes, without the GIL) and publishes the flushed position. A SYNC
+flush wakes the main thread through a pipe in its epoll. The supervisor forks this role with one
+thread, so starting the flush thread here is safe.
+
+Recovery: `open_store_for_writing` is MessageStore.open, which runs recovery.recover() through the
+store's own dispatcher before this role reports ready.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import logging
+import os
+import select
+import threading
+import time
+from pathlib import Path
+from typing import Final, NoReturn
+
+import numpy as np
+
+from mqbox.config import FlushDiskType
+from mqbox.errors import MessageIllegalError, MessageTooLargeError, MqboxError, StoreError
+from mqbox.ipc.ring import Ring
+from mqbox.message import pack_host
+from mqbox.protocol.codes import ResponseCode
+from mqbox.server import records, runtime
+from mqbox.server.queue_counters import StorePositions, store_positions_name
+from mqbox.server.records import AppendAck, Buffer, Inbox, Outbox, Sleeper, SpillWriter
+from mqbox.server.topics import TopicConfigStore
+from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.store import recovery
+from mqbox.store.checkpoint import Checkpoint
+from mqbox.store.layout import checkpoint_path
+from mqbox.store.message_store import MessageStore, StoreConfig
+
+log = logging.getLogger("mqbox.store_writer")
+
+STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
+BACKED_UP_RETRY_MS: Final = 1
+IDLE_WAIT_MS: Final = 1000
+FLUSH_ERROR_RETRY_S: Final = 0.1
+STOP_DRAIN_ROUND_MAX: Final = 64  # at the stop, drain what the senders left, this many rounds
+_OK: Final = int(ResponseCode.SUCCESS)
+_FLUSH_DISK_TIMEOUT: Final = int(ResponseCode.FLUSH_DISK_TIMEOUT)
+_MESSAGE_ILLEGAL: Final = int(ResponseCode.MESSAGE_ILLEGAL)
+_SYSTEM_ERROR: Final = int(ResponseCode.SYSTEM_ERROR)
+
+
+def store_config_of(ctx: RoleContext) -> StoreConfig:
+    """The store settings of this broker; the store host is brokerIP1 and the bound port."""
+    broker = ctx.broker
+    store_host = pack_host(broker.broker_ip1 or "127.0.0.1", broker.listen_port)
+    return StoreConfig.from_broker_config(broker, store_host)
+
+
+def open_store_for_writing(
+    store_root: Path, config: StoreConfig
+) -> tuple[MessageStore, recovery.RecoveryReport]:
+    """Open the store for appends: MessageStore.open marks it running (abort file), recovers it
+    and re-dispatches what the consume queues and the index lack."""
+    store = MessageStore.open(store_root, config)
+    assert store.recovery_report is not None
+    return store, store.recovery_report
+
+
+class _Flusher:
+    """The flush thread (module docstring). ASYNC_FLUSH: flush every interval_ms. SYNC_FLUSH:
+    flush whenever a waiter asked for more than is flushed; many requests share one flush, and
+    requests that arrive during a flush are served by the next one."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        positions: StorePositions,
+        flush_disk_type: FlushDiskType,
+        interval_ms: int,
+        wake_fd: int,
+    ) -> None:
+        assert interval_ms > 0
+        self._commit_log = store.commit_log
+        self._positions = positions
+        self._sync = flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self._interval_s = interval_ms / 1000
+        self._wake_fd = wake_fd
+        self._condition = threading.Condition()
+        self._requested_log_offset_bytes = 0
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.flush_count = 0
+        self.error_count = 0
+
+    def start(self) -> None:
+        assert self._thread is None
+        self._thread = threading.Thread(target=self._run, name="mqbox-flush", daemon=True)
+        self._thread.start()
+
+    def request(self, end_log_offset_bytes: int) -> None:
+        """SYNC_FLUSH: ask for a flush that covers `end_log_offset_bytes`."""
+        with self._condition:
+            if end_log_offset_bytes > self._requested_log_offset_bytes:
+                self._requested_log_offset_bytes = end_log_offset_bytes
+                self._condition.notify()
+
+    def stop(self) -> None:
+        thread = self._thread
+        if thread is None:
+            return
+        with self._condition:
+            self._stopping = True
+            self._condition.notify()
+        thread.join()
+        self._thread = None
+
+    def flush_now(self) -> int:
+        """One flush in the calling thread (at the stop); the flushed position."""
+        flushed_bytes = self._commit_log.flush()
+        self._positions.publish_flushed(flushed_bytes, self._commit_log.flushed_store_timestamp_ms)
+        return flushed_bytes
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                if self._sync:
+                    while (
+                        not self._stopping
+                        and self._requested_log_offset_bytes
+                        <= self._commit_log.flushed_log_offset_bytes
+                    ):
+                        self._condition.wait()
+                elif not self._stopping:
+                    self._condition.wait(self._interval_s)
+                if self._stopping:
+                    return
+            try:
+                self.flush_now()
+            except (MqboxError, OSError):
+                # The disk refused (full, failing): keep the acks waiting and try again; SYNC
+                # requests answer FLUSH_DISK_TIMEOUT once their time is up.
+                self.error_count += 1
+                log.exception("flushing the commit log failed; retrying")
+                time.sleep(FLUSH_ERROR_RETRY_S)
+                continue
+            self.flush_count += 1
+            if self._sync:
+                with contextlib.suppress(BlockingIOError):
+                    os.write(self._wake_fd, b"\0")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreWriterStatistics:
+    append_requests: int
+    append_records: int
+    append_bytes: int
+    refused_requests: int
+    sync_waits: int
+    sync_timeouts: int
+    flush_count: int
+    flush_errors: int
+    write_log_offset_bytes: int
+    flushed_log_offset_bytes: int
+    sleep_count: int
+    turn_count: int
+
+
+@dataclasses.dataclass(slots=True)
+class _SyncWait:
+    end_log_offset_bytes: int
+    deadline_ns: int
+    sender: str
+    ack: AppendAck
+
+
+class StoreWriter:
+    """One store writer process's state. `run_forever()` is the role; tests drive `run_once()`
+    and `close()`."""
+
+    def __init__(
+        self,
+        ctx: RoleContext,
+        *,
+        spin_ns_max: int = records.SPIN_NS_MAX_DEFAULT,
+        wakeup_fd: int | None = None,
+    ) -> None:
+        assert ctx.role.kind is RoleKind.STORE_WRITER
+        self.role_id = ctx.role.role_id
+        self.store_root = ctx.store_root
+        broker = ctx.broker
+        self.flush_disk_type = broker.flush_disk_type
+        self.sync_flush_timeout_ns = broker.sync_flush_timeout_ms * 1_000_000
+        config = store_config_of(ctx)
+        self.store, self.recovery_report = open_store_for_writing(ctx.store_root, config)
+        log.info("store open: %s", self.recovery_report)
+        self.commit_log = self.store.commit_log
+        # Recovery's re-dispatch is made durable here; from now on the dispatcher role alone
+        # writes consume queues and the index. The queue objects stay known (their entry counts
+        # start the writer's queue indexes), their maps are released.
+        self.store.flush_index()
+        self.store.flush_consume_queues()
+        self.store.consume_queues.close()
+        self.store.index.close()
+        self.topics = TopicConfigStore(ctx.store_root, broker)
+        added = self.topics.ensure_system_topics()
+        if added:
+            log.info("created system topics: %s", ", ".join(added))
+        self.positions = StorePositions.create(store_positions_name(ctx.instance))
+        self.positions.publish_write(self.commit_log.write_log_offset_bytes, 0)
+        self.positions.publish_flushed(
+            self.commit_log.flushed_log_offset_bytes, self.commit_log.flushed_store_timestamp_ms
+        )
+        self.positions.publish_ready(self.store.dispatcher.dispatched_log_offset_bytes)
+        topology = ctx.topology
+        self.spill_writer = SpillWriter(ctx.instance, self.role_id)
+        self.inboxes = [
+            Inbox(Ring.attach(spec.name), spec.producer) for spec in topology.rings_to(self.role_id)
+        ]
+        self.ack_outboxes: dict[str, Outbox] = {}
+        self.dispatcher_outboxes: list[Outbox] = []
+        for spec in topology.rings_from(self.role_id):
+            outbox = Outbox(Ring.attach(spec.name), self.spill_writer)
+            if spec.consumer.startswith(RoleKind.DISPATCHER.value + "."):
+                self.dispatcher_outboxes.append(outbox)
+            else:
+                self.ack_outboxes[spec.consumer] = outbox
+        self.epoll = select.epoll()
+        self.sleeper = Sleeper(self.epoll, self.inboxes, spin_ns_max)
+        self.wakeup_fd = wakeup_fd
+        if wakeup_fd is not None:
+            self.epoll.register(wakeup_fd, select.EPOLLIN)
+        self._flush_read_fd, self._flush_write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.epoll.register(self._flush_read_fd, select.EPOLLIN)
+        self.flusher = _Flusher(
+            self.store,
+            self.positions,
+            self.flush_disk_type,
+            broker.flush_interval_commit_log_ms,
+            self._flush_write_fd,
+        )
+        self.flusher.start()
+        self._sync_waits: collections.deque[_SyncWait] = collections.deque()
+        self._topic_names: dict[bytes, str] = {}
+        self._published_log_offset_bytes = self.commit_log.write_log_offset_bytes
+        self._append_requests = 0
+        self._append_records = 0
+        self._append_bytes = 0
+        self._refused_requests = 0
+        self._sync_wait_count = 0
+        self._sync_timeouts = 0
+        self._turn_count = 0
+        self._closed = False
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def run_forever(self) -> NoReturn:
+        while True:
+            if runtime.stop_requested():
+                self.close()
+                runtime.exit_stopped()
+            self.run_once(-1)
+        raise AssertionError("unreachable")
+
+    def run_once(self, timeout_ms: int) -> int:
+        """One turn: drain every sender's ring once, publish, release flushed acks. Returns the
+        records handled; sleeps up to timeout_ms (negative: until work) only when idle."""
+        self._turn_count += 1
+        work = 0
+        backed_up = any(
+            outbox.pending_size_bytes > STAGED_SIZE_BYTES_HIGH
+            for outbox in self.ack_outboxes.values()
+        )
+        if not backed_up:
+            for inbox in self.inboxes:
+                if inbox.ring.readable():
+                    work += self._drain(inbox)
+        self._publish_written()
+        self._release_sync_waits(time.monotonic_ns())
+        all_written = self._flush_outboxes()
+        if work:
+            return work
+        wait_ms = IDLE_WAIT_MS
+        if self._sync_waits:
+            due_ns = self._sync_waits[0].deadline_ns - time.monotonic_ns()
+            wait_ms = max(0, min(wait_ms, -(-due_ns // 1_000_000)))
+        if timeout_ms >= 0:
+            wait_ms = min(wait_ms, timeout_ms)
+        if not all_written:
+            wait_ms = min(wait_ms, BACKED_UP_RETRY_MS)
+        for fd, _mask in self.sleeper.wait(wait_ms):
+            if fd == self.wakeup_fd:
+                runtime.clear_wakeup_nowait()
+            elif fd == self._flush_read_fd:
+                self._clear_flush_pipe()
+        return 0
+
+    def _clear_flush_pipe(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._flush_read_fd, 4096):
+                pass
+
+    def _drain(self, inbox: Inbox) -> int:
+        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        handled = 0
+        try:
+            for record_type, buffer, offset, size in inbox.records(batch):
+                handled += 1
+                if record_type != records.APPEND:
+                    raise AssertionError(f"store writer got record type {record_type}")
+                self._append(inbox.producer, buffer, offset, size)
+        finally:
+            inbox.release(batch)
+        return handled
+
+    def _append(self, sender: str, buffer: Buffer, offset: int, size: int) -> None:
+        view = records.unpack_append(buffer, offset, size)
+        topic = self._topic_names.get(view.topic)
+        if topic is None:
+            topic = view.topic.decode("utf-8", "surrogateescape")
+            self._topic_names[view.topic] = topic
+        sizes_bytes = np.frombuffer(
+            buffer, dtype=np.int32, count=view.record_count, offset=view.sizes_offset
+        )
+        source = np.frombuffer(
+            buffer, dtype=np.uint8, count=view.records_size, offset=view.records_offset
+        )
+        self._append_requests += 1
+        try:
+            result = self.commit_log.append_batch(source, sizes_bytes, topic, view.queue_id)
+        except MessageTooLargeError as error:
+            self._refuse(sender, view.request_id, _MESSAGE_ILLEGAL, str(error))
+            return
+        except MessageIllegalError as error:
+            self._refuse(sender, view.request_id, _MESSAGE_ILLEGAL, str(error))
+            return
+        except StoreError as error:
+            log.error("append refused by the store: %s", error)
+            self._refuse(sender, view.request_id, _SYSTEM_ERROR, f"mqbox: store error: {error}")
+            return
+        self._append_records += result.record_count
+        self._append_bytes += view.records_size
+        ack = AppendAck(
+            view.request_id,
+            result.log_offset_bytes,
+            result.queue_index,
+            result.store_timestamp_ms,
+            result.record_count,
+            _OK,
+            "",
+        )
+        if (
+            self.flush_disk_type is FlushDiskType.SYNC_FLUSH
+            and view.flags & records.APPEND_FLAG_WAIT_FLUSH
+            and result.end_log_offset_bytes > self.commit_log.flushed_log_offset_bytes
+        ):
+            self._sync_wait_count += 1
+            self._sync_waits.append(
+                _SyncWait(
+                    result.end_log_offset_bytes,
+                    time.monotonic_ns() + self.sync_flush_timeout_ns,
+                    sender,
+                    ack,
+                )
+            )
+            self.flusher.request(result.end_log_offset_bytes)
+            return
+        self._send_ack(sender, ack)
+
+    def _refuse(self, sender: str, request_id: int, code: int, remark: str) -> None:
+        self._refused_requests += 1
+        self._send_ack(sender, AppendAck(request_id, -1, -1, 0, 0, code, remark))
+
+    def _send_ack(self, sender: str, ack: AppendAck) -> None:
+        outbox = self.ack_outboxes.get(sender)
+        assert outbox is not None, f"no ack ring to {sender}"
+        outbox.append(records.APPEND_ACK, records.pack_append_ack(ack))
+
+    def _publish_written(self) -> None:
+        position_bytes = self.commit_log.write_log_offset_bytes
+        if position_bytes == self._published_log_offset_bytes:
+            return
+        assert position_bytes > self._published_log_offset_bytes
+        self.positions.publish_write(position_bytes, self._append_records)
+        self._published_log_offset_bytes = position_bytes
+        written = records.pack_written(position_bytes, self._append_records)
+        for outbox in self.dispatcher_outboxes:
+            outbox.append(records.WRITTEN, written)
+
+    def _release_sync_waits(self, now_ns: int) -> None:
+        """Ack the waits a flush covered (in log order), and those whose time ran out."""
+        waits = self._sync_waits
+        if not waits:
+            return
+        flushed_bytes = self.commit_log.flushed_log_offset_bytes
+        while waits and waits[0].end_log_offset_bytes <= flushed_bytes:
+            wait = waits.popleft()
+            self._send_ack(wait.sender, wait.ack)
+        while waits and waits[0].deadline_ns <= now_ns:
+            wait = waits.popleft()
+            self._sync_timeouts += 1
+            self._send_ack(
+                wait.sender,
+                wait.ack._replace(
+                    response_code=_FLUSH_DISK_TIMEOUT,
+                    remark="flush disk timeout: stored, but not yet durable",
+                ),
+            )
+
+    def _flush_outboxes(self) -> bool:
+        all_written = True
+        for outbox in (*self.ack_outboxes.values(), *self.dispatcher_outboxes):
+            if outbox.pending_count:
+                all_written = outbox.flush_nowait() and all_written
+        return all_written
+
+    # -- the orderly stop -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Append what the senders left in the rings, flush, write the checkpoint, close the
+        store and remove the abort marker (the next start takes the clean path)."""
+        if self._closed:
+            return
+        self._closed = True
+        for _round in range(STOP_DRAIN_ROUND_MAX):
+            work = 0
+            for inbox in self.inboxes:
+                if inbox.ring.readable():
+                    work += self._drain(inbox)
+            if not work:
+                break
+        self.flusher.stop()
+        self.flusher.flush_now()
+        self._publish_written()
+        self._release_sync_waits(time.monotonic_ns())
+        assert not self._sync_waits
+        self._flush_outboxes()
+        # The dispatcher stopped before this role (reverse START_ORDER) and wrote its part of
+        # the checkpoint: read it afresh and add the commit log's part.
+        checkpoint = Checkpoint(checkpoint_path(self.store_root))
+        flushed_ms = self.commit_log.flushed_store_timestamp_ms
+        if flushed_ms > 0:
+            checkpoint.update(physic_msg_timestamp_ms=flushed_ms)
+        checkpoint.flush()
+        statistics = self.statistics()
+        self.store.reader.close()
+        self.commit_log.close()
+        self.store.consume_queues.close()
+        self.store.index.close()
+        recovery.remove_abort_file(self.store_root)
+        self.epoll.close()
+        for fd in (self._flush_read_fd, self._flush_write_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        for inbox in self.inboxes:
+            inbox.ring.close()
+        for outbox in (*self.ack_outboxes.values(), *self.dispatcher_outboxes):
+            outbox.ring.close()
+        self.positions.close()
+        log.info("stopped cleanly: %s", statistics)
+
+    def statistics(self) -> StoreWriterStatistics:
+        return StoreWriterStatistics(
+            append_requests=self._append_requests,
+            append_records=self._append_records,
+            append_bytes=self._append_bytes,
+            refused_requests=self._refused_requests,
+            sync_waits=self._sync_wait_count,
+            sync_timeouts=self._sync_timeouts,
+            flush_count=self.flusher.flush_count,
+            flush_errors=self.flusher.error_count,
+            write_log_offset_bytes=self.commit_log.write_log_offset_bytes,
+            flushed_log_offset_bytes=self.commit_log.flushed_log_offset_bytes,
+            sleep_count=self.sleeper.sleep_count,
+            turn_count=self._turn_count,
+        )
+
+
+def warm_up() -> None:
+    """Compile recovery's kernels in the supervisor's zygote, so the writer inherits them."""
+    recovery.warm_up_recovery_kernels()
+
+
+def main(ctx: RoleContext) -> NoReturn:
+    """The store writer role: open (recover) the store, serve appends until SIGTERM."""
+    writer = StoreWriter(ctx, wakeup_fd=runtime.wakeup_fileno())
+    ctx.report_ready(
+        {
+            "role": ctx.role.role_id,
+            "pid": os.getpid(),
+            "write_log_offset_bytes": writer.commit_log.write_log_offset_bytes,
+            "recovered_clean": writer.recovery_report.was_clean,
+        }
+    )
+    writer.run_forever()

@@ -1,0 +1,264 @@
+"""Topic configuration shared by the broker's processes: config/topics.json behind a file lock.
+
+Owns: `TopicConfigStore`, every process's view of the topic table (the send processors create
+topics on the fly, the pull processors read them, the services role registers them with the name
+server), the system topics of a new store (remoting-protocol.md section 9), and the rules of
+auto-creation (from a template topic with the INHERIT permission, such as TBW102, and `%RETRY%`
+topics with one queue). The file format and its atomic save belong to store/config_files.py.
+
+Never: a cache that outlives a change by more than RELOAD_CHECK_INTERVAL_NS (unless a miss forces
+a look), a write outside the lock, or a write in place (config_files replaces the file whole).
+
+Invariants:
+- Every read-modify-write of topics.json runs under an exclusive flock on `topics.json.lock`
+  beside it, and re-reads the file inside the lock, so processes that create topics at the same
+  time lose nobody's topic. Readers take no lock: the file is replaced by rename, so they see
+  the old table or the new one.
+- Each saved change bumps the table's dataVersion (counter + 1, timestamp now), which the name
+  server and the services role use to notice it.
+- A topic, once created, keeps its queue counts: create_if_absent never changes an existing one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Final
+
+from mqbox.config import BrokerConfig
+from mqbox.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
+from mqbox.protocol.headers import validate_topic
+from mqbox.store import config_files
+from mqbox.store.config_files import DataVersion, TopicConfig, TopicConfigTable
+from mqbox.store.layout import TOPICS_FILE_NAME, config_dir
+
+RELOAD_CHECK_INTERVAL_NS: Final = 100_000_000  # a reader stats topics.json at most this often
+LOCK_FILE_SUFFIX: Final = ".lock"
+
+AUTO_CREATE_TOPIC_KEY_TOPIC: Final = "TBW102"  # the template of auto-created topics
+SELF_TEST_TOPIC: Final = "SELF_TEST_TOPIC"
+BENCHMARK_TOPIC: Final = "BenchmarkTest"
+OFFSET_MOVED_EVENT: Final = "OFFSET_MOVED_EVENT"
+SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+TRACE_TOPIC: Final = "RMQ_SYS_TRACE_TOPIC"
+TRANS_HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
+RETRY_GROUP_TOPIC_PREFIX: Final = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX: Final = "%DLQ%"
+SCHEDULE_QUEUE_COUNT: Final = 18  # one queue per delay level
+BENCHMARK_QUEUE_COUNT: Final = 1024  # as the Java broker makes it
+PERM_READ_WRITE: Final = PERM_READ | PERM_WRITE
+PERM_ALL: Final = PERM_READ | PERM_WRITE | PERM_INHERIT
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def system_topics(broker: BrokerConfig) -> list[TopicConfig]:
+    """The topics a new store starts with (section 9), in the Java broker's order. TBW102 only
+    when autoCreateTopicEnable; the cluster- and broker-named topics only when their names are
+    legal topic names."""
+    topics: list[TopicConfig] = [TopicConfig(SELF_TEST_TOPIC, 1, 1, PERM_READ_WRITE)]
+    if broker.auto_create_topic_enable:
+        queue_count = broker.default_topic_queue_nums
+        topics.append(TopicConfig(AUTO_CREATE_TOPIC_KEY_TOPIC, queue_count, queue_count, PERM_ALL))
+    topics.append(
+        TopicConfig(BENCHMARK_TOPIC, BENCHMARK_QUEUE_COUNT, BENCHMARK_QUEUE_COUNT, PERM_READ_WRITE)
+    )
+    topics.extend(
+        TopicConfig(named, 1, 1, PERM_ALL)
+        for named in (broker.broker_cluster_name, broker.broker_name)
+        if validate_topic(named) is None
+    )
+    topics += [
+        TopicConfig(OFFSET_MOVED_EVENT, 1, 1, PERM_READ_WRITE),
+        TopicConfig(SCHEDULE_TOPIC, SCHEDULE_QUEUE_COUNT, SCHEDULE_QUEUE_COUNT, PERM_READ_WRITE),
+        TopicConfig(TRACE_TOPIC, 1, 1, PERM_READ_WRITE),
+        TopicConfig(TRANS_HALF_TOPIC, 1, 1, PERM_READ_WRITE),
+        TopicConfig(TRANS_OP_HALF_TOPIC, 1, 1, PERM_READ_WRITE),
+        TopicConfig(TRANS_CHECK_MAX_TIME_TOPIC, 1, 1, PERM_READ_WRITE),
+    ]
+    return topics
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicConfigStoreStatistics:
+    reload_count: int
+    check_count: int
+    created_count: int  # topics this process created
+    version_counter: int
+
+
+class TopicConfigStore:
+    """One process's view of config/topics.json (module docstring).
+
+    Not thread-safe: one per process (each role owns its own). `get` costs a clock read and a
+    dict lookup; it stats the file at most every RELOAD_CHECK_INTERVAL_NS, and `get_fresh` looks
+    at once (for a miss that may be a topic another process just made).
+    """
+
+    def __init__(
+        self,
+        store_root: Path,
+        broker: BrokerConfig,
+        *,
+        reload_check_interval_ns: int = RELOAD_CHECK_INTERVAL_NS,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        wall_clock_ms: Callable[[], int] = _wall_clock_ms,
+    ) -> None:
+        assert reload_check_interval_ns >= 0
+        self.broker = broker
+        self.directory = config_dir(store_root)
+        self.path = self.directory / TOPICS_FILE_NAME
+        self.lock_path = self.directory / (TOPICS_FILE_NAME + LOCK_FILE_SUFFIX)
+        self._reload_check_interval_ns = reload_check_interval_ns
+        self._clock_ns = clock_ns
+        self._wall_clock_ms = wall_clock_ms
+        self._table = TopicConfigTable()
+        self._signature: tuple[int, int, int] | None = None
+        self._check_due_ns = 0
+        self._reload_count = 0
+        self._check_count = 0
+        self._created_count = 0
+        self.reload_if_changed()
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def get(self, topic: str) -> TopicConfig | None:
+        """The topic's configuration as last seen (checked for changes at most every 100 ms)."""
+        now_ns = self._clock_ns()
+        if now_ns >= self._check_due_ns:
+            self._check_due_ns = now_ns + self._reload_check_interval_ns
+            self.reload_if_changed()
+        return self._table.topics.get(topic)
+
+    def get_fresh(self, topic: str) -> TopicConfig | None:
+        """The topic's configuration after a look at the file now."""
+        self.reload_if_changed()
+        return self._table.topics.get(topic)
+
+    def topics(self) -> Mapping[str, TopicConfig]:
+        """Every topic as last seen."""
+        return self._table.topics
+
+    @property
+    def data_version(self) -> DataVersion:
+        return self._table.data_version
+
+    def reload_if_changed(self) -> bool:
+        """Read topics.json again if its inode, size or mtime changed; True if it did."""
+        self._check_count += 1
+        signature = self._file_signature()
+        if signature == self._signature:
+            return False
+        self._table = config_files.load_topics(self.directory, use_backup_if_corrupt=True)
+        self._signature = signature
+        self._reload_count += 1
+        return True
+
+    def _file_signature(self) -> tuple[int, int, int] | None:
+        try:
+            status = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return (status.st_ino, status.st_size, status.st_mtime_ns)
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The exclusive lock of topics.json, with the table re-read inside it."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self.reload_if_changed()
+            yield
+        finally:
+            os.close(fd)  # releases the flock
+
+    def _save(self, topics: dict[str, TopicConfig]) -> None:
+        """Under the lock: write `topics` with a bumped dataVersion, and adopt it here."""
+        version = DataVersion(
+            timestamp_ms=self._wall_clock_ms(), counter=self._table.data_version.counter + 1
+        )
+        table = TopicConfigTable(topics=topics, data_version=version)
+        config_files.save_topics(self.directory, table)
+        self._table = table
+        self._signature = self._file_signature()
+
+    def ensure_system_topics(self) -> list[str]:
+        """Add the system topics the table lacks (section 9); the names added. Run once at start
+        by the store writer, before any other role reads the table."""
+        added: list[str] = []
+        with self._locked():
+            topics = dict(self._table.topics)
+            for config in system_topics(self.broker):
+                if config.topic_name not in topics:
+                    topics[config.topic_name] = config
+                    added.append(config.topic_name)
+            if added:
+                self._save(topics)
+        return added
+
+    def create_if_absent(self, config: TopicConfig) -> tuple[TopicConfig, bool]:
+        """(the topic's configuration, True if this call created it). An existing topic wins."""
+        assert validate_topic(config.topic_name) is None
+        assert config.read_queue_nums > 0
+        assert config.write_queue_nums > 0
+        existing = self._table.topics.get(config.topic_name)
+        if existing is not None:
+            return existing, False
+        with self._locked():
+            existing = self._table.topics.get(config.topic_name)
+            if existing is not None:
+                return existing, False
+            topics = dict(self._table.topics)
+            topics[config.topic_name] = config
+            self._save(topics)
+        self._created_count += 1
+        return config, True
+
+    def auto_create(
+        self, topic: str, default_topic: str, default_topic_queue_nums: int
+    ) -> TopicConfig | None:
+        """Create `topic` for a SEND that names it before anyone configured it, as the Java
+        broker does: a `%RETRY%` topic with 1 queue and perm 6; otherwise, when
+        autoCreateTopicEnable is on and the client's template (`default_topic`, normally TBW102)
+        exists with PERM_INHERIT, min(default_topic_queue_nums, the template's write queues)
+        queues and the template's perm without INHERIT. None when the topic may not be made.
+        The caller has validated the name."""
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            config, _created = self.create_if_absent(TopicConfig(topic, 1, 1, PERM_READ_WRITE))
+            return config
+        if not self.broker.auto_create_topic_enable:
+            return None
+        template = self.get_fresh(default_topic) if default_topic else None
+        if template is None or not template.perm & PERM_INHERIT:
+            return None
+        queue_count = max(1, min(default_topic_queue_nums, template.write_queue_nums))
+        config, _created = self.create_if_absent(
+            TopicConfig(
+                topic,
+                queue_count,
+                queue_count,
+                template.perm & ~PERM_INHERIT,
+                topic_filter_type=template.topic_filter_type,
+            )
+        )
+        return config
+
+    def statistics(self) -> TopicConfigStoreStatistics:
+        return TopicConfigStoreStatistics(
+            reload_count=self._reload_count,
+            check_count=self._check_count,
+            created_count=self._created_count,
+            version_counter=self._table.data_version.counter,
+        )

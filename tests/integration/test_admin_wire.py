@@ -1,0 +1,405 @@
+"""Goal: on the real appliance, the admin requests behave on the wire as RocketMQ clients need:
+a heartbeat puts the client in the consumer list (38); when one of two members disconnects, the
+other gets NOTIFY_CONSUMER_IDS_CHANGED (40, oneway, ext consumerGroup) on its own connection;
+UPDATE_CONSUMER_OFFSET then QUERY_CONSUMER_OFFSET returns the offset, and a new group gets 0/0
+(checklist rule 7); a queue locked by one client is refused to another until unlocked; a topic
+made with UPDATE_AND_CREATE_TOPIC shows in GET_ALL_TOPIC_CONFIG and, within a few seconds, in
+the name server's route; and committed offsets are in consumerOffset.json after an orderly stop.
+
+Method: `python -m mqbox.server.supervisor` with the broker's real topology and the real name
+server, both on port 0, in a fresh home; clients are plain sockets with the protocol's client
+codec (tests/support/front_client.py), the name server is asked with mqbox.client. The
+supervisor is stopped with SIGTERM and every process it started is SIGKILLed by pid in the end;
+its shared memory is swept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from mqbox.client.namesrv_api import get_route
+from mqbox.client.remoting import RemotingClient
+from mqbox.ipc import names
+from mqbox.protocol import RemotingCommand
+from mqbox.protocol.codes import (
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    ConsumeFromWhere,
+    ConsumeType,
+    MessageModel,
+    RequestCode,
+    ResponseCode,
+)
+from mqbox.protocol.headers import (
+    ConsumerData,
+    ConsumerListBody,
+    HeartbeatData,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+    MessageQueue,
+    SubscriptionData,
+    UpdateAndCreateTopicRequestHeader,
+)
+from tests.support.front_client import FrontClient
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 300.0  # the first start on a machine compiles every kernel
+STOP_TIMEOUT_S = 30.0
+ROUTE_WAIT_S = 15.0
+
+
+class WireClient(FrontClient):
+    """A raw protocol client that sets aside the broker's requests (NOTIFY_CONSUMER_IDS_CHANGED)
+    arriving between a request and its response."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__("127.0.0.1", port)
+        self.notices: list[RemotingCommand] = []
+
+    def answer(
+        self, code: int, ext: dict[str, str] | None = None, body: bytes = b""
+    ) -> RemotingCommand:
+        opaque = self.request(code, ext, body)
+        while True:
+            (command,) = self.responses(1)
+            if command.flag & FLAG_RESPONSE and command.opaque == opaque:
+                return command
+            self.notices.append(command)
+
+    def wait_notice(self, group: str) -> None:
+        if not self.notices:
+            self.notices.extend(self.responses(1))
+        notice = self.notices.pop(0)
+        assert notice.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
+        assert notice.flag == FLAG_ONEWAY
+        assert notice.ext_fields == {"consumerGroup": group}
+
+
+@dataclasses.dataclass
+class Appliance:
+    process: subprocess.Popen[bytes]
+    home: Path
+    broker_port: int
+    namesrv_address: str
+    role_pids: list[int]
+
+    def client(self) -> WireClient:
+        return WireClient(self.broker_port)
+
+    def store_config_dir(self) -> Path:
+        matches = list(self.home.glob("**/config/topics.json"))
+        assert len(matches) == 1, matches
+        return matches[0].parent
+
+
+def _read_ready_line(read_fd: int, process: subprocess.Popen[bytes], log: Path) -> dict[str, Any]:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    received = b""
+    os.set_blocking(read_fd, False)
+    while b"\n" not in received:
+        try:
+            chunk: bytes | None = os.read(read_fd, 4096)
+        except BlockingIOError:
+            chunk = None
+        if chunk:
+            received += chunk
+            continue
+        if chunk == b"" or process.poll() is not None or time.monotonic() > deadline:
+            output = log.read_text(encoding="utf-8", errors="replace")
+            raise AssertionError(f"the appliance is not ready (status {process.poll()}):\n{output}")
+        time.sleep(0.02)
+    document: dict[str, Any] = json.loads(received.split(b"\n", 1)[0])
+    return document
+
+
+def _stop(appliance: Appliance) -> int | None:
+    """SIGTERM the supervisor and wait; its exit status (None if it had to be killed)."""
+    process = appliance.process
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            return process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            return None
+    return process.returncode
+
+
+@contextlib.contextmanager
+def running_appliance(home: Path) -> Iterator[Appliance]:
+    home.mkdir(parents=True, exist_ok=True)
+    conf = home / "broker.conf"
+    conf.write_text(
+        "brokerIP1=127.0.0.1\n"
+        "mapedFileSizeCommitLog=16777216\n"
+        "mapedFileSizeConsumeQueue=60000\n"
+        "mqboxSendProcessorCount=1\n"
+        "mqboxPullProcessorCount=1\n",
+        encoding="utf-8",
+    )
+    log = home / "supervisor.out"
+    read_fd, write_fd = os.pipe()
+    command = [
+        sys.executable,
+        "-m",
+        "mqbox.server.supervisor",
+        *("--home", str(home), "--config", str(conf)),
+        *("--broker-port", "0", "--namesrv-port", "0", "--ready-fd", str(write_fd)),
+    ]
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OPENBLAS_NUM_THREADS": "1"}
+    try:
+        with log.open("wb") as output:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                cwd=REPO_ROOT,
+                env=environment,
+                pass_fds=(write_fd,),
+                start_new_session=True,
+            )
+    finally:
+        os.close(write_fd)
+    instance = ""
+    role_pids: list[int] = []
+    family: set[int] = {process.pid}
+    try:
+        ready = _read_ready_line(read_fd, process, log)
+        assert ready.get("ok"), f"the appliance did not start: {ready}"
+        instance = str(ready["instance"])
+        role_pids = [int(pid) for pid in ready["roles"].values()]
+        with contextlib.suppress(psutil.NoSuchProcess):
+            family |= {child.pid for child in psutil.Process(process.pid).children(True)}
+        family |= set(role_pids)
+        broker_port = int(str(ready["broker"]).rsplit(":", 1)[1])
+        yield Appliance(process, home, broker_port, str(ready["namesrv"]), role_pids)
+    finally:
+        os.close(read_fd)
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for pid in family:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if instance:
+            names.unlink_instance(instance)
+
+
+@pytest.fixture(scope="module")
+def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
+    with running_appliance(tmp_path_factory.mktemp("admin-wire")) as running:
+        yield running
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def heartbeat_body(client_id: str, group: str) -> bytes:
+    """A push consumer's heartbeat, as the C++ client sends it (enum numbers, no producers)."""
+    data = HeartbeatData(
+        client_id,
+        (),
+        (
+            ConsumerData(
+                group,
+                ConsumeType.CONSUME_PASSIVELY,
+                MessageModel.CLUSTERING,
+                ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                (
+                    SubscriptionData("WireTopic", "TagA || TagB", ("TagA", "TagB"), 1),
+                    SubscriptionData(f"%RETRY%{group}", "*", (), 1),
+                ),
+            ),
+        ),
+    )
+    return data.to_json()
+
+
+def heartbeat(client: WireClient, client_id: str, group: str) -> None:
+    response = client.answer(RequestCode.HEART_BEAT, {}, heartbeat_body(client_id, group))
+    assert response.code == ResponseCode.SUCCESS, response.remark
+
+
+def consumer_ids(client: WireClient, group: str) -> tuple[str, ...] | None:
+    """The group's consumer list, or None for "no consumer for this group"."""
+    command = client.answer(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+    if command.code == ResponseCode.SYSTEM_ERROR:
+        assert command.remark == "no consumer for this group"
+        return None
+    assert command.code == ResponseCode.SUCCESS
+    return ConsumerListBody.from_json(command.body).consumer_id_list
+
+
+def create_topic(client: WireClient, topic: str, queue_count: int) -> None:
+    header = UpdateAndCreateTopicRequestHeader(topic, "TBW102", queue_count, queue_count, 6)
+    response = client.answer(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext())
+    assert response.code == ResponseCode.SUCCESS, response.remark
+
+
+# --- tests --------------------------------------------------------------------------------------
+
+
+def test_a_heartbeat_puts_the_client_in_the_consumer_list(appliance: Appliance) -> None:
+    client = appliance.client()
+    try:
+        assert consumer_ids(client, "WireListGroup") is None
+        heartbeat(client, "100-127.0.0.1@DEFAULT", "WireListGroup")
+        client.wait_notice("WireListGroup")
+        assert consumer_ids(client, "WireListGroup") == ("100-127.0.0.1@DEFAULT",)
+    finally:
+        client.close()
+
+
+def test_the_member_left_behind_hears_of_a_disconnect(appliance: Appliance) -> None:
+    group = "WireNotifyGroup"
+    staying = appliance.client()
+    leaving = appliance.client()
+    try:
+        heartbeat(staying, "1-127.0.0.1@A", group)
+        staying.wait_notice(group)
+        heartbeat(leaving, "2-127.0.0.1@B", group)
+        leaving.wait_notice(group)
+        staying.wait_notice(group)
+        assert consumer_ids(staying, group) == ("1-127.0.0.1@A", "2-127.0.0.1@B")
+        leaving.close()
+        staying.wait_notice(group)
+        assert consumer_ids(staying, group) == ("1-127.0.0.1@A",)
+    finally:
+        staying.close()
+        leaving.close()
+
+
+def test_update_then_query_offset_and_a_new_group_starts_at_0(appliance: Appliance) -> None:
+    client = appliance.client()
+    try:
+        create_topic(client, "WireOffsetTopic", 2)
+        update = {
+            "consumerGroup": "WireOffsetGroup",
+            "topic": "WireOffsetTopic",
+            "queueId": "1",
+            "commitOffset": "17",
+        }
+        assert client.answer(RequestCode.UPDATE_CONSUMER_OFFSET, update).code == 0
+        query = {"consumerGroup": "WireOffsetGroup", "topic": "WireOffsetTopic", "queueId": "1"}
+        answer = client.answer(RequestCode.QUERY_CONSUMER_OFFSET, query)
+        assert answer.code == ResponseCode.SUCCESS
+        assert answer.ext_fields == {"offset": "17"}
+        fresh = client.answer(
+            RequestCode.QUERY_CONSUMER_OFFSET, {**query, "consumerGroup": "WireNewGroup"}
+        )
+        assert fresh.code == ResponseCode.SUCCESS
+        assert fresh.ext_fields == {"offset": "0"}
+        max_offset = client.answer(
+            RequestCode.GET_MAX_OFFSET, {"topic": "WireOffsetTopic", "queueId": "1"}
+        )
+        assert max_offset.code == ResponseCode.SUCCESS
+        assert max_offset.ext_fields == {"offset": "0"}
+    finally:
+        client.close()
+
+
+def test_a_locked_queue_is_refused_to_another_client_until_unlocked(appliance: Appliance) -> None:
+    first = appliance.client()
+    second = appliance.client()
+    queue = MessageQueue("WireLockTopic", "broker-a", 0)
+
+    def lock(client: WireClient, client_id: str, code: int) -> RemotingCommand:
+        body = LockBatchRequestBody("WireLockGroup", client_id, (queue,)).to_json()
+        started = time.monotonic()
+        response = client.answer(code, {}, body)
+        assert time.monotonic() - started < 1.0  # the C++ client waits 1 s
+        assert response.code == ResponseCode.SUCCESS
+        return response
+
+    def granted(response: RemotingCommand) -> tuple[MessageQueue, ...]:
+        return LockBatchResponseBody.from_json(response.body).lock_ok_mq_set
+
+    try:
+        assert granted(lock(first, "a", RequestCode.LOCK_BATCH_MQ)) == (queue,)
+        assert granted(lock(second, "b", RequestCode.LOCK_BATCH_MQ)) == ()
+        lock(first, "a", RequestCode.UNLOCK_BATCH_MQ)
+        assert granted(lock(second, "b", RequestCode.LOCK_BATCH_MQ)) == (queue,)
+        assert granted(lock(first, "a", RequestCode.LOCK_BATCH_MQ)) == ()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_created_topic_is_listed_and_routed(appliance: Appliance) -> None:
+    topic = "WireCreatedTopic"
+    client = appliance.client()
+    try:
+        create_topic(client, topic, 3)
+        listed = client.answer(RequestCode.GET_ALL_TOPIC_CONFIG)
+        assert listed.code == ResponseCode.SUCCESS
+        config = json.loads(listed.body)["topicConfigTable"][topic]
+        assert (config["readQueueNums"], config["writeQueueNums"], config["perm"]) == (3, 3, 6)
+    finally:
+        client.close()
+    deadline = time.monotonic() + ROUTE_WAIT_S
+    with RemotingClient(appliance.namesrv_address) as namesrv:
+        route = get_route(namesrv, topic)
+        while route is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            route = get_route(namesrv, topic)
+    assert route is not None, "the name server has no route for the created topic"
+    (queue_data,) = route.queue_datas
+    assert (queue_data.read_queue_nums, queue_data.write_queue_nums) == (3, 3)
+
+
+def test_a_consumer_groups_retry_topic_is_routed(appliance: Appliance) -> None:
+    client = appliance.client()
+    try:
+        heartbeat(client, "7-127.0.0.1@DEFAULT", "WireRetryGroup")
+    finally:
+        client.close()
+    deadline = time.monotonic() + ROUTE_WAIT_S
+    with RemotingClient(appliance.namesrv_address) as namesrv:
+        route = get_route(namesrv, "%RETRY%WireRetryGroup")
+        while route is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            route = get_route(namesrv, "%RETRY%WireRetryGroup")
+    assert route is not None
+    (queue_data,) = route.queue_datas
+    assert (queue_data.read_queue_nums, queue_data.perm) == (1, 6)
+
+
+def test_committed_offsets_are_saved_by_an_orderly_stop(tmp_path: Path) -> None:
+    with running_appliance(tmp_path / "stop") as appliance:
+        client = appliance.client()
+        try:
+            create_topic(client, "WireStopTopic", 1)
+            update = {
+                "consumerGroup": "WireStopGroup",
+                "topic": "WireStopTopic",
+                "queueId": "0",
+                "commitOffset": "5",
+            }
+            assert client.answer(RequestCode.UPDATE_CONSUMER_OFFSET, update).code == 0
+        finally:
+            client.close()
+        config_dir = appliance.store_config_dir()
+        assert _stop(appliance) == 0
+        saved = json.loads((config_dir / "consumerOffset.json").read_text())
+        assert saved["offsetTable"]["WireStopTopic@WireStopGroup"] == {"0": 5}

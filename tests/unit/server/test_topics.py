@@ -1,0 +1,161 @@
+"""Goal: the topic table is shared safely by the broker's processes: a new store gets the system
+topics of remoting-protocol.md section 9 once, creations from several processes at once all land
+(the file lock and the re-read inside it), readers see another process's change within the check
+interval (or at once with get_fresh), every change bumps dataVersion, and auto-creation follows
+the Java broker's rules. The services role reads the same file in the same format.
+
+Method: TopicConfigStore objects over a store root in tmp_path; concurrency with several Python
+processes started with subprocess, each creating its own topics through its own store object;
+a fake monotonic clock for the reload interval.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from mqbox.config import BrokerConfig
+from mqbox.server.topics import (
+    PERM_ALL,
+    SCHEDULE_QUEUE_COUNT,
+    TopicConfigStore,
+    system_topics,
+)
+from mqbox.store import config_files
+from mqbox.store.config_files import TopicConfig
+from mqbox.store.layout import config_dir
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_a_new_store_gets_the_system_topics_once(tmp_path: Path) -> None:
+    broker = BrokerConfig(default_topic_queue_nums=6)
+    store = TopicConfigStore(tmp_path, broker)
+    added = store.ensure_system_topics()
+    names = {config.topic_name for config in system_topics(broker)}
+    assert set(added) == names
+    assert {
+        "TBW102",
+        "SELF_TEST_TOPIC",
+        "SCHEDULE_TOPIC_XXXX",
+        "OFFSET_MOVED_EVENT",
+        "BenchmarkTest",
+        "RMQ_SYS_TRACE_TOPIC",
+        broker.broker_cluster_name,
+        broker.broker_name,
+    } <= names
+    tbw102 = store.get("TBW102")
+    assert tbw102 is not None
+    assert (tbw102.read_queue_nums, tbw102.write_queue_nums, tbw102.perm) == (6, 6, PERM_ALL)
+    schedule = store.get("SCHEDULE_TOPIC_XXXX")
+    assert schedule is not None
+    assert schedule.write_queue_nums == SCHEDULE_QUEUE_COUNT
+    version = store.data_version.counter
+    assert TopicConfigStore(tmp_path, broker).ensure_system_topics() == []
+    assert TopicConfigStore(tmp_path, broker).data_version.counter == version
+
+
+def test_no_tbw102_without_auto_create(tmp_path: Path) -> None:
+    store = TopicConfigStore(tmp_path, BrokerConfig(auto_create_topic_enable=False))
+    store.ensure_system_topics()
+    assert store.get("TBW102") is None
+    assert store.auto_create("NewTopic", "TBW102", 4) is None
+
+
+def test_the_services_role_reads_what_the_store_writes(tmp_path: Path) -> None:
+    store = TopicConfigStore(tmp_path, BrokerConfig())
+    store.ensure_system_topics()
+    store.create_if_absent(TopicConfig("Shared", 3, 3, 6))
+    table = config_files.load_topics(config_dir(tmp_path), use_backup_if_corrupt=True)
+    assert table.topics["Shared"] == TopicConfig("Shared", 3, 3, 6)
+    assert table.data_version == store.data_version
+
+
+def test_readers_see_changes_after_the_check_interval_or_at_once_when_fresh(
+    tmp_path: Path,
+) -> None:
+    now = [0]
+    broker = BrokerConfig()
+    writer = TopicConfigStore(tmp_path, broker)
+    reader = TopicConfigStore(tmp_path, broker, clock_ns=lambda: now[0])
+    assert reader.get("Late") is None
+    writer.create_if_absent(TopicConfig("Late", 1, 1, 6))
+    writer.create_if_absent(TopicConfig("Later", 1, 1, 6))
+    now[0] += 50_000_000
+    assert reader.get("Late") is None  # checked less than 100 ms ago
+    assert reader.get_fresh("Later") is not None
+    now[0] += 100_000_000
+    assert reader.get("Late") is not None
+    checks = reader.statistics().check_count
+    reader.get("Late")
+    assert reader.statistics().check_count == checks  # no stat within the interval
+
+
+def test_create_if_absent_keeps_the_first_and_bumps_the_version(tmp_path: Path) -> None:
+    store = TopicConfigStore(tmp_path, BrokerConfig())
+    first, created = store.create_if_absent(TopicConfig("Once", 2, 2, 6))
+    assert created
+    counter = store.data_version.counter
+    again, created_again = TopicConfigStore(tmp_path, BrokerConfig()).create_if_absent(
+        TopicConfig("Once", 9, 9, 6)
+    )
+    assert not created_again
+    assert again == first
+    store.create_if_absent(TopicConfig("Twice", 1, 1, 6))
+    assert store.data_version.counter == counter + 1
+
+
+def test_auto_create_follows_the_template(tmp_path: Path) -> None:
+    store = TopicConfigStore(tmp_path, BrokerConfig(default_topic_queue_nums=8))
+    store.ensure_system_topics()
+    small = store.auto_create("Small", "TBW102", 3)
+    assert small is not None
+    assert (small.write_queue_nums, small.read_queue_nums, small.perm) == (3, 3, 6)
+    capped = store.auto_create("Capped", "TBW102", 64)
+    assert capped is not None
+    assert capped.write_queue_nums == 8
+    retry = store.auto_create("%RETRY%Group", "", 4)
+    assert retry is not None
+    assert (retry.write_queue_nums, retry.perm) == (1, 6)
+    assert store.auto_create("Orphan", "Missing", 4) is None
+
+
+_CREATOR = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from mqbox.config import BrokerConfig
+    from mqbox.server.topics import TopicConfigStore
+    from mqbox.store.config_files import TopicConfig
+
+    root, prefix, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    store = TopicConfigStore(root, BrokerConfig())
+    for number in range(count):
+        store.create_if_absent(TopicConfig(f"{prefix}{number}", 1, 1, 6))
+    """
+)
+
+
+def test_processes_creating_topics_at_once_lose_none(tmp_path: Path) -> None:
+    count = 25
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CREATOR, str(tmp_path), f"P{index}-", str(count)],
+            cwd=REPO_ROOT,
+        )
+        for index in range(4)
+    ]
+    try:
+        for process in processes:
+            assert process.wait(timeout=120) == 0
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    table = config_files.load_topics(config_dir(tmp_path))
+    expected = {f"P{index}-{number}" for index in range(4) for number in range(count)}
+    assert expected <= set(table.topics)
+    assert table.data_version.counter == 4 * count
