@@ -139,8 +139,14 @@ class ConsumeQueue:
         self.writable = writable
         self.directory = consume_queue_dir(store_root, topic, queue_id)
         self._segment_entry_count = geometry.cq_segment_entry_count
+        # Random access: an append's paired check reads the (sparse) slots it writes, and on
+        # this kind of VM a read-around fault on a hole costs milliseconds (bench/store_backlog).
         self._segments = MappedFileQueue(
-            self.directory, geometry.cq_segment_size_bytes, writable=writable, map_lru=map_lru
+            self.directory,
+            geometry.cq_segment_size_bytes,
+            writable=writable,
+            map_lru=map_lru,
+            random_access=True,
         )
         self._on_dirty = on_dirty
         self._min_queue_index = 0
