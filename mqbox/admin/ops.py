@@ -3,8 +3,9 @@
 Owns: locating the home directory and etc/ defaults, loading configuration for display, and the
 appliance's lifecycle as seen from outside: starting it in this process or in the background,
 stopping it by the pids its supervisor recorded in `<home>/run/`, and measuring every process
-for `mqbox status`. Never: prints (the CLI prints) or exits the process; failures are MqboxError
-subclasses.
+for `mqbox status`; and which name server the wire commands ask (`namesrv_addr`). The wire
+commands themselves (topic, offset, cluster, message, send, tail) live in admin/broker_ops.py.
+Never: prints (the CLI prints) or exits the process; failures are MqboxError subclasses.
 
 mqbox.server.supervisor (and with it numpy and numba) is imported inside the functions that
 need it, so `mqbox --help` and `mqbox config` stay quick, and so `start` can pin the BLAS
@@ -37,7 +38,7 @@ from mqbox.config import (
     load_broker_config,
     load_namesrv_config,
 )
-from mqbox.errors import MqboxError
+from mqbox.errors import ConfigError, MqboxError
 
 if TYPE_CHECKING:
     from mqbox.server.supervisor import ApplianceOptions
@@ -57,6 +58,7 @@ STOP_TIMEOUT_S_DEFAULT: Final = 120.0
 LEFTOVER_STOP_TIMEOUT_S: Final = 5.0
 CPU_SAMPLE_S: Final = 0.2
 SUPERVISOR_OUTPUT_FILE_NAME: Final = "supervisor.out"
+NAMESRV_ENV: Final = "MQBOX_NAMESRV"  # the wire commands' name server when --namesrv is absent
 
 
 def home_dir(home: Path | None) -> Path:
@@ -82,6 +84,23 @@ def load_configs(broker_conf: Path | None) -> tuple[NamesrvConfig, BrokerConfig]
     namesrv = load_namesrv_config(namesrv_path)
     broker = load_broker_config(broker_path)
     return namesrv, broker
+
+
+def namesrv_addr(option: str | None) -> str:
+    """The name server(s) the wire commands ask: --namesrv, else $MQBOX_NAMESRV, else
+    namesrvAddr of etc/broker.conf (';'-separated for several). ConfigError if none is set or
+    etc/broker.conf does not load."""
+    for value in (option, os.environ.get(NAMESRV_ENV)):
+        if value is not None and value.strip():
+            return value.strip()
+    broker_path = config_paths(None)[1]
+    address = load_broker_config(broker_path).namesrv_addr.strip()
+    if not address:
+        raise ConfigError(
+            f"no name server: give --namesrv, set ${NAMESRV_ENV}, or set namesrvAddr in "
+            f"{broker_path}"
+        )
+    return address
 
 
 def config_as_dict(config: Any) -> dict[str, Any]:

@@ -1,0 +1,1031 @@
+"""The wire commands behind the CLI: `mqbox topic|offset|cluster|message|send|tail`.
+
+Owns: finding the brokers a command must ask (through the name server: a topic's route, or the
+cluster table), asking them with mqbox.client.admin_api, merging the answers of several brokers
+into one result, and turning every failure into an MqboxError whose message is one line a user
+can act on. Never: prints or exits (cli.py does), wire formats (mqbox.client and
+mqbox.protocol), or business rules the broker owns (it checks queue counts, group names, ...;
+its remark is passed on).
+
+Rules:
+
+1. A command opens one WireSession: one connection to the first name server of the list that
+   answers, one per broker it asks, all closed at the end. `--namesrv` wins, then
+   $MQBOX_NAMESRV, then namesrvAddr of etc/broker.conf (ops.namesrv_addr).
+2. Writes (topic create/update/delete, offset reset, send) go to a broker's master (broker id 0),
+   as RocketMQ clients send them; reads (status, offsets, view, query, pull) to the master, else
+   to the lowest broker id.
+3. A topic the name server has no route for is unknown to every command that names one; topic
+   create alone asks the cluster table, and creates on every master it lists.
+4. A broker's refusal (BrokerAnswerError) carries its response code, so a command can treat an
+   expected one as an answer (26 for a group a broker never saw, 17 for a topic a broker
+   already dropped).
+
+`tail` pulls without the SUSPEND bit and sleeps between empty rounds (TAIL_POLL_INTERVAL_S): a
+held pull would tie up the one request a connection has in flight (remoting.py), and the queues
+of a topic are pulled one after another, so holding on an empty queue would delay the others.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import datetime
+import os
+import random
+import time
+from collections.abc import Callable, Generator
+from typing import Any, Concatenate, Final, ParamSpec, Self, TypeVar
+
+from mqbox.admin import ops
+from mqbox.client import admin_api, namesrv_api
+from mqbox.client.registration import split_namesrv_addr
+from mqbox.client.remoting import RemotingClient, RemotingError, RemotingResponseError
+from mqbox.errors import ConfigError, MessageIllegalError, MqboxError
+from mqbox.message import (
+    BODY_SIZE_BYTES_MAX_LIMIT,
+    PROPERTY_KEYS,
+    PROPERTY_KEYS_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
+    SYSFLAG_COMPRESSED,
+    StoredMessage,
+    UniqKeyGenerator,
+    decode_offset_msg_id,
+    decode_properties_str,
+    decompress_body,
+    encode_offset_msg_id,
+    encode_properties_str,
+    unpack_host,
+)
+from mqbox.protocol.codes import PERM_READ, PERM_WRITE, PULL_FLAG_SUBSCRIPTION, ResponseCode
+from mqbox.protocol.command import INT64_MAX
+from mqbox.protocol.errors import RemoteProtocolError
+from mqbox.protocol.headers import (
+    BrokerData,
+    PullMessageRequestHeader,
+    QueryMessageRequestHeader,
+    SendMessageRequestHeader,
+    TopicRouteData,
+    UpdateAndCreateTopicRequestHeader,
+    validate_topic,
+)
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+TIMEOUT_MS_DEFAULT: Final = 5_000  # the C++ client's route-query timeout; every call here is quick
+MASTER_ID: Final = 0
+PRODUCER_GROUP: Final = "mqbox_cli"
+TAIL_GROUP_DEFAULT: Final = "mqbox_tail"
+DEFAULT_TOPIC: Final = "TBW102"  # the template a send names, as every RocketMQ producer does
+DEFAULT_TOPIC_QUEUE_NUMS: Final = 4
+TAIL_POLL_INTERVAL_S: Final = 0.2
+PULL_BATCH_MESSAGE_COUNT: Final = 32
+QUERY_MESSAGE_COUNT_DEFAULT: Final = 32
+ROUTE_WAIT_S_DEFAULT: Final = 10.0
+ROUTE_POLL_INTERVAL_S: Final = 0.2
+START_EARLIEST: Final = "earliest"
+START_LATEST: Final = "latest"
+PERM_NAMES: Final = {"rw": PERM_READ | PERM_WRITE, "r": PERM_READ, "w": PERM_WRITE, "none": 0}
+PERM_MAX: Final = 0xF
+_LOCALHOST_IPV4: Final = bytes((127, 0, 0, 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors and option parsing
+
+
+class BrokerAnswerError(MqboxError):
+    """A broker answered a request with a code the command did not expect."""
+
+    def __init__(self, broker_name: str, address: str, error: RemotingResponseError) -> None:
+        remark = _clean_remark(error.remark) or "no remark"
+        super().__init__(f"broker {broker_name} at {address}: {remark} (code {error.code})")
+        self.broker_name = broker_name
+        self.address = address
+        self.code = error.code
+        self.remark = error.remark
+
+
+def _clean_remark(remark: str | None) -> str:
+    """The broker's remark on one line, without the "mqbox: " its own remarks start with."""
+    text = " ".join((remark or "").split())
+    return text.removeprefix("mqbox: ")
+
+
+def check_topic(topic: str) -> str:
+    """`topic` if it is a legal topic name; ConfigError saying why not otherwise."""
+    problem = validate_topic(topic)
+    if problem is not None:
+        raise ConfigError(problem)
+    return topic
+
+
+def parse_perm(text: str) -> int:
+    """--perm: rw, r, w or none, or the PERM_* bits as a number 0 to 15."""
+    value = text.strip().lower()
+    if value in PERM_NAMES:
+        return PERM_NAMES[value]
+    if value.isdigit() and int(value) <= PERM_MAX:
+        return int(value)
+    raise ConfigError(f"--perm {text!r} is not rw, r, w, none or a number 0 to {PERM_MAX}")
+
+
+def perm_text(perm: int) -> str:
+    """ "rw", "r-", "-w" or "--": the read and write bits as `ls` shows them."""
+    return ("r" if perm & PERM_READ else "-") + ("w" if perm & PERM_WRITE else "-")
+
+
+def parse_time_ms(text: str, option: str) -> int:
+    """An ISO 8601 time as ms since the epoch; without a zone it is local time."""
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ConfigError(
+            f"{option} {text!r} is not an ISO 8601 time such as 2026-05-01T12:00:00"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()
+    return int(moment.timestamp() * 1000)
+
+
+# ---------------------------------------------------------------------------------------------
+# The session: name servers and brokers of one command
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerTarget:
+    """One broker a command asks: its name and the address rule 2 chose."""
+
+    name: str
+    address: str
+
+
+def master_target(broker: BrokerData) -> BrokerTarget | None:
+    """The broker's master, or None when it has none (writes need one)."""
+    address = broker.broker_addrs.get(MASTER_ID)
+    return None if address is None else BrokerTarget(broker.broker_name, address)
+
+
+def read_target(broker: BrokerData) -> BrokerTarget | None:
+    """The master, else the lowest broker id; None without any address."""
+    if not broker.broker_addrs:
+        return None
+    return BrokerTarget(broker.broker_name, broker.broker_addrs[min(broker.broker_addrs)])
+
+
+class WireSession:
+    """The connections one command uses (rule 1); a context manager that closes them."""
+
+    def __init__(self, namesrv: str | None, *, timeout_ms: int = TIMEOUT_MS_DEFAULT) -> None:
+        self.namesrv_addresses: Final = split_namesrv_addr(ops.namesrv_addr(namesrv))
+        self.timeout_ms: Final = timeout_ms
+        self._namesrv: RemotingClient | None = None
+        self._brokers: dict[str, RemotingClient] = {}
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._namesrv is not None:
+            self._namesrv.close()
+            self._namesrv = None
+        for client in self._brokers.values():
+            client.close()
+        self._brokers.clear()
+
+    # -- name server --------------------------------------------------------------------------
+
+    def ask_namesrv(
+        self,
+        call: Callable[Concatenate[RemotingClient, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """`call(client, *args, **kwargs)` on the name server that answered last, else on each
+        of the list in turn until one answers; MqboxError naming every address when none does,
+        and for a refusal."""
+        failures: list[str] = []
+        candidates = [self._namesrv] if self._namesrv is not None else []
+        candidates += [
+            RemotingClient(address, self.timeout_ms)
+            for address in self.namesrv_addresses
+            if self._namesrv is None or address != self._namesrv.address
+        ]
+        for client in candidates:
+            try:
+                result = call(client, *args, **kwargs)
+            except RemotingResponseError as error:
+                remark = _clean_remark(error.remark) or "no remark"
+                raise MqboxError(
+                    f"name server {client.address}: {remark} (code {error.code})"
+                ) from None
+            except RemotingError as error:
+                client.close()
+                failures.append(str(error))
+                continue
+            if client is not self._namesrv:
+                if self._namesrv is not None:
+                    self._namesrv.close()
+                self._namesrv = client
+            return result
+        self._namesrv = None
+        raise MqboxError(f"cannot reach the name server {'; '.join(failures)}")
+
+    def route(self, topic: str) -> TopicRouteData:
+        """The topic's route (rule 3: MqboxError for a topic without one)."""
+        check_topic(topic)
+        route = self.ask_namesrv(namesrv_api.get_route, topic)
+        if route is None or not route.queue_datas:
+            raise MqboxError(f"topic {topic} does not exist: the name server has no route for it")
+        return route
+
+    def brokers(self) -> dict[str, BrokerData]:
+        """Every broker the name server knows, by broker name."""
+        return dict(self.ask_namesrv(namesrv_api.cluster_info).broker_addr_table)
+
+    # -- brokers ------------------------------------------------------------------------------
+
+    def ask_broker(
+        self,
+        target: BrokerTarget,
+        call: Callable[Concatenate[RemotingClient, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """`call(client, *args, **kwargs)` on the broker; BrokerAnswerError for a refusal,
+        MqboxError when it cannot be reached."""
+        client = self._brokers.get(target.address)
+        if client is None:
+            client = RemotingClient(target.address, self.timeout_ms)
+            self._brokers[target.address] = client
+        try:
+            return call(client, *args, **kwargs)
+        except RemotingResponseError as error:
+            raise BrokerAnswerError(target.name, target.address, error) from None
+        except RemotingError as error:
+            raise MqboxError(f"cannot reach broker {target.name} at {error}") from None
+        except (RemoteProtocolError, MessageIllegalError) as error:
+            raise MqboxError(
+                f"broker {target.name} at {target.address} sent an answer mqbox cannot read: "
+                f"{error}"
+            ) from None
+
+
+def _route_brokers(
+    route: TopicRouteData, pick: Callable[[BrokerData], BrokerTarget | None]
+) -> list[BrokerTarget]:
+    """The brokers of the route that serve queues of the topic, by name, chosen by `pick`."""
+    serving = {queue.broker_name for queue in route.queue_datas}
+    targets = [
+        target
+        for broker in sorted(route.broker_datas, key=lambda broker: broker.broker_name)
+        if broker.broker_name in serving and (target := pick(broker)) is not None
+    ]
+    return targets
+
+
+def _masters(route: TopicRouteData, topic: str) -> list[BrokerTarget]:
+    targets = _route_brokers(route, master_target)
+    if not targets:
+        raise MqboxError(f"topic {topic}: no broker of its route has a master")
+    return targets
+
+
+def _readers(route: TopicRouteData, topic: str) -> list[BrokerTarget]:
+    targets = _route_brokers(route, read_target)
+    if not targets:
+        raise MqboxError(f"topic {topic}: no broker of its route has an address")
+    return targets
+
+
+# ---------------------------------------------------------------------------------------------
+# Results (frozen dataclasses; ops.config_as_dict makes them JSON, except MessageView.as_dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerTopicConfig:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    order: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicChange:
+    """What `topic create` or `topic update` set on each broker."""
+
+    topic: str
+    action: str  # "created" or "updated"
+    brokers: tuple[BrokerTopicConfig, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicDeleted:
+    topic: str
+    brokers: tuple[str, ...]  # broker names that held the topic's configuration
+    namesrvs: tuple[str, ...]  # name servers that dropped its route
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RouteBroker:
+    broker_name: str
+    cluster: str
+    addresses: dict[int, str]  # broker id -> ip:port; 0 is the master
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicRoute:
+    topic: str
+    brokers: tuple[RouteBroker, ...]
+    order_topic_conf: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueStatusRow:
+    broker_name: str
+    queue_id: int
+    queue_index_min: int
+    queue_index_max: int
+    message_count: int  # queue_index_max - queue_index_min: the messages still stored
+    last_update_timestamp_ms: int  # newest store time; 0 for an empty queue
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicStatus:
+    topic: str
+    message_count: int
+    queues: tuple[QueueStatusRow, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClusterBroker:
+    cluster: str
+    broker_name: str
+    broker_id: int
+    address: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClusterList:
+    brokers: tuple[ClusterBroker, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OffsetRow:
+    broker_name: str
+    topic: str
+    queue_id: int
+    broker_queue_index: int  # the queue's entry count
+    consumer_queue_index: int  # the group's next index; -1 when nothing is committed
+    lag: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OffsetShow:
+    group: str
+    client_ids: tuple[str, ...]
+    total_lag: int
+    queues: tuple[OffsetRow, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ResetRow:
+    broker_name: str
+    queue_id: int
+    previous_queue_index: int  # -1 when nothing was committed
+    queue_index: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OffsetReset:
+    group: str
+    topic: str
+    to: str  # "earliest", "latest" or "timestamp"
+    timestamp_ms: int | None
+    queues: tuple[ResetRow, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MessageView:
+    """One stored message as the commands show it; `body` is inflated when it was compressed."""
+
+    msg_id: str  # the offset msgId: store host + commit log offset
+    broker_name: str
+    broker_address: str
+    topic: str
+    queue_id: int
+    queue_index: int
+    log_offset_bytes: int
+    size_bytes: int
+    tags: str
+    keys: str
+    uniq_key: str
+    flag: int
+    sysflag: int
+    born_timestamp_ms: int
+    born_host: str
+    store_timestamp_ms: int
+    store_host: str
+    reconsume_times: int
+    properties: dict[str, str]
+    body: bytes
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: the body as UTF-8 text (bad bytes replaced) and as base64."""
+        document = {
+            field.name: getattr(self, field.name)
+            for field in dataclasses.fields(self)
+            if field.name != "body"
+        }
+        document["properties"] = dict(self.properties)
+        document["body_size_bytes"] = len(self.body)
+        document["body"] = self.body.decode("utf-8", "replace")
+        document["body_base64"] = base64.b64encode(self.body).decode("ascii")
+        return document
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SendResult:
+    topic: str
+    msg_id: str  # the offset msgId the broker made: `mqbox message get` takes it
+    uniq_key: str  # the client-made id (UNIQ_KEY): `mqbox message query --key` finds it
+    broker_name: str
+    broker_address: str
+    queue_id: int
+    queue_index: int
+
+
+def _host_text(host: bytes) -> str:
+    ip, port = unpack_host(host)
+    return f"{ip}:{port}"
+
+
+def message_view(message: StoredMessage, target: BrokerTarget) -> MessageView:
+    properties = decode_properties_str(message.properties)
+    body = message.body
+    if message.sysflag & SYSFLAG_COMPRESSED:
+        # Shown as stored when it does not inflate: a view must not fail on a bad body.
+        with contextlib.suppress(MessageIllegalError):
+            body, _ = decompress_body(
+                body, message.sysflag, size_bytes_max=BODY_SIZE_BYTES_MAX_LIMIT
+            )
+    return MessageView(
+        msg_id=encode_offset_msg_id(message.store_host, message.log_offset_bytes),
+        broker_name=target.name,
+        broker_address=target.address,
+        topic=message.topic,
+        queue_id=message.queue_id,
+        queue_index=message.queue_index,
+        log_offset_bytes=message.log_offset_bytes,
+        size_bytes=message.size_bytes,
+        tags=properties.get(PROPERTY_TAGS, ""),
+        keys=properties.get(PROPERTY_KEYS, ""),
+        uniq_key=properties.get(PROPERTY_UNIQ_KEY, ""),
+        flag=message.flag,
+        sysflag=message.sysflag,
+        born_timestamp_ms=message.born_timestamp_ms,
+        born_host=_host_text(message.born_host),
+        store_timestamp_ms=message.store_timestamp_ms,
+        store_host=_host_text(message.store_host),
+        reconsume_times=message.reconsume_times,
+        properties=properties,
+        body=body,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# topic
+
+
+def topic_list(namesrv: str | None) -> tuple[str, ...]:
+    """Every topic the name server has a route for, sorted."""
+    with WireSession(namesrv) as session:
+        return tuple(sorted(session.ask_namesrv(namesrv_api.topic_list)))
+
+
+def topic_route(namesrv: str | None, topic: str) -> TopicRoute:
+    with WireSession(namesrv) as session:
+        route = session.route(topic)
+    by_name = {broker.broker_name: broker for broker in route.broker_datas}
+    brokers = []
+    for queue in sorted(route.queue_datas, key=lambda queue: queue.broker_name):
+        broker = by_name.get(queue.broker_name)
+        brokers.append(
+            RouteBroker(
+                queue.broker_name,
+                broker.cluster if broker is not None else "",
+                dict(sorted(broker.broker_addrs.items())) if broker is not None else {},
+                queue.read_queue_nums,
+                queue.write_queue_nums,
+                queue.perm,
+            )
+        )
+    return TopicRoute(topic, tuple(brokers), route.order_topic_conf)
+
+
+def topic_status(namesrv: str | None, topic: str) -> TopicStatus:
+    """Every queue of the topic on every broker of its route: offsets and newest store time."""
+    rows: list[QueueStatusRow] = []
+    with WireSession(namesrv) as session:
+        for target in _readers(session.route(topic), topic):
+            status = session.ask_broker(target, admin_api.topic_status, topic)
+            rows.extend(
+                QueueStatusRow(
+                    target.name,
+                    queue.queue_id,
+                    queue.queue_index_min,
+                    queue.queue_index_max,
+                    max(0, queue.queue_index_max - queue.queue_index_min),
+                    queue.last_update_timestamp_ms,
+                )
+                for queue in status.queues
+            )
+    return TopicStatus(topic, sum(row.message_count for row in rows), tuple(rows))
+
+
+def create_topic(
+    namesrv: str | None,
+    topic: str,
+    *,
+    read_queue_nums: int,
+    write_queue_nums: int,
+    perm: int,
+    order: bool,
+    wait_s: float = ROUTE_WAIT_S_DEFAULT,
+) -> TopicChange:
+    """Create the topic on every master the name server knows (rule 3), then wait up to
+    `wait_s` for its route to show it. MqboxError if a broker has it already."""
+    check_topic(topic)
+    with WireSession(namesrv) as session:
+        targets = sorted(
+            (
+                target
+                for broker in session.brokers().values()
+                if (target := master_target(broker)) is not None
+            ),
+            key=lambda target: target.name,
+        )
+        if not targets:
+            raise MqboxError("the name server knows no broker with a master to create it on")
+        for target in targets:
+            held = session.ask_broker(target, admin_api.all_topic_config).topic_config_table
+            if topic in held:
+                raise MqboxError(
+                    f"topic {topic} exists on broker {target.name}; `mqbox topic update` changes it"
+                )
+        configs = []
+        for target in targets:
+            header = UpdateAndCreateTopicRequestHeader(
+                topic, DEFAULT_TOPIC, read_queue_nums, write_queue_nums, perm, order=order
+            )
+            session.ask_broker(target, admin_api.update_and_create_topic, header)
+            configs.append(
+                BrokerTopicConfig(target.name, read_queue_nums, write_queue_nums, perm, order)
+            )
+        _wait_route(session, topic, configs, wait_s)
+    return TopicChange(topic, "created", tuple(configs))
+
+
+def update_topic(
+    namesrv: str | None,
+    topic: str,
+    *,
+    read_queue_nums: int | None = None,
+    write_queue_nums: int | None = None,
+    perm: int | None = None,
+    order: bool | None = None,
+    wait_s: float = ROUTE_WAIT_S_DEFAULT,
+) -> TopicChange:
+    """Change what is given (None keeps the broker's value) on every master of the route."""
+    if read_queue_nums is None and write_queue_nums is None and perm is None and order is None:
+        raise ConfigError(
+            "nothing to change: give --read-queues, --write-queues, --perm or --order/--no-order"
+        )
+    configs = []
+    with WireSession(namesrv) as session:
+        for target in _masters(session.route(topic), topic):
+            held = session.ask_broker(target, admin_api.all_topic_config).topic_config_table
+            current = held.get(topic)
+            if current is None:
+                raise MqboxError(f"topic {topic} is routed to broker {target.name}, which lacks it")
+            header = UpdateAndCreateTopicRequestHeader(
+                topic,
+                DEFAULT_TOPIC,
+                current.read_queue_nums if read_queue_nums is None else read_queue_nums,
+                current.write_queue_nums if write_queue_nums is None else write_queue_nums,
+                current.perm if perm is None else perm,
+                current.topic_filter_type,
+                current.topic_sys_flag,
+                current.order if order is None else order,
+            )
+            session.ask_broker(target, admin_api.update_and_create_topic, header)
+            configs.append(
+                BrokerTopicConfig(
+                    target.name,
+                    header.read_queue_nums,
+                    header.write_queue_nums,
+                    header.perm,
+                    header.order,
+                )
+            )
+        _wait_route(session, topic, configs, wait_s)
+    return TopicChange(topic, "updated", tuple(configs))
+
+
+def _wait_route(
+    session: WireSession, topic: str, configs: list[BrokerTopicConfig], wait_s: float
+) -> None:
+    """Poll the name server until the topic's route shows every broker's new queue counts and
+    permission (the broker registers again within about a second of a change)."""
+    if wait_s <= 0:
+        return
+    expected = {
+        config.broker_name: (config.read_queue_nums, config.write_queue_nums, config.perm)
+        for config in configs
+    }
+    deadline = time.monotonic() + wait_s
+    while True:
+        route = session.ask_namesrv(namesrv_api.get_route, topic)
+        shown = {
+            queue.broker_name: (queue.read_queue_nums, queue.write_queue_nums, queue.perm)
+            for queue in (route.queue_datas if route is not None else ())
+        }
+        if all(shown.get(name) == counts for name, counts in expected.items()):
+            return
+        if time.monotonic() >= deadline:
+            raise MqboxError(
+                f"topic {topic} is set on the broker, but the name server's route does not show "
+                f"it after {wait_s:g} s"
+            )
+        time.sleep(ROUTE_POLL_INTERVAL_S)
+
+
+def delete_topic(namesrv: str | None, topic: str) -> TopicDeleted:
+    """Delete the topic's configuration on every master of its route (215), then its route on
+    every name server that answers (216), as mqadmin's deleteTopic does. Stored messages and
+    committed offsets stay (the broker's rule)."""
+    deleted: list[str] = []
+    with WireSession(namesrv) as session:
+        for target in _masters(session.route(topic), topic):
+            try:
+                session.ask_broker(target, admin_api.delete_topic_in_broker, topic)
+            except BrokerAnswerError as error:
+                if error.code != ResponseCode.TOPIC_NOT_EXIST:
+                    raise
+                continue
+            deleted.append(target.name)
+        namesrvs: list[str] = []
+        for address in session.namesrv_addresses:
+            with RemotingClient(address, session.timeout_ms) as client:
+                try:
+                    namesrv_api.delete_topic(client, topic)
+                except RemotingError:
+                    continue  # a name server that is down has no route to drop
+            namesrvs.append(address)
+        if not namesrvs:
+            raise MqboxError(f"topic {topic}: no name server answered the route's deletion")
+    return TopicDeleted(topic, tuple(deleted), tuple(namesrvs))
+
+
+# ---------------------------------------------------------------------------------------------
+# cluster
+
+
+def cluster_list(namesrv: str | None) -> ClusterList:
+    """Every broker address the name server knows, by cluster, broker name and broker id."""
+    with WireSession(namesrv) as session:
+        info = session.ask_namesrv(namesrv_api.cluster_info)
+    cluster_of = {
+        broker_name: cluster
+        for cluster, names in info.cluster_addr_table.items()
+        for broker_name in names
+    }
+    rows = [
+        ClusterBroker(cluster_of.get(broker_name, broker.cluster), broker_name, broker_id, address)
+        for broker_name, broker in info.broker_addr_table.items()
+        for broker_id, address in broker.broker_addrs.items()
+    ]
+    rows.sort(key=lambda row: (row.cluster, row.broker_name, row.broker_id))
+    return ClusterList(tuple(rows))
+
+
+# ---------------------------------------------------------------------------------------------
+# offset
+
+
+def offset_show(namesrv: str | None, group: str, topic: str | None = None) -> OffsetShow:
+    """The group's committed index, the queue's entry count and the lag per queue, over the
+    topic's brokers (or every broker). MqboxError when no broker knows the group."""
+    rows: list[OffsetRow] = []
+    client_ids: set[str] = set()
+    total_lag = 0
+    known = False
+    with WireSession(namesrv) as session:
+        if topic is not None:
+            targets = _readers(session.route(topic), topic)
+        else:
+            targets = sorted(
+                (
+                    target
+                    for broker in session.brokers().values()
+                    if (target := read_target(broker)) is not None
+                ),
+                key=lambda target: target.name,
+            )
+        for target in targets:
+            try:
+                progress = session.ask_broker(target, admin_api.consumer_progress, group, topic)
+            except BrokerAnswerError as error:
+                if error.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+                    raise
+                continue
+            known = True
+            client_ids.update(progress.client_ids)
+            total_lag += progress.total_lag
+            rows.extend(
+                OffsetRow(
+                    target.name,
+                    queue.topic,
+                    queue.queue_id,
+                    queue.broker_queue_index,
+                    queue.consumer_queue_index,
+                    queue.lag,
+                )
+                for queue in progress.queues
+            )
+    if not known:
+        raise MqboxError(
+            f"consumer group {group} is unknown: no broker has a client, a committed offset or "
+            "a configuration for it"
+        )
+    rows.sort(key=lambda row: (row.topic, row.broker_name, row.queue_id))
+    return OffsetShow(group, tuple(sorted(client_ids)), total_lag, tuple(rows))
+
+
+def parse_reset_target(text: str) -> tuple[str, int | None]:
+    """--to: ("earliest", None), ("latest", None) or ("timestamp", ms) for an ISO 8601 time."""
+    value = text.strip().lower()
+    if value in (admin_api.RESET_TO_EARLIEST, admin_api.RESET_TO_LATEST):
+        return value, None
+    try:
+        return admin_api.RESET_TO_TIMESTAMP, parse_time_ms(text, "--to")
+    except ConfigError:
+        raise ConfigError(
+            f"--to {text!r} is not earliest, latest or an ISO 8601 time such as 2026-05-01T12:00:00"
+        ) from None
+
+
+def offset_reset(namesrv: str | None, group: str, topic: str, to: str) -> OffsetReset:
+    """Set the group's index of every read queue of the topic, on every master of its route, to
+    the first or next message, or to the one stored nearest a time (parse_reset_target)."""
+    target_kind, timestamp_ms = parse_reset_target(to)
+    rows: list[ResetRow] = []
+    with WireSession(namesrv) as session:
+        for target in _masters(session.route(topic), topic):
+            result = session.ask_broker(
+                target,
+                admin_api.reset_consumer_offset,
+                group,
+                topic,
+                target_kind,
+                timestamp_ms,
+            )
+            rows.extend(
+                ResetRow(target.name, queue.queue_id, queue.previous_queue_index, queue.queue_index)
+                for queue in result.queues
+            )
+    return OffsetReset(group, topic, target_kind, timestamp_ms, tuple(rows))
+
+
+# ---------------------------------------------------------------------------------------------
+# message
+
+
+def message_get(namesrv: str | None, msg_id: str) -> MessageView:
+    """The message an offset msgId names: its store host must be a broker the name server
+    knows; that broker reads the record at the msgId's commit log offset (33)."""
+    store_host, log_offset_bytes = decode_offset_msg_id(msg_id.strip().upper())
+    address = _host_text(store_host)
+    with WireSession(namesrv) as session:
+        target = None
+        for broker_name, broker in sorted(session.brokers().items()):
+            if address in broker.broker_addrs.values():
+                target = BrokerTarget(broker_name, address)
+                break
+        if target is None:
+            raise MqboxError(
+                f"msgId {msg_id} names the broker at {address}, which the name server does not know"
+            )
+        try:
+            message = session.ask_broker(target, admin_api.view_message, log_offset_bytes)
+        except BrokerAnswerError as error:
+            if error.code != ResponseCode.SYSTEM_ERROR:
+                raise
+            raise MqboxError(
+                f"msgId {msg_id}: broker {target.name} has no message at commit log offset "
+                f"{log_offset_bytes}"
+            ) from None
+    return message_view(message, target)
+
+
+def message_query(
+    namesrv: str | None,
+    topic: str,
+    key: str,
+    *,
+    count_max: int = QUERY_MESSAGE_COUNT_DEFAULT,
+) -> tuple[MessageView, ...]:
+    """Messages of the topic whose KEYS hold `key` or whose UNIQ_KEY is `key`, oldest first, from
+    every broker of its route. MqboxError when there is none."""
+    if not key.strip():
+        raise ConfigError("--key is empty")
+    if count_max < 1:
+        raise ConfigError(f"--max {count_max} is not a positive count")
+    found: list[MessageView] = []
+    with WireSession(namesrv) as session:
+        for target in _readers(session.route(topic), topic):
+            header = QueryMessageRequestHeader(topic, key, count_max, 0, INT64_MAX)
+            messages = session.ask_broker(target, admin_api.query_message, header)
+            for message in messages:
+                view = message_view(message, target)
+                # The index matches hashes: check the key itself, as RocketMQ's clients do.
+                if key == view.uniq_key or key in view.keys.split(PROPERTY_KEYS_SEPARATOR):
+                    found.append(view)
+    if not found:
+        raise MqboxError(f"no message of topic {topic} carries the key {key}")
+    found.sort(key=lambda view: (view.store_timestamp_ms, view.broker_name, view.log_offset_bytes))
+    return tuple(found[:count_max])
+
+
+# ---------------------------------------------------------------------------------------------
+# send and tail
+
+
+def send(
+    namesrv: str | None,
+    topic: str,
+    body: bytes,
+    *,
+    tags: str | None = None,
+    keys: str | None = None,
+) -> SendResult:
+    """One SEND_MESSAGE (10) to a write queue of the topic chosen at random, on a master."""
+    with WireSession(namesrv) as session:
+        route = session.route(topic)
+        by_name = {broker.broker_name: broker for broker in route.broker_datas}
+        queues = [
+            (target, queue_id)
+            for queue in route.queue_datas
+            if queue.perm & PERM_WRITE
+            and queue.broker_name in by_name
+            and (target := master_target(by_name[queue.broker_name])) is not None
+            for queue_id in range(queue.write_queue_nums)
+        ]
+        if not queues:
+            raise MqboxError(f"topic {topic} has no writable queue on a master")
+        target, queue_id = random.choice(queues)
+        now_ms = time.time_ns() // 1_000_000
+        uniq_key = UniqKeyGenerator(_LOCALHOST_IPV4, os.getpid(), random.getrandbits(32)).next_key(
+            now_ms
+        )
+        properties = {PROPERTY_UNIQ_KEY: uniq_key, PROPERTY_WAIT: "true"}
+        if tags:
+            properties[PROPERTY_TAGS] = tags
+        if keys:
+            properties[PROPERTY_KEYS] = keys
+        header = SendMessageRequestHeader(
+            producer_group=PRODUCER_GROUP,
+            topic=topic,
+            default_topic=DEFAULT_TOPIC,
+            default_topic_queue_nums=DEFAULT_TOPIC_QUEUE_NUMS,
+            queue_id=queue_id,
+            sys_flag=0,
+            born_timestamp_ms=now_ms,
+            flag=0,
+            properties=encode_properties_str(properties).decode("utf-8", "surrogateescape"),
+        )
+        answer = session.ask_broker(target, admin_api.send_message, header, body)
+    return SendResult(
+        topic,
+        answer.msg_id,
+        uniq_key,
+        target.name,
+        target.address,
+        answer.queue_id,
+        answer.queue_index,
+    )
+
+
+def tail(
+    namesrv: str | None,
+    topic: str,
+    *,
+    group: str | None = None,
+    start: str | None = None,
+    count: int | None = None,
+    timeout_s: float | None = None,
+    poll_interval_s: float = TAIL_POLL_INTERVAL_S,
+) -> Generator[MessageView, None, None]:
+    """Messages of every readable queue of the topic as they arrive, until `count` of them (None:
+    no end) or `timeout_s` (None: no end). Each queue starts at `start` ("earliest" or "latest");
+    without one, at the group's committed index where it has one, else at "latest". Nothing is
+    committed: tail never moves a group. MqboxError when `timeout_s` ends it short of `count`."""
+    if start is not None and start not in (START_EARLIEST, START_LATEST):
+        raise ConfigError(f"--from {start!r} is not {START_EARLIEST} or {START_LATEST}")
+    if count is not None and count < 1:
+        raise ConfigError(f"--count {count} is not a positive count")
+    if timeout_s is not None and timeout_s < 0:
+        raise ConfigError(f"--timeout-s {timeout_s:g} is negative")
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    pull_group = group or TAIL_GROUP_DEFAULT
+    with WireSession(namesrv) as session:
+        route = session.route(topic)
+        by_name = {broker.broker_name: broker for broker in route.broker_datas}
+        queues = [
+            (target, queue_id)
+            for queue in sorted(route.queue_datas, key=lambda queue: queue.broker_name)
+            if queue.perm & PERM_READ
+            and queue.broker_name in by_name
+            and (target := read_target(by_name[queue.broker_name])) is not None
+            for queue_id in range(queue.read_queue_nums)
+        ]
+        if not queues:
+            raise MqboxError(f"topic {topic} has no readable queue")
+        positions = _tail_positions(session, topic, queues, group, start)
+        delivered = 0
+        while count is None or delivered < count:
+            pulled = 0
+            for target, queue_id in queues:
+                wanted = PULL_BATCH_MESSAGE_COUNT
+                if count is not None:
+                    wanted = min(wanted, count - delivered)
+                header = PullMessageRequestHeader(
+                    pull_group,
+                    topic,
+                    queue_id,
+                    positions[(target.name, queue_id)],
+                    wanted,
+                    PULL_FLAG_SUBSCRIPTION,
+                    0,
+                    0,
+                    0,
+                    "*",
+                )
+                result = session.ask_broker(target, admin_api.pull_message, header)
+                positions[(target.name, queue_id)] = result.next_begin_queue_index
+                for message in result.messages[:wanted]:
+                    yield message_view(message, target)
+                    delivered += 1
+                    pulled += 1
+                if count is not None and delivered >= count:
+                    return
+            if pulled:
+                continue
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                break
+            time.sleep(
+                poll_interval_s if deadline is None else min(poll_interval_s, deadline - now)
+            )
+    if count is not None:
+        raise MqboxError(
+            f"tail: {delivered} of {count} messages of topic {topic} arrived within {timeout_s:g} s"
+        )
+
+
+def _tail_positions(
+    session: WireSession,
+    topic: str,
+    queues: list[tuple[BrokerTarget, int]],
+    group: str | None,
+    start: str | None,
+) -> dict[tuple[str, int], int]:
+    """Where tail starts on each queue (see `tail`)."""
+    committed: dict[tuple[str, int], int] = {}
+    if start is None and group is not None:
+        for target in {target for target, _ in queues}:
+            progress = session.ask_broker(target, admin_api.consumer_progress, group, topic)
+            for queue in progress.queues:
+                if queue.topic == topic and queue.consumer_queue_index >= 0:
+                    committed[(target.name, queue.queue_id)] = queue.consumer_queue_index
+    positions: dict[tuple[str, int], int] = {}
+    for target, queue_id in queues:
+        key = (target.name, queue_id)
+        if key in committed:
+            positions[key] = committed[key]
+        elif start == START_EARLIEST:
+            positions[key] = session.ask_broker(target, admin_api.get_min_offset, topic, queue_id)
+        else:
+            positions[key] = session.ask_broker(target, admin_api.get_max_offset, topic, queue_id)
+    return positions
