@@ -70,13 +70,13 @@ def bench_frames(count: int) -> tuple[float, str]:
         command = connection.next_command()
         assert isinstance(command, RemotingCommand)
         header = SendMessageRequestHeader.from_command(command)
-        response = command.make_response(
+        last = connection.send_response(
+            command,
             0,
             SendMessageResponseHeader(
                 f"{store_host}{queue_index:016X}", header.queue_id, queue_index
             ).to_ext(),
         )
-        last = connection.send(response)
         total_bytes += len(last)
     secs = (time.perf_counter_ns() - started_ns) / 1e9
     return secs, checksum(last, total_bytes.to_bytes(8, "big"))

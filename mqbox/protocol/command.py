@@ -532,6 +532,54 @@ def encode_header(command: RemotingCommand) -> bytes:
     return _encode_binary_header(command)
 
 
+_LANGUAGE_NAME_PYTHON: Final = LanguageCode.PYTHON.name
+
+
+def encode_response_header(
+    opaque: int,
+    serialize_type: int,
+    code: int,
+    ext_fields: dict[str, str],
+    remark: str | None = None,
+) -> bytes:
+    """The header bytes of the response to a request with `opaque` and `serialize_type`: exactly
+    `encode_header(request.make_response(code, ext_fields, remark=remark))`, without building the
+    RemotingCommand. The send path answers every message, so this saves about a tenth of the
+    codec's time per SEND (bench/codec.py); anything unusual takes the general path."""
+    if serialize_type == _SERIALIZE_JSON and INT32_MIN <= code <= INT32_MAX:
+        for value in ext_fields.values():
+            if type(value) is not str:
+                break
+        else:
+            try:
+                return orjson.dumps(
+                    {
+                        "code": code,
+                        "extFields": ext_fields,
+                        "flag": FLAG_RESPONSE,
+                        "language": _LANGUAGE_NAME_PYTHON,
+                        "opaque": opaque,
+                        "remark": remark,
+                        "version": VERSION_MQBOX,
+                    }
+                )
+            except orjson.JSONEncodeError:
+                pass  # surrogate-escaped text: the general path writes it byte for byte
+    return encode_header(
+        RemotingCommand(
+            code,
+            _LANGUAGE_PYTHON,
+            VERSION_MQBOX,
+            opaque,
+            FLAG_RESPONSE,
+            remark,
+            ext_fields,
+            b"",
+            SerializeType(serialize_type),
+        )
+    )
+
+
 def encode_command(
     command: RemotingCommand, frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT
 ) -> bytes:

@@ -55,7 +55,12 @@ from mqbox.protocol.codes import (
     ResponseCode,
     SerializeType,
 )
-from mqbox.protocol.command import RemotingCommand, decode_command, encode_header
+from mqbox.protocol.command import (
+    RemotingCommand,
+    decode_command,
+    encode_header,
+    encode_response_header,
+)
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.frame import FRAME_PREFIX_SIZE_BYTES, FRAME_SIZE_BYTES_MAX_DEFAULT
 from mqbox.server import records, runtime
@@ -330,6 +335,30 @@ class Processor:
         outbox = self.codec_outboxes[conn_id % len(self.codec_outboxes)]
         outbox.append(records.CLOSE_CONNECTION, records.pack_close_connection(conn_id, reason))
 
+    def reply_fields(
+        self,
+        request: Request,
+        code: int,
+        ext_fields: dict[str, str],
+        *,
+        remark: str | None = None,
+        body: bytes = b"",
+    ) -> None:
+        """`reply(request, request.make_response(code, ext_fields, remark=..., body=...))`
+        without building the response command: the send path answers every message this way."""
+        if not request.wants_reply:
+            self._replies_dropped += 1
+            return
+        header = encode_response_header(
+            request.opaque, request.serialize_type, code, ext_fields, remark
+        )
+        if FRAME_PREFIX_SIZE_BYTES + len(header) + len(body) > self.frame_size_bytes_max:
+            self._reply_too_large(request, len(header) + len(body))
+            return
+        self._append_reply_header(
+            request.conn_id, request.opaque, request.serialize_type, header, b"", len(body), body
+        )
+
     def _append_reply(
         self,
         conn_id: int,
@@ -339,9 +368,23 @@ class Processor:
         body_size: int,
         body: bytes,
     ) -> None:
+        self._append_reply_header(
+            conn_id, response.opaque, response.serialize_type, header, runs, body_size, body
+        )
+
+    def _append_reply_header(
+        self,
+        conn_id: int,
+        opaque: int,
+        serialize_type: int,
+        header: bytes,
+        runs: bytes,
+        body_size: int,
+        body: bytes,
+    ) -> None:
         run_count = len(runs) // records.RUN_SIZE_BYTES
         head = records.pack_reply_head(
-            conn_id, response.opaque, response.serialize_type, 0, len(header), run_count, body_size
+            conn_id, opaque, serialize_type, 0, len(header), run_count, body_size
         )
         outbox = self.codec_outboxes[conn_id % len(self.codec_outboxes)]
         outbox.append(records.REPLY, head, runs, header, body)

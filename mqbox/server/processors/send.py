@@ -637,7 +637,7 @@ class SendProcessor(Processor):
             msg_ids = offset_msg_ids(self.store_host, ack.log_offset_bytes, sizes)
         ext = SendMessageResponseHeader(msg_ids, pending.queue_id, ack.queue_index).to_ext()
         remark = ack.remark if ack.response_code != _OK else None
-        self.reply(request, request.make_response(ack.response_code, ext, remark=remark))
+        self.reply_fields(request, ack.response_code, ext, remark=remark)
 
     def statistics_send(self) -> SendStatistics:
         return SendStatistics(
