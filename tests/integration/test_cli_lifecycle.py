@@ -32,8 +32,7 @@ from mqbox.server import supervisor
 pytestmark = pytest.mark.integration
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# TODO(#4): () once mqbox/server/{reactor,codec,worker,store_writer,dispatcher}.py and
-# processors/{send,pull,admin}.py exist; the tests then start the real broker.
+# Empty: these tests start the real broker (every role of topology.broker_topology).
 ROLE_ARGS: tuple[str, ...] = ()
 # The first start on a machine compiles every kernel; later ones load numba's cache.
 START_TIMEOUT_S = 300.0

@@ -285,8 +285,9 @@ class PullProcessor(Processor):
 
     def _missing_topic(self, topic: str) -> TopicConfig | None:
         """A topic this process has not seen: maybe made a moment ago by another process; a
-        `%RETRY%` topic is made here, as the Java broker makes it on the group's heartbeat
-        (TODO(#5): heartbeats), so a push consumer's retry queue answers 19, not an error."""
+        `%RETRY%` topic is also made here if a pull for it comes before the group's first
+        heartbeat (admin.0 makes it then), so a push consumer's retry queue answers 19, not an
+        error."""
         config = self.topics.get_fresh(topic)
         if (
             config is None
