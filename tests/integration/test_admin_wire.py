@@ -15,24 +15,15 @@ its shared memory is swept.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import psutil
 import pytest
 
 from mqbox.client.namesrv_api import get_route
 from mqbox.client.remoting import RemotingClient
-from mqbox.ipc import names
 from mqbox.protocol import RemotingCommand
 from mqbox.protocol.codes import (
     FLAG_ONEWAY,
@@ -53,13 +44,11 @@ from mqbox.protocol.headers import (
     SubscriptionData,
     UpdateAndCreateTopicRequestHeader,
 )
+from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-READY_TIMEOUT_S = 300.0  # the first start on a machine compiles every kernel
-STOP_TIMEOUT_S = 30.0
 ROUTE_WAIT_S = 15.0
 
 
@@ -90,126 +79,17 @@ class WireClient(FrontClient):
         assert notice.ext_fields == {"consumerGroup": group}
 
 
-@dataclasses.dataclass
-class Appliance:
-    process: subprocess.Popen[bytes]
-    home: Path
-    broker_port: int
-    namesrv_address: str
-    role_pids: list[int]
-
-    def client(self) -> WireClient:
-        return WireClient(self.broker_port)
-
-    def store_config_dir(self) -> Path:
-        matches = list(self.home.glob("**/config/topics.json"))
-        assert len(matches) == 1, matches
-        return matches[0].parent
-
-
-def _read_ready_line(read_fd: int, process: subprocess.Popen[bytes], log: Path) -> dict[str, Any]:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    received = b""
-    os.set_blocking(read_fd, False)
-    while b"\n" not in received:
-        try:
-            chunk: bytes | None = os.read(read_fd, 4096)
-        except BlockingIOError:
-            chunk = None
-        if chunk:
-            received += chunk
-            continue
-        if chunk == b"" or process.poll() is not None or time.monotonic() > deadline:
-            output = log.read_text(encoding="utf-8", errors="replace")
-            raise AssertionError(f"the appliance is not ready (status {process.poll()}):\n{output}")
-        time.sleep(0.02)
-    document: dict[str, Any] = json.loads(received.split(b"\n", 1)[0])
-    return document
-
-
-def _stop(appliance: Appliance) -> int | None:
-    """SIGTERM the supervisor and wait; its exit status (None if it had to be killed)."""
-    process = appliance.process
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            return process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            return None
-    return process.returncode
-
-
-@contextlib.contextmanager
-def running_appliance(home: Path) -> Iterator[Appliance]:
-    home.mkdir(parents=True, exist_ok=True)
-    conf = home / "broker.conf"
-    conf.write_text(
-        "brokerIP1=127.0.0.1\n"
-        "mapedFileSizeCommitLog=16777216\n"
-        "mapedFileSizeConsumeQueue=60000\n"
-        "mqboxSendProcessorCount=1\n"
-        "mqboxPullProcessorCount=1\n",
-        encoding="utf-8",
-    )
-    log = home / "supervisor.out"
-    read_fd, write_fd = os.pipe()
-    command = [
-        sys.executable,
-        "-m",
-        "mqbox.server.supervisor",
-        *("--home", str(home), "--config", str(conf)),
-        *("--broker-port", "0", "--namesrv-port", "0", "--ready-fd", str(write_fd)),
-    ]
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OPENBLAS_NUM_THREADS": "1"}
-    try:
-        with log.open("wb") as output:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                cwd=REPO_ROOT,
-                env=environment,
-                pass_fds=(write_fd,),
-                start_new_session=True,
-            )
-    finally:
-        os.close(write_fd)
-    instance = ""
-    role_pids: list[int] = []
-    family: set[int] = {process.pid}
-    try:
-        ready = _read_ready_line(read_fd, process, log)
-        assert ready.get("ok"), f"the appliance did not start: {ready}"
-        instance = str(ready["instance"])
-        role_pids = [int(pid) for pid in ready["roles"].values()]
-        with contextlib.suppress(psutil.NoSuchProcess):
-            family |= {child.pid for child in psutil.Process(process.pid).children(True)}
-        family |= set(role_pids)
-        broker_port = int(str(ready["broker"]).rsplit(":", 1)[1])
-        yield Appliance(process, home, broker_port, str(ready["namesrv"]), role_pids)
-    finally:
-        os.close(read_fd)
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        for pid in family:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if instance:
-            names.unlink_instance(instance)
-
-
 @pytest.fixture(scope="module")
 def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
-    with running_appliance(tmp_path_factory.mktemp("admin-wire")) as running:
+    pids: list[int] = []
+    with running_appliance(tmp_path_factory.mktemp("admin-wire"), pids) as running:
         yield running
+
+
+def store_config_dir(appliance: Appliance) -> Path:
+    matches = list(appliance.home.glob("**/config/topics.json"))
+    assert len(matches) == 1, matches
+    return matches[0].parent
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -261,7 +141,7 @@ def create_topic(client: WireClient, topic: str, queue_count: int) -> None:
 
 
 def test_a_heartbeat_puts_the_client_in_the_consumer_list(appliance: Appliance) -> None:
-    client = appliance.client()
+    client = WireClient(appliance.broker_port)
     try:
         assert consumer_ids(client, "WireListGroup") is None
         heartbeat(client, "100-127.0.0.1@DEFAULT", "WireListGroup")
@@ -273,8 +153,8 @@ def test_a_heartbeat_puts_the_client_in_the_consumer_list(appliance: Appliance) 
 
 def test_the_member_left_behind_hears_of_a_disconnect(appliance: Appliance) -> None:
     group = "WireNotifyGroup"
-    staying = appliance.client()
-    leaving = appliance.client()
+    staying = WireClient(appliance.broker_port)
+    leaving = WireClient(appliance.broker_port)
     try:
         heartbeat(staying, "1-127.0.0.1@A", group)
         staying.wait_notice(group)
@@ -291,7 +171,7 @@ def test_the_member_left_behind_hears_of_a_disconnect(appliance: Appliance) -> N
 
 
 def test_update_then_query_offset_and_a_new_group_starts_at_0(appliance: Appliance) -> None:
-    client = appliance.client()
+    client = WireClient(appliance.broker_port)
     try:
         create_topic(client, "WireOffsetTopic", 2)
         update = {
@@ -320,8 +200,8 @@ def test_update_then_query_offset_and_a_new_group_starts_at_0(appliance: Applian
 
 
 def test_a_locked_queue_is_refused_to_another_client_until_unlocked(appliance: Appliance) -> None:
-    first = appliance.client()
-    second = appliance.client()
+    first = WireClient(appliance.broker_port)
+    second = WireClient(appliance.broker_port)
     queue = MessageQueue("WireLockTopic", "broker-a", 0)
 
     def lock(client: WireClient, client_id: str, code: int) -> RemotingCommand:
@@ -348,7 +228,7 @@ def test_a_locked_queue_is_refused_to_another_client_until_unlocked(appliance: A
 
 def test_a_created_topic_is_listed_and_routed(appliance: Appliance) -> None:
     topic = "WireCreatedTopic"
-    client = appliance.client()
+    client = WireClient(appliance.broker_port)
     try:
         create_topic(client, topic, 3)
         listed = client.answer(RequestCode.GET_ALL_TOPIC_CONFIG)
@@ -369,7 +249,7 @@ def test_a_created_topic_is_listed_and_routed(appliance: Appliance) -> None:
 
 
 def test_a_consumer_groups_retry_topic_is_routed(appliance: Appliance) -> None:
-    client = appliance.client()
+    client = WireClient(appliance.broker_port)
     try:
         heartbeat(client, "7-127.0.0.1@DEFAULT", "WireRetryGroup")
     finally:
@@ -385,9 +265,11 @@ def test_a_consumer_groups_retry_topic_is_routed(appliance: Appliance) -> None:
     assert (queue_data.read_queue_nums, queue_data.perm) == (1, 6)
 
 
-def test_committed_offsets_are_saved_by_an_orderly_stop(tmp_path: Path) -> None:
-    with running_appliance(tmp_path / "stop") as appliance:
-        client = appliance.client()
+def test_committed_offsets_are_saved_by_an_orderly_stop(
+    tmp_path: Path, reap_pids: list[int]
+) -> None:
+    with running_appliance(tmp_path / "stop", reap_pids) as appliance:
+        client = WireClient(appliance.broker_port)
         try:
             create_topic(client, "WireStopTopic", 1)
             update = {
@@ -399,7 +281,7 @@ def test_committed_offsets_are_saved_by_an_orderly_stop(tmp_path: Path) -> None:
             assert client.answer(RequestCode.UPDATE_CONSUMER_OFFSET, update).code == 0
         finally:
             client.close()
-        config_dir = appliance.store_config_dir()
-        assert _stop(appliance) == 0
+        config_dir = store_config_dir(appliance)
+        assert appliance.stop() == 0
         saved = json.loads((config_dir / "consumerOffset.json").read_text())
         assert saved["offsetTable"]["WireStopTopic@WireStopGroup"] == {"0": 5}

@@ -16,16 +16,9 @@ memory is swept.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
-import os
-import signal
-import subprocess
-import sys
 import time
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -33,7 +26,6 @@ import pytest
 
 from mqbox.client.namesrv_api import get_route
 from mqbox.client.remoting import RemotingClient
-from mqbox.ipc import names
 from mqbox.message import (
     SYSFLAG_COMPRESSED,
     BatchElement,
@@ -50,111 +42,10 @@ from mqbox.protocol.codes import (
     ResponseCode,
 )
 from mqbox.protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
+from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient
 
 pytestmark = pytest.mark.integration
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-READY_TIMEOUT_S = 300.0  # the first start on a machine compiles every kernel
-STOP_TIMEOUT_S = 30.0
-
-
-@dataclasses.dataclass
-class Appliance:
-    process: subprocess.Popen[bytes]
-    home: Path
-    broker_port: int
-    namesrv_address: str
-    instance: str
-    output_path: Path
-
-    def client(self) -> FrontClient:
-        return FrontClient("127.0.0.1", self.broker_port)
-
-
-@contextlib.contextmanager
-def running_appliance(home: Path, reap_pids: list[int]) -> Iterator[Appliance]:
-    home.mkdir(parents=True, exist_ok=True)
-    conf = home / "broker.conf"
-    conf.write_text(
-        "brokerIP1=127.0.0.1\n"
-        "mapedFileSizeCommitLog=16777216\n"
-        "mapedFileSizeConsumeQueue=60000\n"
-        "mqboxSendProcessorCount=1\n"
-        "mqboxPullProcessorCount=1\n",
-        encoding="utf-8",
-    )
-    read_fd, write_fd = os.pipe()
-    output_path = home / "supervisor.out"
-    command = [
-        sys.executable,
-        "-m",
-        "mqbox.server.supervisor",
-        *("--home", str(home), "--config", str(conf)),
-        *("--broker-port", "0", "--namesrv-port", "0", "--ready-fd", str(write_fd)),
-    ]
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OPENBLAS_NUM_THREADS": "1"}
-    try:
-        with output_path.open("wb") as output:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                cwd=REPO_ROOT,
-                env=environment,
-                pass_fds=(write_fd,),
-                start_new_session=True,
-            )
-    finally:
-        os.close(write_fd)
-    reap_pids.append(process.pid)
-    instance = ""
-    role_pids: list[int] = []
-    try:
-        ready = _read_ready_line(read_fd, process, output_path)
-        assert ready.get("ok"), f"the appliance did not start: {ready}"
-        instance = str(ready["instance"])
-        role_pids = [int(pid) for pid in ready["roles"].values()]
-        reap_pids.extend(role_pids)
-        broker_port = int(str(ready["broker"]).rsplit(":", 1)[1])
-        yield Appliance(process, home, broker_port, str(ready["namesrv"]), instance, output_path)
-    finally:
-        os.close(read_fd)
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        for pid in role_pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if instance:
-            names.unlink_instance(instance)
-
-
-def _read_ready_line(
-    read_fd: int, process: subprocess.Popen[bytes], output_path: Path
-) -> dict[str, Any]:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    buffer = b""
-    os.set_blocking(read_fd, False)
-    while b"\n" not in buffer:
-        try:
-            chunk: bytes | None = os.read(read_fd, 4096)
-        except BlockingIOError:
-            chunk = None
-        if chunk:
-            buffer += chunk
-            continue
-        if chunk == b"" or process.poll() is not None or time.monotonic() > deadline:
-            text = output_path.read_text(encoding="utf-8", errors="replace")
-            raise AssertionError(f"the appliance is not ready (status {process.poll()}):\n{text}")
-        time.sleep(0.02)
-    document: dict[str, Any] = json.loads(buffer.split(b"\n", 1)[0])
-    return document
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,11 @@ from mqbox.message import StoredMessage, decode_properties_str, encode_propertie
 from mqbox.protocol.codes import PULL_FLAG_SUBSCRIPTION, RequestCode, ResponseCode
 from mqbox.protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
 from tests.conftest import unique_name
-from tests.interop.cpp_client import Appliance, create_topic, decode_records, running_appliance
+from tests.interop.cpp_client import (
+    create_topic,
+    decode_records,
+)
+from tests.support.appliance import Appliance, running_appliance
 
 pytestmark = pytest.mark.integration
 

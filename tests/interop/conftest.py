@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from tests.interop.cpp_client import Appliance, running_appliance
+from tests.support.appliance import Appliance, running_appliance
 
 
 @pytest.fixture(scope="module")

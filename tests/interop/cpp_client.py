@@ -34,11 +34,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-import psutil
-
 from mqbox.client.namesrv_api import get_route
 from mqbox.client.remoting import RemotingClient
-from mqbox.ipc import names
 from mqbox.message import (
     BODY_SIZE_BYTES_MAX_DEFAULT,
     StoredMessage,
@@ -53,10 +50,9 @@ from mqbox.protocol.headers import (
     UpdateAndCreateTopicRequestHeader,
 )
 from tests.conftest import unique_name
+from tests.support.appliance import Appliance
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
-READY_TIMEOUT_S: Final = 300.0  # the first start on a machine compiles every kernel
-STOP_TIMEOUT_S: Final = 30.0
 ROUTE_WAIT_S: Final = 15.0
 CHILD_STOP_TIMEOUT_S: Final = 30.0  # a push consumer's shutdown persists offsets and unregisters
 READ_BACK_TIMEOUT_S: Final = 20.0
@@ -68,128 +64,6 @@ SYSTEM_PROPERTY_NAMES: Final = frozenset(
     {"UNIQ_KEY", "WAIT", "TAGS", "KEYS", "CLUSTER", "MSG_REGION", "TRACE_ON"}
 )
 READ_BACK_GROUP: Final = "mqbox_interop_read_back"
-
-BROKER_CONF: Final = (
-    "brokerIP1=127.0.0.1\n"
-    "mapedFileSizeCommitLog=16777216\n"
-    "mapedFileSizeConsumeQueue=60000\n"
-    "mqboxSendProcessorCount=1\n"
-    "mqboxPullProcessorCount=1\n"
-)
-
-
-# --- the appliance ------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Appliance:
-    """One running supervisor (with its name server) started by `running_appliance`."""
-
-    process: subprocess.Popen[bytes]
-    home: Path
-    broker_address: str
-    namesrv_address: str
-    instance: str
-    output_path: Path
-
-    def stop(self) -> int | None:
-        """The orderly stop: SIGTERM, then wait; the exit status (None if it had to be killed)."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                return self.process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(STOP_TIMEOUT_S)
-                return None
-        return self.process.returncode
-
-    def output(self) -> str:
-        return self.output_path.read_text(encoding="utf-8", errors="replace")
-
-
-@contextlib.contextmanager
-def running_appliance(home: Path, reap_pids: list[int]) -> Iterator[Appliance]:
-    """`python -m mqbox.server.supervisor` on `home` (made if missing; a second start on the same
-    home recovers its store), broker and name server on 127.0.0.1 port 0. On the way out:
-    SIGTERM, then SIGKILL by PID to the supervisor and everything it started; shm swept."""
-    home.mkdir(parents=True, exist_ok=True)
-    conf = home / "broker.conf"
-    conf.write_text(BROKER_CONF, encoding="utf-8")
-    read_fd, write_fd = os.pipe()
-    output_path = home / "supervisor.out"
-    command = [
-        sys.executable,
-        "-m",
-        "mqbox.server.supervisor",
-        *("--home", str(home), "--config", str(conf)),
-        *("--broker-port", "0", "--namesrv-port", "0", "--ready-fd", str(write_fd)),
-    ]
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OPENBLAS_NUM_THREADS": "1"}
-    try:
-        with output_path.open("ab") as output:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                cwd=REPO_ROOT,
-                env=environment,
-                pass_fds=(write_fd,),
-                start_new_session=True,
-            )
-    finally:
-        os.close(write_fd)
-    reap_pids.append(process.pid)
-    instance = ""
-    family: set[int] = set()
-    appliance: Appliance | None = None
-    try:
-        ready = _read_ready_line(read_fd, process, output_path)
-        assert ready.get("ok"), f"the appliance did not start: {ready}"
-        instance = str(ready["instance"])
-        family |= {int(pid) for pid in ready["roles"].values()}
-        with contextlib.suppress(psutil.NoSuchProcess):
-            family |= {child.pid for child in psutil.Process(process.pid).children(True)}
-        reap_pids.extend(family)
-        appliance = Appliance(
-            process, home, str(ready["broker"]), str(ready["namesrv"]), instance, output_path
-        )
-        yield appliance
-    finally:
-        os.close(read_fd)
-        if appliance is not None:
-            appliance.stop()
-        elif process.poll() is None:
-            process.kill()
-            process.wait(STOP_TIMEOUT_S)
-        for pid in family:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        if instance:
-            names.unlink_instance(instance)
-
-
-def _read_ready_line(
-    read_fd: int, process: subprocess.Popen[bytes], output_path: Path
-) -> dict[str, Any]:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    received = b""
-    os.set_blocking(read_fd, False)
-    while b"\n" not in received:
-        try:
-            chunk: bytes | None = os.read(read_fd, 4096)
-        except BlockingIOError:
-            chunk = None
-        if chunk:
-            received += chunk
-            continue
-        if chunk == b"" or process.poll() is not None or time.monotonic() > deadline:
-            text = output_path.read_text(encoding="utf-8", errors="replace")
-            raise AssertionError(f"the appliance is not ready (status {process.poll()}):\n{text}")
-        time.sleep(0.02)
-    document: dict[str, Any] = json.loads(received.split(b"\n", 1)[0])
-    return document
 
 
 # --- raw protocol -------------------------------------------------------------------------------

@@ -27,7 +27,6 @@ import pytest
 from mqbox.message import SYSFLAG_COMPRESSED
 from tests.conftest import unique_name
 from tests.interop.cpp_client import (
-    Appliance,
     SentMessage,
     acknowledged,
     assert_exactly_once,
@@ -42,6 +41,7 @@ from tests.interop.cpp_client import (
     sample_messages,
     stored_view,
 )
+from tests.support.appliance import Appliance
 
 pytestmark = pytest.mark.interop
 

@@ -25,7 +25,6 @@ import pytest
 from mqbox.message import StoredMessage, decode_properties_str
 from tests.conftest import unique_name
 from tests.interop.cpp_client import (
-    Appliance,
     SentMessage,
     acknowledged,
     assert_exactly_once,
@@ -36,6 +35,7 @@ from tests.interop.cpp_client import (
     sample_messages,
     stored_view,
 )
+from tests.support.appliance import Appliance
 
 pytestmark = pytest.mark.interop
 

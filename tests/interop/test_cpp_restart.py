@@ -29,7 +29,6 @@ import pytest
 from mqbox.message import StoredMessage
 from tests.conftest import unique_name
 from tests.interop.cpp_client import (
-    Appliance,
     SentMessage,
     acknowledged,
     assert_exactly_once,
@@ -41,11 +40,11 @@ from tests.interop.cpp_client import (
     read_back,
     received_seqs,
     received_view,
-    running_appliance,
     sample_messages,
     stored_view,
     wait_routed,
 )
+from tests.support.appliance import Appliance, running_appliance
 
 pytestmark = pytest.mark.interop
 

@@ -22,17 +22,17 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import psutil
 
 from mqbox.config import BrokerConfig
 from mqbox.ipc import names
 from mqbox.server.topology import RoleKind, Topology, broker_topology
+from tests.support.appliance import read_ready_line
 
 FRONT_KINDS: Final = frozenset({RoleKind.REACTOR, RoleKind.CODEC, RoleKind.WORKER, RoleKind.ADMIN})
 SMALL_RING_CAPACITY_BYTES: Final = 64 * 1024
-READY_TIMEOUT_S: Final = 60.0
 STOP_TIMEOUT_S: Final = 20.0
 _MODULE: Final = "tests.support.broker_front"
 ROOT: Final = Path(__file__).resolve().parents[2]
@@ -175,7 +175,7 @@ def running_front(
     instance = ""
     role_pids: list[int] = []
     try:
-        ready = _read_ready_line(read_fd, process, output_path)
+        ready = read_ready_line(read_fd, process, output_path)
         assert ready.get("ok"), f"supervisor did not start: {ready}"
         instance = str(ready["instance"])
         host, port = str(ready["broker"]).rsplit(":", 1)
@@ -187,28 +187,6 @@ def running_front(
         _stop(process, role_pids)
         if instance:
             names.unlink_instance(instance)
-
-
-def _read_ready_line(
-    read_fd: int, process: subprocess.Popen[bytes], output_path: Path
-) -> dict[str, Any]:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    buffer = b""
-    os.set_blocking(read_fd, False)
-    while b"\n" not in buffer:
-        try:
-            chunk = os.read(read_fd, 4096)
-        except BlockingIOError:
-            chunk = None
-        if chunk:
-            buffer += chunk
-            continue
-        if chunk == b"" or process.poll() is not None or time.monotonic() > deadline:
-            text = output_path.read_text(encoding="utf-8", errors="replace")
-            raise AssertionError(f"supervisor not ready (status {process.poll()}):\n{text}")
-        time.sleep(0.02)
-    document: dict[str, Any] = json.loads(buffer.split(b"\n", 1)[0])
-    return document
 
 
 def _stop(process: subprocess.Popen[bytes], role_pids: list[int]) -> None:

@@ -1,0 +1,168 @@
+"""The real appliance for a test: `python -m mqbox.server.supervisor` with the broker's real
+topology and the real name server, both on 127.0.0.1 port 0, in a home of the test's own.
+
+Owns: starting it (a broker.conf with small store files, a ready pipe), reading its ready line,
+the orderly stop (SIGTERM, then SIGKILL), and on the way out SIGKILL by PID of the supervisor and
+everything it started, then the sweep of its shared memory. Never: fixed ports or names. A second
+start on the same home recovers that home's store (the output file is appended to).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import psutil
+
+from mqbox.ipc import names
+from tests.support.front_client import FrontClient
+
+REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S: Final = 300.0  # the first start on a machine compiles every kernel
+STOP_TIMEOUT_S: Final = 30.0
+BROKER_CONF: Final = (
+    "brokerIP1=127.0.0.1\n"
+    "mapedFileSizeCommitLog=16777216\n"
+    "mapedFileSizeConsumeQueue=60000\n"
+    "mqboxSendProcessorCount=1\n"
+    "mqboxPullProcessorCount=1\n"
+)
+
+
+@dataclasses.dataclass
+class Appliance:
+    """One running supervisor (with its name server) started by `running_appliance`."""
+
+    process: subprocess.Popen[bytes]
+    home: Path
+    broker_address: str
+    namesrv_address: str
+    instance: str
+    output_path: Path
+    role_pids: list[int]
+
+    @property
+    def broker_port(self) -> int:
+        return int(self.broker_address.rsplit(":", 1)[1])
+
+    def client(self) -> FrontClient:
+        """A raw protocol client of the broker."""
+        return FrontClient("127.0.0.1", self.broker_port)
+
+    def stop(self) -> int | None:
+        """The orderly stop: SIGTERM, then wait; the exit status (None if it had to be killed)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(STOP_TIMEOUT_S)
+                return None
+        return self.process.returncode
+
+    def output(self) -> str:
+        return self.output_path.read_text(encoding="utf-8", errors="replace")
+
+
+@contextlib.contextmanager
+def running_appliance(
+    home: Path, reap_pids: list[int], broker_conf: str = BROKER_CONF
+) -> Iterator[Appliance]:
+    """Start the appliance on `home` and yield it once every role is ready; every PID it starts
+    is appended to `reap_pids` as well."""
+    home.mkdir(parents=True, exist_ok=True)
+    conf = home / "broker.conf"
+    conf.write_text(broker_conf, encoding="utf-8")
+    read_fd, write_fd = os.pipe()
+    output_path = home / "supervisor.out"
+    command = [
+        sys.executable,
+        "-m",
+        "mqbox.server.supervisor",
+        *("--home", str(home), "--config", str(conf)),
+        *("--broker-port", "0", "--namesrv-port", "0", "--ready-fd", str(write_fd)),
+    ]
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OPENBLAS_NUM_THREADS": "1"}
+    try:
+        with output_path.open("ab") as output:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                cwd=REPO_ROOT,
+                env=environment,
+                pass_fds=(write_fd,),
+                start_new_session=True,
+            )
+    finally:
+        os.close(write_fd)
+    reap_pids.append(process.pid)
+    instance = ""
+    family: set[int] = set()
+    appliance: Appliance | None = None
+    try:
+        ready = read_ready_line(read_fd, process, output_path)
+        assert ready.get("ok"), f"the appliance did not start: {ready}"
+        instance = str(ready["instance"])
+        role_pids = [int(pid) for pid in ready["roles"].values()]
+        family |= set(role_pids)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            family |= {child.pid for child in psutil.Process(process.pid).children(True)}
+        reap_pids.extend(family)
+        appliance = Appliance(
+            process,
+            home,
+            str(ready["broker"]),
+            str(ready["namesrv"]),
+            instance,
+            output_path,
+            role_pids,
+        )
+        yield appliance
+    finally:
+        os.close(read_fd)
+        if appliance is not None:
+            appliance.stop()
+        elif process.poll() is None:
+            process.kill()
+            process.wait(STOP_TIMEOUT_S)
+        for pid in family:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if instance:
+            names.unlink_instance(instance)
+
+
+def read_ready_line(
+    read_fd: int, process: subprocess.Popen[bytes], output_path: Path
+) -> dict[str, Any]:
+    """The supervisor's one JSON line on the ready pipe; AssertionError with its output if it
+    exits, closes the pipe or takes longer than READY_TIMEOUT_S."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    received = b""
+    os.set_blocking(read_fd, False)
+    while b"\n" not in received:
+        try:
+            chunk: bytes | None = os.read(read_fd, 4096)
+        except BlockingIOError:
+            chunk = None
+        if chunk:
+            received += chunk
+            continue
+        if chunk == b"" or process.poll() is not None or time.monotonic() > deadline:
+            text = output_path.read_text(encoding="utf-8", errors="replace")
+            raise AssertionError(f"the appliance is not ready (status {process.poll()}):\n{text}")
+        time.sleep(0.02)
+    document: dict[str, Any] = json.loads(received.split(b"\n", 1)[0])
+    return document
