@@ -60,38 +60,30 @@ class Appliance:
 
     def stop(self) -> int | None:
         """The orderly stop: SIGTERM, then wait; the exit status (None if it had to be killed)."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                return self.process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(STOP_TIMEOUT_S)
-                return None
-        return self.process.returncode
+        return stop_process(self.process)
 
     def output(self) -> str:
         return self.output_path.read_text(encoding="utf-8", errors="replace")
 
 
 @contextlib.contextmanager
-def running_appliance(
-    home: Path, reap_pids: list[int], broker_conf: str = BROKER_CONF
-) -> Iterator[Appliance]:
-    """Start the appliance on `home` and yield it once every role is ready; every PID it starts
-    is appended to `reap_pids` as well."""
+def running_supervisor(
+    home: Path, arguments: list[str], reap_pids: list[int]
+) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, Any], Path]]:
+    """Run `python -m mqbox.server.supervisor --home HOME ARGUMENTS --ready-fd N` and yield
+    (process, its ready line, its output file) once every role is ready. On the way out: the
+    orderly stop (SIGTERM, then SIGKILL after STOP_TIMEOUT_S), SIGKILL by PID of everything it
+    started, and the sweep of its shared memory. Every PID is appended to `reap_pids` too."""
     home.mkdir(parents=True, exist_ok=True)
-    conf = home / "broker.conf"
-    conf.write_text(broker_conf, encoding="utf-8")
     read_fd, write_fd = os.pipe()
     output_path = home / "supervisor.out"
     command = [
         sys.executable,
         "-m",
         "mqbox.server.supervisor",
-        *("--home", str(home), "--config", str(conf)),
-        *("--broker-port", "0", "--namesrv-port", "0", "--ready-fd", str(write_fd)),
+        *("--home", str(home), *arguments, "--ready-fd", str(write_fd)),
     ]
+    # One BLAS thread: the supervisor warns about native threads in its zygote otherwise.
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OPENBLAS_NUM_THREADS": "1"}
     try:
         with output_path.open("ab") as output:
@@ -110,38 +102,58 @@ def running_appliance(
     reap_pids.append(process.pid)
     instance = ""
     family: set[int] = set()
-    appliance: Appliance | None = None
     try:
         ready = read_ready_line(read_fd, process, output_path)
-        assert ready.get("ok"), f"the appliance did not start: {ready}"
+        assert ready.get("ok"), f"the supervisor did not start: {ready}"
         instance = str(ready["instance"])
-        role_pids = [int(pid) for pid in ready["roles"].values()]
-        family |= set(role_pids)
+        family |= {int(pid) for pid in ready["roles"].values()}
         with contextlib.suppress(psutil.NoSuchProcess):
             family |= {child.pid for child in psutil.Process(process.pid).children(True)}
         reap_pids.extend(family)
-        appliance = Appliance(
-            process,
-            home,
-            str(ready["broker"]),
-            str(ready["namesrv"]),
-            instance,
-            output_path,
-            role_pids,
-        )
-        yield appliance
+        yield process, ready, output_path
     finally:
         os.close(read_fd)
-        if appliance is not None:
-            appliance.stop()
-        elif process.poll() is None:
-            process.kill()
-            process.wait(STOP_TIMEOUT_S)
+        stop_process(process)
         for pid in family:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         if instance:
             names.unlink_instance(instance)
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> int | None:
+    """SIGTERM, then wait; SIGKILL after STOP_TIMEOUT_S. The exit status (None if killed)."""
+    if process.poll() is not None:
+        return process.returncode
+    process.send_signal(signal.SIGTERM)
+    try:
+        return process.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(STOP_TIMEOUT_S)
+        return None
+
+
+@contextlib.contextmanager
+def running_appliance(
+    home: Path, reap_pids: list[int], broker_conf: str = BROKER_CONF
+) -> Iterator[Appliance]:
+    """Start the appliance on `home` and yield it once every role is ready; every PID it starts
+    is appended to `reap_pids` as well."""
+    home.mkdir(parents=True, exist_ok=True)
+    conf = home / "broker.conf"
+    conf.write_text(broker_conf, encoding="utf-8")
+    arguments = ["--config", str(conf), "--broker-port", "0", "--namesrv-port", "0"]
+    with running_supervisor(home, arguments, reap_pids) as (process, ready, output_path):
+        yield Appliance(
+            process,
+            home,
+            str(ready["broker"]),
+            str(ready["namesrv"]),
+            str(ready["instance"]),
+            output_path,
+            [int(pid) for pid in ready["roles"].values()],
+        )
 
 
 def read_ready_line(

@@ -4,10 +4,10 @@ Owns: topology factories (`module:function` values for the supervisor's `--topol
 `broker_topology`'s reactors, codecs, workers and admin processors and their rings, and leave out
 the send and pull pools and the store roles: the worker then routes SEND and PULL to the admin
 processors (worker.py: an empty pool falls back to the default route), which answer 3. Also
-`running_front`, which starts `python -m mqbox.server.supervisor --no-namesrv` on port 0 with
-such a topology and a broker.conf of the chosen pool sizes, and waits for its ready line. Never:
-fixed ports or names (the supervisor derives the shared-memory instance from the test's own
-home directory), or broker behaviour of its own.
+`running_front`, which runs `python -m mqbox.server.supervisor --no-namesrv` on port 0 (through
+appliance.running_supervisor) with such a topology and a broker.conf of the chosen pool
+sizes. Never: fixed ports or names (the supervisor derives the shared-memory instance from the
+test's own home directory), or broker behaviour of its own.
 """
 
 from __future__ import annotations
@@ -15,27 +15,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-import psutil
-
 from mqbox.config import BrokerConfig
-from mqbox.ipc import names
 from mqbox.server.topology import RoleKind, Topology, broker_topology
-from tests.support.appliance import read_ready_line
+from tests.support.appliance import running_supervisor
 
 FRONT_KINDS: Final = frozenset({RoleKind.REACTOR, RoleKind.CODEC, RoleKind.WORKER, RoleKind.ADMIN})
 SMALL_RING_CAPACITY_BYTES: Final = 64 * 1024
-STOP_TIMEOUT_S: Final = 20.0
 _MODULE: Final = "tests.support.broker_front"
-ROOT: Final = Path(__file__).resolve().parents[2]
 
 
 def _front(topology: Topology) -> Topology:
@@ -138,70 +130,11 @@ def running_front(
         admin_processor_count=admin_processor_count,
     )
     factory = "front_topology_small_rings" if small_rings else "front_topology"
-    read_fd, write_fd = os.pipe()
-    output_path = home / "supervisor.out"
-    command = [
-        sys.executable,
-        "-m",
-        "mqbox.server.supervisor",
-        "--home",
-        str(home),
-        "--config",
-        str(conf),
-        "--no-namesrv",
-        "--broker-port",
-        "0",
-        "--topology",
-        f"{_MODULE}:{factory}",
-        "--ready-fd",
-        str(write_fd),
-    ]
-    # One BLAS thread: the supervisor warns about native threads in its zygote otherwise.
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1"}
-    try:
-        with output_path.open("wb") as output:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                cwd=ROOT,
-                env=environment,
-                pass_fds=(write_fd,),
-            )
-    finally:
-        os.close(write_fd)
-    reap_pids.append(process.pid)
-    instance = ""
-    role_pids: list[int] = []
-    try:
-        ready = read_ready_line(read_fd, process, output_path)
-        assert ready.get("ok"), f"supervisor did not start: {ready}"
-        instance = str(ready["instance"])
+    arguments = ["--config", str(conf), "--no-namesrv", "--broker-port", "0"]
+    arguments += ["--topology", f"{_MODULE}:{factory}"]
+    with running_supervisor(home, arguments, reap_pids) as (process, ready, output_path):
         host, port = str(ready["broker"]).rsplit(":", 1)
         roles = {str(role_id): int(pid) for role_id, pid in ready["roles"].items()}
-        role_pids = list(roles.values())
-        yield FrontBroker(process, home, host, int(port), instance, roles, output_path)
-    finally:
-        os.close(read_fd)
-        _stop(process, role_pids)
-        if instance:
-            names.unlink_instance(instance)
-
-
-def _stop(process: subprocess.Popen[bytes], role_pids: list[int]) -> None:
-    """SIGTERM the supervisor (it stops the roles in order); SIGKILL whatever is left, by PID."""
-    family: list[psutil.Process] = []
-    with contextlib.suppress(psutil.NoSuchProcess):
-        family = psutil.Process(process.pid).children(recursive=True)
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(STOP_TIMEOUT_S)
-    leftovers = {child.pid for child in family} | set(role_pids)
-    for pid in leftovers:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+        yield FrontBroker(
+            process, home, host, int(port), str(ready["instance"]), roles, output_path
+        )
