@@ -41,6 +41,11 @@ def host() -> dict[str, Any]:
     }
 
 
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages (`uptime`): a figure taken on a busy box shows it."""
+    return [round(value, 2) for value in os.getloadavg()]
+
+
 def git_sha() -> str:
     try:
         result = subprocess.run(
@@ -85,7 +90,8 @@ def emit(
     size_bytes: int,
     **extra: Any,
 ) -> dict[str, Any]:
-    """Print the one JSON line: rates from msgs, secs and size_bytes, then `extra` keys."""
+    """Print the one JSON line: rates from msgs, secs and size_bytes, then `extra` keys, then the
+    load average at the end of the run (unless `extra` has one), the host and the commit."""
     line: dict[str, Any] = {
         "bench": bench,
         "params": params,
@@ -100,6 +106,7 @@ def emit(
         "checksum": None,
     }
     line.update(extra)
+    line.setdefault("load_avg", load_average())
     line["host"] = host()
     line["git_sha"] = git_sha()
     print(json.dumps(line), flush=True)

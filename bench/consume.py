@@ -12,7 +12,7 @@ it was sent without decoding it record by record. Targets: >= 1,000,000 msgs/s a
 broker_cpu_us_per_msg counts every broker process (supervisor and roles) as in produce.py.
 
 Unless --namesrv is given, the script starts its own appliance in a temporary home on free ports
-(produce.py's `appliance`) and stops it afterwards.
+(_load.py's `appliance`) and stops it afterwards.
 
 Usage: python bench/consume.py [--size-bytes N] [--count N] [--queues N] [--repeat N]
                                [--namesrv host:port] [--smoke]
@@ -31,7 +31,8 @@ from typing import Any
 
 import orjson
 from _common import emit, log  # bench/ is sys.path[0]
-from produce import Appliance, Frames, appliance, batch_bodies, connect, produce, send_frames
+from _load import Appliance, Frames, appliance, batch_bodies, connect, send_frames
+from produce import produce
 
 from mqbox.protocol import make_request
 from mqbox.protocol.codes import PULL_FLAG_SUBSCRIPTION, RequestCode
@@ -171,7 +172,7 @@ def main() -> None:
     assert repeat > 0
     topic = f"BenchConsume{os.getpid()}"
     extra_conf = "mapedFileSizeCommitLog=67108864\n" if arguments.smoke else ""
-    with appliance(arguments.namesrv, extra_conf) as app:
+    with appliance(BENCH, arguments.namesrv, extra_conf) as app:
         log(f"{BENCH}: broker {app.broker_address}, up in {app.startup_secs:.2f} s")
         queue_counts = fill(app, topic, size_bytes, count, queue_count)
         wait_dispatched(app.broker_address, topic, queue_counts)

@@ -14,6 +14,11 @@ length prefix, checking the code and the opaque (in order) from the header bytes
 cost stays small beside the broker's on a machine with few cores. `checksum` covers every
 response header received; `startup_secs` is the supervisor's start (warm-up included).
 
+Where the time goes: `cpu_us_per_request` is each role's on-CPU time per request during the
+median run (and the client's own, `client`, its frame encoding left out), from
+/proc/<pid>/schedstat (nanoseconds on a CPU; time waiting for one is not counted). On a shared
+machine compare figures taken side by side, with the load average (`load_avg`) beside them.
+
 Usage: python bench/hop.py [--inflight N] [--count N] [--repeat N] [--smoke]
 """
 
@@ -139,6 +144,26 @@ class RunResult:
     secs: float
     latencies_ns: list[int]
     checksum: str
+    cpu_us_per_request: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def cpu_ns(pid: int | str) -> int:
+    """On-CPU nanoseconds of a process so far (/proc/<pid>/schedstat); 0 where unavailable."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def run_measured(
+    host: str, port: int, count: int, inflight: int, roles: dict[str, int]
+) -> RunResult:
+    """run(), with each role's and the client's CPU time per request."""
+    before = {role: cpu_ns(pid) for role, pid in roles.items()}
+    result = run(host, port, count, inflight)
+    for role, pid in roles.items():
+        result.cpu_us_per_request[role] = round((cpu_ns(pid) - before[role]) / count / 1000, 2)
+    return result
 
 
 def run(host: str, port: int, count: int, inflight: int) -> RunResult:
@@ -153,6 +178,7 @@ def run(host: str, port: int, count: int, inflight: int) -> RunResult:
     sent = 0
     received = 0
     clock = time.perf_counter_ns
+    client_cpu_ns = cpu_ns("self")
     started_ns = clock()
     try:
         while received < count:
@@ -187,7 +213,9 @@ def run(host: str, port: int, count: int, inflight: int) -> RunResult:
             buffer = buffer[position:]
     finally:
         sock.close()
-    return RunResult((clock() - started_ns) / 1e9, latencies_ns, digest.hexdigest())
+    secs = (clock() - started_ns) / 1e9
+    client_us = round((cpu_ns("self") - client_cpu_ns) / count / 1000, 2)
+    return RunResult(secs, latencies_ns, digest.hexdigest(), {"client": client_us})
 
 
 def main() -> None:
@@ -208,7 +236,7 @@ def main() -> None:
         run(app.host, app.port, min(count, 2000), inflight)  # warm the roles' code paths
         results = []
         for index in range(repeat):
-            result = run(app.host, app.port, count, inflight)
+            result = run_measured(app.host, app.port, count, inflight, app.roles)
             log(
                 f"hop: run {index + 1}: {count / result.secs:,.0f} requests/s, "
                 f"p50 {percentiles_us(result.latencies_ns)['p50_us']} us"
@@ -226,6 +254,7 @@ def main() -> None:
         requests_per_s=round(statistics.median(rates), 1),
         requests_per_s_runs=[round(rate, 1) for rate in rates],
         startup_secs=round(app.startup_secs, 3),
+        cpu_us_per_request=median.cpu_us_per_request,
         checksum=median.checksum,
         **extra,
     )

@@ -24,194 +24,27 @@ Usage: python bench/produce.py [--size-bytes N] [--count N] [--batch N] [--infli
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import hashlib
-import json
 import os
-import signal
-import socket
 import statistics
-import struct
-import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
-import psutil
-from _common import REPO_ROOT, emit, log  # bench/ is sys.path[0]
-
-from mqbox.client.namesrv_api import get_route
-from mqbox.client.remoting import RemotingClient
-from mqbox.message import BatchElement, encode_batch, encode_properties_str
-from mqbox.protocol import make_request
-from mqbox.protocol.codes import RequestCode
-from mqbox.protocol.command import encode_command
-from mqbox.protocol.headers import SendMessageRequestHeader
+from _common import emit, log  # bench/ is sys.path[0]
+from _load import (
+    SUCCESS_PREFIX,
+    Appliance,
+    Frames,
+    appliance,
+    batch_bodies,
+    connect,
+    opaque_of,
+    send_frames,
+)
 
 BENCH = "produce"
-READY_TIMEOUT_S = 300.0
-STOP_TIMEOUT_S = 60.0
-FRAME_HEAD = struct.Struct(">iI")
-HEADER_LENGTH_MASK = 0xFFFFFF
-OPAQUE_KEY = b'"opaque":'
-SUCCESS_PREFIX = b'{"code":0,'
 FRAME_POOL_SIZE = 32
-RECEIVE_BUFFER_SIZE_BYTES = 16 << 20
-
-
-# --- the appliance ------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Appliance:
-    broker_address: str
-    namesrv_address: str
-    startup_secs: float
-    pids: list[int]  # supervisor and roles: whose CPU time counts; empty for --namesrv
-
-    def cpu_secs(self) -> float:
-        """CPU time (user + system, every thread) the broker's processes used so far."""
-        total = 0.0
-        for pid in self.pids:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                times = psutil.Process(pid).cpu_times()
-                total += times.user + times.system
-        return total
-
-
-@contextlib.contextmanager
-def appliance(namesrv: str | None, extra_conf: str = "") -> Iterator[Appliance]:
-    """Our own appliance in a temporary home (module docstring), or the one behind `namesrv`."""
-    if namesrv is not None:
-        with RemotingClient(namesrv) as client:
-            route = get_route(client, "TBW102")
-        if route is None or not route.broker_datas:
-            raise SystemExit(f"{BENCH}: the name server {namesrv} knows no broker for TBW102")
-        yield Appliance(route.broker_datas[0].broker_addrs[0], namesrv, 0.0, [])
-        return
-    with tempfile.TemporaryDirectory(prefix=f"mqbox-{BENCH}-") as home_text:
-        home = Path(home_text)
-        conf = home / "broker.conf"
-        conf.write_text(
-            "brokerIP1=127.0.0.1\nflushDiskType=ASYNC_FLUSH\n" + extra_conf, encoding="utf-8"
-        )
-        read_fd, write_fd = os.pipe()
-        command = [
-            sys.executable,
-            "-m",
-            "mqbox.server.supervisor",
-            *("--home", str(home), "--config", str(conf)),
-            *("--broker-port", "0", "--namesrv-port", "0", "--ready-fd", str(write_fd)),
-        ]
-        started = time.monotonic()
-        try:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=sys.stderr,
-                stderr=sys.stderr,
-                cwd=REPO_ROOT,
-                env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "OPENBLAS_NUM_THREADS": "1"},
-                pass_fds=(write_fd,),
-                start_new_session=True,
-            )
-        finally:
-            os.close(write_fd)
-        role_pids: list[int] = []
-        try:
-            with os.fdopen(read_fd, "rb") as ready_pipe:
-                line = ready_pipe.readline()
-            if not line:
-                raise SystemExit(
-                    f"{BENCH}: the supervisor exited ({process.wait(READY_TIMEOUT_S)})"
-                )
-            ready = json.loads(line)
-            if not ready.get("ok"):
-                raise SystemExit(f"{BENCH}: the supervisor did not start: {ready.get('error')}")
-            role_pids = [int(pid) for pid in ready["roles"].values()]
-            yield Appliance(
-                str(ready["broker"]),
-                str(ready["namesrv"]),
-                time.monotonic() - started,
-                [process.pid, *role_pids],
-            )
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-            for pid in role_pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-
-
-# --- a lean client connection -------------------------------------------------------------------
-
-
-class Frames:
-    """Reads remoting frames from a socket into one reused buffer; yields (header, body) views
-    that stay valid until the next call of `frames()`."""
-
-    def __init__(self, sock: socket.socket, buffer_size_bytes: int = RECEIVE_BUFFER_SIZE_BYTES):
-        self.sock = sock
-        self.buffer = bytearray(buffer_size_bytes)
-        self.view = memoryview(self.buffer)
-        self.start = 0
-        self.end = 0
-
-    def frames(self) -> list[tuple[memoryview, memoryview]]:
-        """Receive once (blocking), then every complete frame in the buffer."""
-        if self.start == self.end:
-            self.start = self.end = 0
-        elif self.start > 0 and len(self.buffer) - self.end < (1 << 20):
-            remaining = self.end - self.start
-            self.buffer[:remaining] = self.buffer[self.start : self.end]
-            self.start, self.end = 0, remaining
-        if self.end == len(self.buffer):
-            raise SystemExit(f"{BENCH}: a frame is larger than the receive buffer")
-        received = self.sock.recv_into(self.view[self.end :])
-        if received == 0:
-            raise SystemExit(f"{BENCH}: the broker closed the connection")
-        self.end += received
-        found: list[tuple[memoryview, memoryview]] = []
-        position = self.start
-        while self.end - position >= 8:
-            frame_length, header_word = FRAME_HEAD.unpack_from(self.buffer, position)
-            frame_end = position + 4 + frame_length
-            if frame_end > self.end:
-                if frame_end - self.start > len(self.buffer):
-                    raise SystemExit(f"{BENCH}: a frame is larger than the receive buffer")
-                break
-            header_end = position + 8 + (header_word & HEADER_LENGTH_MASK)
-            found.append((self.view[position + 8 : header_end], self.view[header_end:frame_end]))
-            position = frame_end
-        self.start = position
-        return found
-
-
-def opaque_of(header: memoryview) -> int:
-    raw = bytes(header[:256]) if len(header) > 256 else bytes(header)
-    at = raw.find(OPAQUE_KEY)
-    if at < 0:
-        raw = bytes(header)
-        at = raw.index(OPAQUE_KEY)
-    at += len(OPAQUE_KEY)
-    return int(raw[at : raw.index(b",", at)])
-
-
-def connect(address: str) -> socket.socket:
-    host, port = address.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-    return sock
 
 
 # --- producing ----------------------------------------------------------------------------------
@@ -222,47 +55,6 @@ class ProduceResult:
     msgs: int
     secs: float
     broker_cpu_secs: float
-
-
-def batch_bodies(size_bytes: int, batch: int, pool_size: int, keys: bool = True) -> list[bytes]:
-    """`pool_size` distinct batch bodies of `batch` messages each (with a UNIQ_KEY each, unless
-    `keys` is false)."""
-    bodies = []
-    for frame in range(pool_size):
-        elements = []
-        for number in range(batch):
-            stamp = f"{frame:08d}{number:08d}".encode()
-            body = (stamp * (size_bytes // len(stamp) + 1))[:size_bytes]
-            key = hashlib.blake2b(stamp, digest_size=16).hexdigest().upper()
-            properties = encode_properties_str({"UNIQ_KEY": key}) if keys else b""
-            elements.append(BatchElement(body, 0, properties))
-        bodies.append(encode_batch(elements))
-    return bodies
-
-
-def send_frames(
-    topic: str, bodies: Sequence[bytes], queue_ids: Sequence[int], opaque_base: int
-) -> list[bytes]:
-    """One SEND_BATCH_MESSAGE frame per body, to queue_ids[i], opaques from opaque_base."""
-    frames = []
-    for index, body in enumerate(bodies):
-        header = SendMessageRequestHeader(
-            "bench_producer",
-            topic,
-            "TBW102",
-            8,
-            queue_ids[index % len(queue_ids)],
-            0,
-            int(time.time() * 1000),
-            0,
-            "",
-            batch=True,
-        )
-        command = make_request(
-            RequestCode.SEND_BATCH_MESSAGE, opaque_base + index, header.to_ext_v2(), body=body
-        )
-        frames.append(encode_command(command))
-    return frames
 
 
 def produce(
@@ -331,7 +123,7 @@ def main() -> None:
     bodies = batch_bodies(size_bytes, batch, pool_size, keys=not arguments.no_keys)
     topic = f"BenchProduce{os.getpid()}"
     extra_conf = "mapedFileSizeCommitLog=67108864\n" if arguments.smoke else ""
-    with appliance(arguments.namesrv, extra_conf) as app:
+    with appliance(BENCH, arguments.namesrv, extra_conf) as app:
         log(f"{BENCH}: broker {app.broker_address}, up in {app.startup_secs:.2f} s")
         frames = send_frames(topic, bodies, [0], 1)
         produce(

@@ -76,6 +76,8 @@ class BrokerConfig:
     file_reserved_time_hours: int = 72  # fileReservedTime
     delete_when: str = "04"  # deleteWhen: hours of the day, ';'-separated
     disk_max_used_space_ratio_percent: int = 75  # diskMaxUsedSpaceRatio
+    clean_resource_interval_ms: int = 10_000  # cleanResourceInterval: retention runs this often
+    clean_file_forcibly_enable: bool = True  # cleanFileForciblyEnable: nearly full disk
     flush_interval_commit_log_ms: int = 500  # flushIntervalCommitLog
     flush_interval_consume_queue_ms: int = 1000  # flushIntervalConsumeQueue
     sync_flush_timeout_ms: int = 5000  # syncFlushTimeout
@@ -144,6 +146,8 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "fileReservedTime": ("file_reserved_time_hours", _int_in(0, 1 << 20)),
     "deleteWhen": ("delete_when", str.strip),
     "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio_percent", _int_in(10, 95)),
+    "cleanResourceInterval": ("clean_resource_interval_ms", _POSITIVE),
+    "cleanFileForciblyEnable": ("clean_file_forcibly_enable", _parse_bool),
     "flushIntervalCommitLog": ("flush_interval_commit_log_ms", _POSITIVE),
     "flushIntervalConsumeQueue": ("flush_interval_consume_queue_ms", _POSITIVE),
     "syncFlushTimeout": ("sync_flush_timeout_ms", _POSITIVE),
@@ -273,16 +277,30 @@ def validate_broker_config(config: BrokerConfig) -> None:
 
 
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+# Bounds of messageDelayLevel. Java has none; these keep a typo from becoming thousands of
+# per-level timers in the schedule role, or a delivery time that overflows the int64 tag field.
+DELAY_LEVEL_COUNT_MAX = 64
+DELAY_LEVEL_DURATION_MS_MAX = 10 * 365 * 86_400_000  # ten years
 
 
 def delay_level_durations_ms(text: str) -> tuple[int, ...]:
-    """`messageDelayLevel` ("1s 5s ... 2h") as durations in ms; level n is item n - 1."""
+    """`messageDelayLevel` ("1s 5s ... 2h", RocketMQ's units s, m, h, d) as durations in ms;
+    level n is item n - 1. ConfigError names the bad item: not `<digits><unit>`, over ten years,
+    or more than DELAY_LEVEL_COUNT_MAX levels (or none)."""
     durations: list[int] = []
     for item in text.split():
         unit = item[-1:]
-        if unit not in _DELAY_UNITS_MS or not item[:-1].isdigit():
+        digits = item[:-1]
+        if unit not in _DELAY_UNITS_MS or not (digits.isascii() and digits.isdigit()):
             raise ConfigError(f"messageDelayLevel: {item!r} is not <number><s|m|h|d>")
-        durations.append(int(item[:-1]) * _DELAY_UNITS_MS[unit])
+        duration_ms = int(digits) * _DELAY_UNITS_MS[unit]
+        if duration_ms > DELAY_LEVEL_DURATION_MS_MAX:
+            raise ConfigError(f"messageDelayLevel: {item!r} is longer than ten years")
+        durations.append(duration_ms)
     if not durations:
         raise ConfigError("messageDelayLevel is empty")
+    if len(durations) > DELAY_LEVEL_COUNT_MAX:
+        raise ConfigError(
+            f"messageDelayLevel has {len(durations)} levels, more than {DELAY_LEVEL_COUNT_MAX}"
+        )
     return tuple(durations)

@@ -414,6 +414,7 @@ class OffsetReset:
     to: str  # "earliest", "latest" or "timestamp"
     timestamp_ms: int | None
     queues: tuple[ResetRow, ...]
+    clients_notified: int = 0  # live consumers told to move (220), summed over the masters
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -788,9 +789,11 @@ def parse_reset_target(text: str) -> tuple[str, int | None]:
 
 def offset_reset(namesrv: str | None, group: str, topic: str, to: str) -> OffsetReset:
     """Set the group's index of every read queue of the topic, on every master of its route, to
-    the first or next message, or to the one stored nearest a time (parse_reset_target)."""
+    the first or next message, or to the one stored nearest a time (parse_reset_target). Each
+    broker tells the group's live consumers to move there too (220)."""
     target_kind, timestamp_ms = parse_reset_target(to)
     rows: list[ResetRow] = []
+    notified = 0
     with WireSession(namesrv) as session:
         for target in _masters(session.route(topic), topic):
             result = session.ask_broker(
@@ -805,7 +808,8 @@ def offset_reset(namesrv: str | None, group: str, topic: str, to: str) -> Offset
                 ResetRow(target.name, queue.queue_id, queue.previous_queue_index, queue.queue_index)
                 for queue in result.queues
             )
-    return OffsetReset(group, topic, target_kind, timestamp_ms, tuple(rows))
+            notified += result.clients_notified
+    return OffsetReset(group, topic, target_kind, timestamp_ms, tuple(rows), notified)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -443,7 +443,7 @@ def offset_reset(
     namesrv: NamesrvOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Move a group's offsets on every queue of a topic (stop its consumers first)."""
+    """Move a group's offsets on every queue of a topic; running consumers are told to follow."""
     with _one_line_errors():
         reset = broker_ops.offset_reset(namesrv, group, topic, to)
     if as_json:
@@ -451,6 +451,7 @@ def offset_reset(
         return
     where = reset.to if reset.timestamp_ms is None else _time_text(reset.timestamp_ms)
     print(f"group {reset.group} on topic {reset.topic} reset to {where}")
+    print(f"live consumers told to follow: {reset.clients_notified}")
     print(f"{'BROKER':<16} {'QUEUE':>5} {'PREVIOUS':>10} {'OFFSET':>10}")
     for row in reset.queues:
         previous = str(row.previous_queue_index) if row.previous_queue_index >= 0 else "-"

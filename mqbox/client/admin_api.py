@@ -390,6 +390,7 @@ class ResetResult:
     group: str
     topic: str
     queues: tuple[QueueReset, ...]
+    clients_notified: int = 0  # online members told with RESET_CONSUMER_CLIENT_OFFSET (220)
 
 
 def reset_consumer_offset(
@@ -422,6 +423,8 @@ def reset_consumer_offset(
                 _int(fields, "offset", where),
             )
         )
+    # Brokers before 220 was sent leave clientsNotified out; none was told then.
+    notified = _int(document, "clientsNotified", where) if "clientsNotified" in document else 0
     return ResetResult(
-        _text(document, "group", where), _text(document, "topic", where), tuple(queues)
+        _text(document, "group", where), _text(document, "topic", where), tuple(queues), notified
     )

@@ -32,6 +32,25 @@ Python after publication, so a producer restarted after a crash can trust everyt
 and scans forward from it for records published without a head update. On the consumer side the
 payload is read after the header that covers it: by the same kernel behind a data dependency, or
 by the caller after the scan kernel returned. The waiting flag needs a full fence (doorbell.py).
+
+Two paths, one format. Batches go through the kernels above; one record written
+(try_write_nowait, which the broker's Outbox uses for each record of a flush of at most
+SMALL_BATCH_COUNT_MAX) and a drain that finds at most SMALL_BATCH_COUNT_MAX records before the
+end of the chain go through plain Python on memoryviews of the segment, because a kernel call
+costs 5-7 us in numba's dispatch (it unboxes every array argument) against about 2 us for the
+whole Python write or drain of one record. With one request in flight every hop of the broker
+moves one or two records, so these paths carry them all. The Python write makes the stores of
+stage_records and publish_headers for a batch of one in the same order, so both paths leave
+byte-identical segments (a hypothesis test checks it, counters and staging included): zero the
+record's last word (its header word at head is the chain's zero already), copy the payload (one
+memmove), zero the word after the record; then store the padding header (if any), the record's
+header word, head and the counters. Each store is a separate call into C, so the compiler cannot
+move one past another, and TSO keeps them in that order for the consumer; the Python drain reads
+each header word before the caller reads the payload behind it, as the scan kernel's caller
+does. A header word is stored and loaded through a memoryview of format 'q': CPython packs and
+unpacks such an item with a memcpy of sizeof(long long), which compiles to one 8-byte move, and
+every header word is 8-byte aligned, so, like the numpy element stores above, a word is
+published whole and read whole (struct's '<q' moves it byte by byte: a reader could see half).
 """
 
 from __future__ import annotations
@@ -41,7 +60,7 @@ import mmap
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -124,6 +143,10 @@ assert _SCANNED_SIZE == _SCANNED_BATCH_COUNT + 1
 assert platform.machine() == "x86_64", f"mqbox.ipc.ring assumes x86-64, not {platform.machine()}"
 
 _SHM_MODE: Final = 0o600
+# A drain that finds at most this many records before the end of the chain takes them in Python
+# (module docstring); more go to scan_records. At 4 the Python walk costs what one kernel call
+# does. Writers flush batches of the same size one record at a time (records.Outbox).
+SMALL_BATCH_COUNT_MAX: Final = 4
 # What try_write_nowait copies from: anything np.frombuffer reads as contiguous bytes.
 BytesLike = bytes | bytearray | memoryview
 _UNLIMITED_BYTES: Final = 2**62
@@ -371,7 +394,7 @@ class RingStatistics:
         return self.head_bytes - self.tail_bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class RecordBatch:
     """Records drained in one call, as arrays: record i is `types[i]` and the payload
     `data[offsets[i] : offsets[i] + sizes[i]]`.
@@ -379,6 +402,10 @@ class RecordBatch:
     The arrays are views of the ring's scratch buffers, valid until the next drain. For a batch
     from drain_nowait, `data` is the ring's data area and the payloads stay valid until release();
     for drain_into_nowait it is the caller's buffer and the batch is already released.
+
+    Read-only by contract, though not frozen: a frozen dataclass sets each field through
+    object.__setattr__, which made building one cost 1.8 us of a 6 us write-drain-release
+    round; the ring makes one per drain. Identity, not equality, is what a batch compares by.
     """
 
     count: int
@@ -422,6 +449,13 @@ class Ring:
         self._words = self._data.view(np.int64)
         self._mask = self.capacity_bytes - 1
         assert self._data.ctypes.data % layout.CACHE_LINE_SIZE_BYTES == 0
+        # The same memory as memoryviews, for the Python paths (module docstring): item access
+        # costs a fraction of a numpy element's, and 'q' items move whole words.
+        segment_view = memoryview(memory)
+        self._header_view = segment_view[: layout.DATA_OFFSET_BYTES].cast("q")
+        self._data_view = segment_view[layout.DATA_OFFSET_BYTES :]
+        self._word_view = self._data_view.cast("q")
+        segment_view.release()
         counters_written = slice(_RECORD_COUNT_WRITTEN, _PADDING_COUNT_WRITTEN + 1)
         self._producer_counters = self._header[counters_written]
         counters_read = slice(_RECORD_COUNT_READ, _BATCH_COUNT_READ + 1)
@@ -434,9 +468,6 @@ class Ring:
         self._header_words = np.zeros(0, dtype=np.int64)
         self._staged = np.zeros(_STAGED_SIZE, dtype=np.int64)
         self._staged_deltas = self._staged[_STAGED_DELTAS_FIRST:]
-        self._one_type = np.zeros(1, dtype=np.int32)
-        self._one_offset = np.zeros(1, dtype=np.int64)
-        self._one_size = np.zeros(1, dtype=np.int64)
         # A test replaces this to stop a producer between staging and publishing (crash tests).
         self._test_hook_before_publish: Callable[[], None] | None = None
         # Consumer side: None until the first drain claims it.
@@ -448,6 +479,16 @@ class Ring:
         self._target_offsets = np.zeros(0, dtype=np.int64)
         self._scanned = np.zeros(_SCANNED_SIZE, dtype=np.int64)
         self._scanned_deltas = self._scanned[_SCANNED_DELTAS_FIRST:]
+        # The pending batch came from the small-batch path: (record count, payload bytes).
+        self._pending_small_counts: tuple[int, int] | None = None
+        self._small_types = np.zeros(SMALL_BATCH_COUNT_MAX, dtype=np.int32)
+        self._small_offsets = np.zeros(SMALL_BATCH_COUNT_MAX, dtype=np.int64)
+        self._small_sizes = np.zeros(SMALL_BATCH_COUNT_MAX, dtype=np.int64)
+        self._small_views = [
+            (self._small_types[:count], self._small_offsets[:count], self._small_sizes[:count])
+            for count in range(SMALL_BATCH_COUNT_MAX + 1)
+        ]
+        self._empty_batch: RecordBatch | None = None
 
     # Lifetime.
 
@@ -545,8 +586,20 @@ class Ring:
         if self._memory is None:
             return
         memory, self._memory = self._memory, None
-        for attribute in ("_header", "_data", "_words", "_producer_counters", "_consumer_counters"):
+        for view in (self._word_view, self._data_view, self._header_view):
+            view.release()
+        for attribute in (
+            "_header",
+            "_data",
+            "_words",
+            "_producer_counters",
+            "_consumer_counters",
+            "_header_view",
+            "_data_view",
+            "_word_view",
+        ):
             delattr(self, attribute)
+        self._empty_batch = None
         # A view still held elsewhere pins the buffer; the mapping then goes with the last view.
         with contextlib.suppress(BufferError):
             memory.close()
@@ -591,16 +644,113 @@ class Ring:
 
     def try_write_nowait(self, record_type: int, payload: BytesLike) -> bool:
         """Append one record of `record_type` (0 to 2**31 - 1) with a copy of `payload`; False if
-        the ring has no room now. MessageTooLargeError if the payload can never fit. For the
-        control plane; the data plane writes batches."""
+        the ring has no room now. MessageTooLargeError if the payload can never fit.
+
+        The Python path (module docstring), no kernel call. It keeps every rule of
+        try_write_batch_nowait for a batch of one, down to the counters.
+        """
         assert 0 <= record_type <= layout.RECORD_TYPE_MAX
-        payload_bytes = np.frombuffer(payload, dtype=np.uint8)
-        self._one_type[0] = record_type
-        self._one_size[0] = payload_bytes.size
-        written = self.try_write_batch_nowait(
-            self._one_type, payload_bytes, self._one_offset, self._one_size
-        )
-        return written == 1
+        if type(payload) is memoryview and (payload.format != "B" or payload.ndim != 1):
+            payload = payload.cast("B")  # bytes, as np.frombuffer would read them
+        size_bytes = len(payload)
+        head_bytes = self._head_bytes
+        if head_bytes is None:
+            head_bytes = self._claim_producer()
+        if size_bytes > self.payload_size_bytes_max:
+            raise MessageTooLargeError(
+                f"a record payload of {size_bytes} bytes is larger than the "
+                f"payload_size_bytes_max {self.payload_size_bytes_max} of ring {self.name}"
+            )
+        written = self._write_single_round(record_type, payload, size_bytes)
+        if not written:
+            # Out of room as far as the last tail we read says; read the consumer's line again.
+            tail_bytes = self._read_tail_bytes()
+            if tail_bytes != self._tail_bytes_seen:
+                self._tail_bytes_seen = tail_bytes
+                written = self._write_single_round(record_type, payload, size_bytes)
+        if self._head_bytes == head_bytes:
+            self._header_view[_FULL_COUNT] += 1
+            return False
+        self._ring_doorbell_if_waiting()
+        return written
+
+    def _write_single_round(self, record_type: int, payload: BytesLike, size_bytes: int) -> bool:
+        """stage_records + publish_headers + the end of _write_round for a batch of one, in
+        Python: the same stores in the same order (module docstring). True if the record was
+        written."""
+        head_bytes = self._head_bytes
+        assert head_bytes is not None
+        length = RECORD_HEADER_SIZE_BYTES + size_bytes
+        record_size_bytes = (length + RECORD_ALIGNMENT_BYTES - 1) & -RECORD_ALIGNMENT_BYTES
+        start = head_bytes & self._mask
+        if record_size_bytes > self.capacity_bytes - start:
+            return self._write_single_round_padded(record_type, payload, size_bytes)
+        end_bytes = head_bytes + record_size_bytes
+        if end_bytes + END_RESERVE_BYTES > self._tail_bytes_seen + self.capacity_bytes:
+            return False
+        words = self._word_view
+        # The header word at head is the zero that ends the chain already (the producer keeps
+        # it so), so only the record's last word needs zeroing before the payload goes in.
+        words[(start + record_size_bytes - RECORD_ALIGNMENT_BYTES) >> 3] = 0  # the zero fill
+        if size_bytes:
+            self._data_view[start + RECORD_HEADER_SIZE_BYTES : start + length] = payload
+        words[(end_bytes & self._mask) >> 3] = 0  # the new end of the chain
+        if self._test_hook_before_publish is not None:
+            self._test_hook_before_publish()
+        words[start >> 3] = (record_type << RECORD_TYPE_SHIFT) | length  # publishes the record
+        header_view = self._header_view
+        header_view[_HEAD] = end_bytes  # after the header: a restarted producer trusts head
+        header_view[_RECORD_COUNT_WRITTEN] += 1
+        header_view[_PAYLOAD_SIZE_WRITTEN] += size_bytes
+        header_view[_BATCH_COUNT_WRITTEN] += 1
+        self._head_bytes = end_bytes
+        return True
+
+    def _write_single_round_padded(
+        self, record_type: int, payload: BytesLike, size_bytes: int
+    ) -> bool:
+        """_write_single_round when the record would straddle the end of the data area: a padding
+        record takes the rest of the lap and the record goes to the start, or, if only the
+        padding fits, the padding is written alone (so the record fits once the consumer has
+        passed it), as stage_records does."""
+        head_bytes = self._head_bytes
+        assert head_bytes is not None
+        capacity_bytes = self.capacity_bytes
+        limit_bytes = self._tail_bytes_seen + capacity_bytes
+        length = RECORD_HEADER_SIZE_BYTES + size_bytes
+        record_size_bytes = (length + RECORD_ALIGNMENT_BYTES - 1) & -RECORD_ALIGNMENT_BYTES
+        padding_start = head_bytes & self._mask
+        padding_size_bytes = capacity_bytes - padding_start
+        assert record_size_bytes > padding_size_bytes
+        position = head_bytes + padding_size_bytes  # the start of the next lap
+        if position + END_RESERVE_BYTES > limit_bytes:
+            return False  # not even the padding fits; nothing staged
+        words = self._word_view
+        words[padding_start >> 3] = 0
+        written = position + record_size_bytes + END_RESERVE_BYTES <= limit_bytes
+        end_bytes = position
+        if written:
+            words[0] = 0
+            words[(record_size_bytes - RECORD_ALIGNMENT_BYTES) >> 3] = 0  # the zero fill
+            if size_bytes:
+                self._data_view[RECORD_HEADER_SIZE_BYTES:length] = payload
+            end_bytes = position + record_size_bytes
+        words[(end_bytes & self._mask) >> 3] = 0  # the new end of the chain
+        assert head_bytes < end_bytes <= limit_bytes - END_RESERVE_BYTES
+        if self._test_hook_before_publish is not None:
+            self._test_hook_before_publish()
+        words[padding_start >> 3] = (PADDING_RECORD_TYPE << RECORD_TYPE_SHIFT) | padding_size_bytes
+        if written:
+            words[0] = (record_type << RECORD_TYPE_SHIFT) | length
+        header_view = self._header_view
+        header_view[_HEAD] = end_bytes
+        if written:
+            header_view[_RECORD_COUNT_WRITTEN] += 1
+            header_view[_PAYLOAD_SIZE_WRITTEN] += size_bytes
+        header_view[_BATCH_COUNT_WRITTEN] += 1
+        header_view[_PADDING_COUNT_WRITTEN] += 1
+        self._head_bytes = end_bytes
+        return written
 
     def try_write_batch_nowait(
         self,
@@ -703,14 +853,15 @@ class Ring:
     def _ring_doorbell_if_waiting(self) -> None:
         """The producer's half of check-after-set: publication, fence, then read the flag."""
         memory_fence()
-        sequence = int(self._header[_WAITING_SEQUENCE])
+        header_view = self._header_view
+        sequence = header_view[_WAITING_SEQUENCE]
         if sequence & 1 and sequence != self._sequence_rung:
             self._doorbell.ring_nowait()
             self._sequence_rung = sequence
-            self._header[_DOORBELL_COUNT_RUNG] += 1
+            header_view[_DOORBELL_COUNT_RUNG] += 1
 
     def _read_tail_bytes(self) -> int:
-        tail_bytes = int(self._header[_TAIL])
+        tail_bytes: int = self._header_view[_TAIL]
         head_bytes = self._head_bytes
         assert head_bytes is not None
         assert self._tail_bytes_seen <= tail_bytes <= head_bytes
@@ -760,7 +911,9 @@ class Ring:
             return  # empty batches are released by the drain itself
         assert self._pending_end_bytes == batch.end_bytes, "release the latest batch, once"
         assert batch.start_bytes == tail_bytes
-        assert self._scanned[_SCANNED_END_BYTES] == batch.end_bytes  # its counts are still there
+        if self._pending_small_counts is None:
+            # A kernel scan's batch: its counts are still in the result array.
+            assert self._scanned[_SCANNED_END_BYTES] == batch.end_bytes
         self._release_to(batch.end_bytes)
 
     def drain_into_nowait(self, target: NDArray[np.uint8], batch_count_max: int) -> RecordBatch:
@@ -770,7 +923,10 @@ class Ring:
         batch = self._drain(batch_count_max, target.size)
         if batch.count == 0:
             return batch
+        if self._target_offsets.size < batch.count:  # a small batch may come before any scan
+            self._target_offsets = np.zeros(max(batch_count_max, batch.count), dtype=np.int64)
         target_offsets = self._target_offsets[: batch.count]
+        assert target_offsets.size == batch.count  # the kernel writes one offset per record
         copied_bytes = copy_payloads(
             self._data, batch.offsets, batch.sizes, batch.count, target, target_offsets
         )
@@ -800,7 +956,88 @@ class Ring:
     def _drain(self, batch_count_max: int, payload_budget_bytes: int) -> RecordBatch:
         assert batch_count_max > 0
         assert self._pending_end_bytes is None, "release the previous batch first"
-        tail_bytes = self._claim_consumer()
+        tail_bytes = self._tail_bytes
+        if tail_bytes is None:
+            tail_bytes = self._claim_consumer()
+        words = self._word_view
+        start = tail_bytes & self._mask
+        header: int = words[start >> 3]
+        if header == 0:
+            return self._drained_nothing(tail_bytes)
+        # The small-batch path (module docstring): up to SMALL_BATCH_COUNT_MAX ordinary records
+        # and then the end of the chain (or batch_count_max). Anything else, more records,
+        # padding, a payload over the budget or a corrupt header, goes to the kernel from the
+        # tail again, which scans any batch and reports bad headers.
+        mask = self._mask
+        capacity_bytes = self.capacity_bytes
+        payload_size_bytes_max = self.payload_size_bytes_max
+        types = self._small_types
+        offsets = self._small_offsets
+        sizes = self._small_sizes
+        count = 0
+        payload_size_bytes = 0
+        end_bytes = tail_bytes
+        while True:
+            length = header & RECORD_LENGTH_MASK
+            size_bytes = length - RECORD_HEADER_SIZE_BYTES
+            record_size_bytes = (length + RECORD_ALIGNMENT_BYTES - 1) & -RECORD_ALIGNMENT_BYTES
+            if not (
+                header > 0  # a type >= 0: not padding
+                and 0 <= size_bytes <= payload_size_bytes_max
+                and payload_size_bytes + size_bytes <= payload_budget_bytes
+                and record_size_bytes <= capacity_bytes - start
+            ):
+                return self._drain_scan(tail_bytes, batch_count_max, payload_budget_bytes)
+            types[count] = header >> RECORD_TYPE_SHIFT
+            offsets[count] = start + RECORD_HEADER_SIZE_BYTES
+            sizes[count] = size_bytes
+            count += 1
+            payload_size_bytes += size_bytes
+            end_bytes += record_size_bytes
+            if count == batch_count_max:
+                break
+            start = end_bytes & mask
+            header = words[start >> 3]
+            if header == 0:
+                break
+            if count == SMALL_BATCH_COUNT_MAX:
+                return self._drain_scan(tail_bytes, batch_count_max, payload_budget_bytes)
+        self._pending_end_bytes = end_bytes
+        self._pending_small_counts = (count, payload_size_bytes)
+        types_view, offsets_view, sizes_view = self._small_views[count]
+        # Positional: keyword arguments cost this call twice as much (fields in order).
+        return RecordBatch(
+            count,
+            types_view,
+            offsets_view,
+            sizes_view,
+            self._data,
+            payload_size_bytes,
+            tail_bytes,
+            end_bytes,
+        )
+
+    def _drained_nothing(self, tail_bytes: int) -> RecordBatch:
+        """The empty batch at tail_bytes; made once per tail position (callers never change a
+        batch)."""
+        batch = self._empty_batch
+        if batch is None or batch.start_bytes != tail_bytes:
+            batch = self._empty_batch = RecordBatch(
+                count=0,
+                types=self._small_types[:0],
+                offsets=self._small_offsets[:0],
+                sizes=self._small_sizes[:0],
+                data=self._data,
+                payload_size_bytes=0,
+                start_bytes=tail_bytes,
+                end_bytes=tail_bytes,
+            )
+        return batch
+
+    def _drain_scan(
+        self, tail_bytes: int, batch_count_max: int, payload_budget_bytes: int
+    ) -> RecordBatch:
+        """The kernel path of _drain: scan_records over the chain from tail_bytes."""
         if self._scanned_types.size < batch_count_max:
             self._scanned_types = np.zeros(batch_count_max, dtype=np.int32)
             self._scanned_offsets = np.zeros(batch_count_max, dtype=np.int64)
@@ -836,6 +1073,7 @@ class Ring:
             start_bytes=tail_bytes,
             end_bytes=end_bytes,
         )
+        self._pending_small_counts = None
         if count == 0:
             if end_bytes != tail_bytes:
                 self._release_to(end_bytes)  # only padding: give it back at once
@@ -844,10 +1082,17 @@ class Ring:
         return batch
 
     def _release_to(self, end_bytes: int) -> None:
-        """Store the tail, then add the last scan's counts to the consumer's counters."""
-        self._header[_TAIL] = end_bytes
-        counters = self._consumer_counters
-        np.add(counters, self._scanned_deltas, out=counters)
+        """Store the tail, then add the drained batch's counts to the consumer's counters."""
+        header_view = self._header_view
+        header_view[_TAIL] = end_bytes
+        small_counts = self._pending_small_counts
+        if small_counts is not None:
+            header_view[_RECORD_COUNT_READ] += small_counts[0]
+            header_view[_PAYLOAD_SIZE_READ] += small_counts[1]
+            header_view[_BATCH_COUNT_READ] += 1
+        else:
+            counters = self._consumer_counters
+            np.add(counters, self._scanned_deltas, out=counters)
         self._tail_bytes = end_bytes
         self._pending_end_bytes = None
 
@@ -865,10 +1110,17 @@ class Ring:
         self._tail_bytes = tail_bytes
         return tail_bytes
 
+    def record_count_read(self) -> int:
+        """Records this ring's consumers have released so far (the consumer line's counter)."""
+        count: int = self._header_view[_RECORD_COUNT_READ]
+        return count
+
     def readable(self) -> bool:
         """True if a drain would find something now (a record, or padding to skip)."""
-        tail_bytes = self._claim_consumer()
-        return bool(self._words[(tail_bytes & self._mask) >> 3] != 0)
+        tail_bytes = self._tail_bytes
+        if tail_bytes is None:
+            tail_bytes = self._claim_consumer()
+        return self._word_view[(tail_bytes & self._mask) >> 3] != 0
 
     def doorbell_fileno(self) -> int:
         """The doorbell's descriptor, for a reactor's epoll: arm_doorbell_nowait() before the
@@ -878,25 +1130,51 @@ class Ring:
     def arm_doorbell_nowait(self) -> bool:
         """Tell the producer this consumer is going to sleep. Returns False, and stays disarmed,
         if a record is readable already (do not sleep); True if armed: sleep on the doorbell."""
-        self._claim_consumer()  # first: claiming clears a flag a dead consumer left set
-        header = self._header
-        sequence = int(header[_WAITING_SEQUENCE])
-        assert sequence % 2 == 0, "the doorbell is armed already"
-        header[_WAITING_SEQUENCE] = sequence + 1
+        return Ring.arm_doorbells_nowait((self,))
+
+    @staticmethod
+    def arm_doorbells_nowait(rings: Sequence[Ring]) -> bool:
+        """arm_doorbell_nowait for every ring a consumer sleeps on, with one fence for all: set
+        every waiting flag, fence, then look at every ring. Returns False, and leaves all of them
+        disarmed, if any is readable already; True if all are armed: sleep, then disarm each.
+
+        One fence is enough: it orders each flag's store before each ring's load, which is what
+        each ring's check-after-set needs (doorbell.py), and it costs one call instead of one per
+        ring."""
+        for ring in rings:
+            ring._set_waiting()
         memory_fence()  # the consumer's half of check-after-set: set, fence, then check
-        if self.readable():
-            header[_WAITING_SEQUENCE] = sequence + 2
-            return False
-        header[_DOORBELL_COUNT_WAITED] += 1
+        for ring in rings:
+            if ring.readable():
+                for armed in rings:
+                    armed._clear_waiting()
+                return False
+        for ring in rings:
+            ring._header_view[_DOORBELL_COUNT_WAITED] += 1
         return True
 
-    def disarm_doorbell(self) -> None:
-        """Back from sleep: clear the waiting flag, then take pending rings out of the FIFO."""
-        header = self._header
-        sequence = int(header[_WAITING_SEQUENCE])
-        if sequence % 2 == 1:
-            header[_WAITING_SEQUENCE] = sequence + 1
-        self._doorbell.clear_nowait()
+    def _set_waiting(self) -> None:
+        if self._tail_bytes is None:
+            self._claim_consumer()  # first: claiming clears a flag a dead consumer left set
+        header_view = self._header_view
+        sequence = header_view[_WAITING_SEQUENCE]
+        assert sequence % 2 == 0, "the doorbell is armed already"
+        header_view[_WAITING_SEQUENCE] = sequence + 1
+
+    def _clear_waiting(self) -> None:
+        header_view = self._header_view
+        sequence = header_view[_WAITING_SEQUENCE]
+        if sequence & 1:
+            header_view[_WAITING_SEQUENCE] = sequence + 1
+
+    def disarm_doorbell(self, *, rung: bool = True) -> None:
+        """Back from sleep: clear the waiting flag, then take pending rings out of the FIFO.
+        rung=False skips the FIFO's read when the caller's epoll said the doorbell did not fire:
+        a ring that comes later stays pending and wakes the next sleep early, once, which then
+        clears it (the common case costs no read(2) and no BlockingIOError)."""
+        self._clear_waiting()
+        if rung:
+            self._doorbell.clear_nowait()
 
     def wait_readable(self, timeout_ms: int) -> bool:
         """Sleep until a record is readable or timeout_ms passes (negative: no limit); True if

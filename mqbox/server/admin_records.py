@@ -1,7 +1,9 @@
 """What crosses process boundaries to and from the admin processor, besides records.py's records.
 
-Owns: mqbox's own request codes (the private range 10000-10099) and the codes only admin.0 may
-serve (ADMIN_ZERO_CODES); the COMMIT_OFFSET ring record (pull.p -> admin.0: a commitOffset
+Owns: mqbox's own request codes (the private range 10000-10099), the codes only admin.0 may
+serve (ADMIN_ZERO_CODES, which the worker routes there); the bodies of RESET_CONSUMER_CLIENT_OFFSET
+(220, broker -> client) and INVOKE_BROKER_TO_RESET_OFFSET's answer (222), which are not JSON in
+Java's form; the COMMIT_OFFSET ring record (pull.p -> admin.0: a commitOffset
 piggybacked on a PULL, topology.py's ring) and its layout; and the group-subscriptions file,
 `config/` + SUBSCRIPTIONS_FILE_NAME: admin.0 writes each consumer group's subscription table
 there whenever it changes, and the pull processors read it (`GroupSubscriptionsReader`) for
@@ -60,14 +62,19 @@ MQBOX_NOOP: Final = 10_000
 MQBOX_TOPIC_STATUS: Final = 10_001
 MQBOX_CONSUMER_PROGRESS: Final = 10_002
 MQBOX_RESET_CONSUMER_OFFSET: Final = 10_003
+MQBOX_PULL_STATUS: Final = 10_004  # served by a pull processor (pull.py), not an admin one
 MQBOX_CODE_LAST: Final = 10_099
 RESET_TO_EARLIEST: Final = "earliest"
 RESET_TO_LATEST: Final = "latest"
 RESET_TO_TIMESTAMP: Final = "timestamp"
 
-# Codes whose answer needs the client, offset and lock tables, which admin.0 alone holds. The
-# worker routes by `conn % A`; with more than one admin processor it must send these to admin.0
-# (the others answer SYSTEM_ERROR with a remark that says so).
+# Java's admin request that resets a group's offsets and tells its live clients (220). It is not
+# in codes.RequestCode, which mirrors remoting-protocol.md section 3.1 exactly.
+INVOKE_BROKER_TO_RESET_OFFSET: Final = 222
+
+# Codes whose answer needs the client, offset and lock tables, which admin.0 alone holds (and the
+# calls to clients, 307, which need a client's connection from those tables). The worker sends
+# them to admin.0 whatever the connection; other admin processors serve the stateless codes.
 ADMIN_ZERO_CODES: Final = frozenset(
     {
         int(RequestCode.QUERY_CONSUMER_OFFSET),
@@ -77,10 +84,52 @@ ADMIN_ZERO_CODES: Final = frozenset(
         int(RequestCode.GET_CONSUMER_LIST_BY_GROUP),
         int(RequestCode.LOCK_BATCH_MQ),
         int(RequestCode.UNLOCK_BATCH_MQ),
+        int(RequestCode.GET_CONSUMER_RUNNING_INFO),
+        INVOKE_BROKER_TO_RESET_OFFSET,
         MQBOX_CONSUMER_PROGRESS,
         MQBOX_RESET_CONSUMER_OFFSET,
     }
 )
+
+
+# ---------------------------------------------------------------------------------------------
+# Offset-reset bodies. Java's ResetOffsetBody is fastjson's rendering of a Map<MessageQueue, Long>:
+# an object whose keys are objects, which is not JSON,
+#
+#     {"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:17,...}}
+#
+# The C++ client cannot parse that (remoting-protocol.md section 4.4); it reads Java's
+# ResetOffsetBodyForC, a list, which the Java broker sends to C++ clients instead:
+#
+#     {"offsetTable":[{"brokerName":"broker-a","offset":17,"queueId":0,"topic":"T"},...]}
+#
+# Keys are in fastjson's order (alphabetical); strings are JSON-escaped.
+
+
+def encode_reset_offset_body_java(
+    broker_name: str, topic: str, offsets: Mapping[int, int]
+) -> bytes:
+    """ResetOffsetBody as the Java broker writes it: for Java clients (220) and as the answer to
+    222. `offsets` maps queue id -> queue index."""
+    broker = json.dumps(broker_name, ensure_ascii=False)
+    topic_text = json.dumps(topic, ensure_ascii=False)
+    entries = ",".join(
+        f'{{"brokerName":{broker},"queueId":{queue_id},"topic":{topic_text}}}:{queue_index}'
+        for queue_id, queue_index in sorted(offsets.items())
+    )
+    return f'{{"offsetTable":{{{entries}}}}}'.encode()
+
+
+def encode_reset_offset_body_cpp(broker_name: str, topic: str, offsets: Mapping[int, int]) -> bytes:
+    """ResetOffsetBodyForC: the same table as a JSON list, for C++ clients (220)."""
+    document = {
+        "offsetTable": [
+            {"brokerName": broker_name, "offset": queue_index, "queueId": queue_id, "topic": topic}
+            for queue_id, queue_index in sorted(offsets.items())
+        ]
+    }
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+
 
 ADMIN_RECORD_TYPE_FIRST: Final = 64
 COMMIT_OFFSET: Final = ADMIN_RECORD_TYPE_FIRST + 0

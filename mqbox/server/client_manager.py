@@ -205,6 +205,18 @@ class ClientManager:
             return []
         return [found.members[client_id].conn_id for client_id in sorted(found.members)]
 
+    def consumer_member(self, group: str, client_id: str) -> ConsumerClient | None:
+        """The member `client_id` of the group, or None (GET_CONSUMER_RUNNING_INFO's target)."""
+        found = self._consumer_groups.get(group)
+        return None if found is None else found.members.get(client_id)
+
+    def consumer_members(self, group: str) -> list[ConsumerClient]:
+        """The group's members in client id order (RESET_CONSUMER_CLIENT_OFFSET's targets)."""
+        found = self._consumer_groups.get(group)
+        if found is None:
+            return []
+        return [found.members[client_id] for client_id in sorted(found.members)]
+
     def consumer_group(self, group: str) -> ConsumerGroup | None:
         return self._consumer_groups.get(group)
 

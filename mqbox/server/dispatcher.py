@@ -3,8 +3,12 @@
 Owns, once the store writer's recovery is done: the consume queues and the index files (the only
 writer of both), the dispatched position, the QueueCounters segment (queue_counters.py: each
 queue's entry count and the dispatched position, for the pull processors), the QUEUES_GREW
-records that wake held pulls, and the consume-queue / index flush schedule with the checkpoint
-(RocketMQ's ReputMessageService and FlushConsumeQueueService in one process).
+records that wake held pulls, the consume-queue / index flush schedule, whose covered store times
+it publishes in QueueCounters for the checkpoint (the store writer alone writes that file), and
+the retention of consume queues and index: after each flush, when the commit log's minimum that
+the store writer published moved, the segments and files wholly below it are deleted
+(cleanup.DerivedRetention). RocketMQ's ReputMessageService, FlushConsumeQueueService and
+CleanConsumeQueueService in one process.
 
 Never: writes the commit log (it maps it read-only), decides where dispatch starts (the store
 writer's recovery published it), answers a client, or touches a socket.
@@ -15,7 +19,8 @@ the largest such position with store.dispatch.Dispatcher (the numba scan), then 
 this order: the new entry counts of the queues that grew, the dispatched position (which bumps
 the change sequence), and one QUEUES_GREW record per pull processor naming the queues that grew,
 or QUEUES_GREW_FLAG_MANY when more than `grew_key_count_max` did. A pull that reads a count
-therefore finds every entry below it written.
+therefore finds every entry below it written. The schedule role gets a QUEUES_GREW (of the
+schedule queues alone) only when a SCHEDULE_TOPIC_XXXX queue grew, at most one staged at a time.
 
 Invariants: the published count of a queue equals its ConsumeQueue's entry_count between turns
 (both only grow); the dispatched position never passes the published write position.
@@ -46,12 +51,11 @@ from mqbox.server.queue_counters import (
 from mqbox.server.records import Inbox, Outbox, Sleeper, SpillWriter
 from mqbox.server.store_writer import store_config_of
 from mqbox.server.topology import RoleContext, RoleKind
-from mqbox.store.checkpoint import Checkpoint
+from mqbox.store.cleanup import DerivedRetention
 from mqbox.store.commit_log import CommitLog
 from mqbox.store.consume_queue import ConsumeQueueTable
-from mqbox.store.dispatch import Dispatcher
+from mqbox.store.dispatch import SCHEDULE_TOPIC, Dispatcher
 from mqbox.store.index import IndexService
-from mqbox.store.layout import checkpoint_path
 
 log = logging.getLogger("mqbox.dispatcher")
 _Scalar = TypeVar("_Scalar", bound=np.generic)
@@ -118,7 +122,9 @@ class DispatcherRole:
         )
         start_bytes = self.positions.dispatch_start_log_offset_bytes
         self.dispatcher.start_at(start_bytes, redispatch_end_log_offset_bytes=start_bytes)
-        self.checkpoint = Checkpoint(checkpoint_path(ctx.store_root))
+        # Recovery made the queues' minimums follow the commit log's at open; a minimum that
+        # moved in an earlier run whose files were not all deleted is followed at the first flush.
+        self.retention = DerivedRetention(self.consume_queues, self.index, min_log_offset_bytes=0)
         self.counters = QueueCounters.create(queue_counters_name(ctx.instance), queue_capacity)
         self.counters.publish_dispatched(start_bytes)
         # Per dispatcher queue slot: its counters slot (-1: no room), its key, its last count.
@@ -131,10 +137,16 @@ class DispatcherRole:
         self.inboxes = [
             Inbox(Ring.attach(spec.name), spec.producer) for spec in topology.rings_to(self.role_id)
         ]
-        self.pull_outboxes = [
-            Outbox(Ring.attach(spec.name), self.spill_writer)
-            for spec in topology.rings_from(self.role_id)
-        ]
+        self.pull_outboxes: list[Outbox] = []
+        # The schedule role hears only of SCHEDULE_TOPIC_XXXX queues (schedule.py).
+        self.schedule_outboxes: list[Outbox] = []
+        for spec in topology.rings_from(self.role_id):
+            outbox = Outbox(Ring.attach(spec.name), self.spill_writer)
+            if spec.consumer.startswith(RoleKind.SCHEDULE.value + "."):
+                self.schedule_outboxes.append(outbox)
+            else:
+                self.pull_outboxes.append(outbox)
+        self._is_schedule_slot = np.zeros(64, dtype=np.bool_)
         self.epoll = select.epoll()
         self.sleeper = Sleeper(self.epoll, self.inboxes, spin_ns_max)
         self.wakeup_fd = wakeup_fd
@@ -228,6 +240,8 @@ class DispatcherRole:
             published[grown] = new_counts
         dispatched_bytes = self.dispatcher.dispatched_log_offset_bytes
         self.counters.publish_dispatched(dispatched_bytes)
+        if grown.size and self.schedule_outboxes:
+            self._wake_schedule(dispatched_bytes, grown)
         if not grown.size or not self.pull_outboxes:
             return
         if grown.size > self.grew_key_count_max:
@@ -241,6 +255,19 @@ class DispatcherRole:
             outbox.append(records.QUEUES_GREW, payload)
         self._wakeups_sent += 1
 
+    def _wake_schedule(self, dispatched_bytes: int, grown: NDArray[np.intp]) -> None:
+        """QUEUES_GREW to the schedule role when a schedule queue grew; one staged at a time is
+        enough, since it reads the counts afresh (so a dead schedule role costs no memory)."""
+        scheduled = grown[self._is_schedule_slot[grown]]
+        if not scheduled.size:
+            return
+        payload = records.pack_queues_grew(
+            dispatched_bytes, self._queue_keys[scheduled].astype("<u8").tobytes()
+        )
+        for outbox in self.schedule_outboxes:
+            if outbox.pending_count == 0:
+                outbox.append(records.QUEUES_GREW, payload)
+
     def _register_queues(self, queue_count: int) -> None:
         """Give the queues the dispatcher met since the last turn their counters slots."""
         capacity = self._counter_slots.size
@@ -250,6 +277,7 @@ class DispatcherRole:
             self._counter_slots = _grown(self._counter_slots, capacity, -1)
             self._queue_keys = _grown(self._queue_keys, capacity, 0)
             self._published_counts = _grown(self._published_counts, capacity, 0)
+            self._is_schedule_slot = _grown(self._is_schedule_slot, capacity, 0)
         queue_keys = self.dispatcher.tables.queue_keys
         for slot in range(self._known_queue_count, queue_count):
             topic, queue_id = queue_keys[slot]
@@ -265,29 +293,44 @@ class DispatcherRole:
                 )
             self._counter_slots[slot] = counter_slot
             self._queue_keys[slot] = queue_key(topic_bytes, queue_id)
+            self._is_schedule_slot[slot] = topic == SCHEDULE_TOPIC
         self._known_queue_count = queue_count
 
     def _flush_outboxes(self) -> bool:
         all_written = True
-        for outbox in self.pull_outboxes:
+        for outbox in (*self.pull_outboxes, *self.schedule_outboxes):
             if outbox.pending_count:
                 all_written = outbox.flush_nowait() and all_written
         return all_written
 
     def flush(self) -> None:
-        """Flush the consume queues and the index written since the last flush, then write the
-        checkpoint (each timestamp taken before the flush it describes)."""
+        """Flush the consume queues and the index written since the last flush, publish the
+        store times they made durable (each taken before the flush it describes) for the store
+        writer's checkpoint, then follow retention."""
         logics_ms = self.dispatcher.last_store_timestamp_ms
-        physic_ms = self.positions.flushed_store_timestamp_ms
         self.consume_queues.flush()
         index_ms = self.index.flush()
-        self.checkpoint.update(
-            physic_msg_timestamp_ms=physic_ms if physic_ms > 0 else None,
-            logics_msg_timestamp_ms=logics_ms if logics_ms > 0 else None,
-            index_msg_timestamp_ms=index_ms if index_ms > 0 else None,
-        )
-        self.checkpoint.flush()
+        self.counters.publish_flushed_timestamps(max(logics_ms, 0), max(index_ms, 0))
         self._flush_rounds += 1
+        self.follow_retention_nowait()
+
+    def follow_retention_nowait(self) -> int:
+        """Delete the consume-queue segments and index files below the commit log's minimum the
+        store writer published, if it moved; return how many files went."""
+        min_log_offset_bytes = self.positions.min_log_offset_bytes
+        if min_log_offset_bytes <= self.retention.min_log_offset_bytes:
+            return 0
+        self.commit_log.follow_retention(min_log_offset_bytes)  # unmap the deleted segments
+        cq_deleted_count, index_deleted_count = self.retention.delete_below(min_log_offset_bytes)
+        self.counters.publish_derived_min_log_offset(min_log_offset_bytes)
+        log.info(
+            "retention: consume queues and index follow the commit log's minimum %d "
+            "(%d consume-queue segment(s), %d index file(s) deleted)",
+            min_log_offset_bytes,
+            cq_deleted_count,
+            index_deleted_count,
+        )
+        return cq_deleted_count + index_deleted_count
 
     # -- the orderly stop -------------------------------------------------------------------------
 
@@ -309,7 +352,7 @@ class DispatcherRole:
         self.epoll.close()
         for inbox in self.inboxes:
             inbox.ring.close()
-        for outbox in self.pull_outboxes:
+        for outbox in (*self.pull_outboxes, *self.schedule_outboxes):
             outbox.ring.close()
         self.positions.close()
         self.counters.close()

@@ -5,11 +5,15 @@ a queue in them.
 
 - `StorePositions` (`/mqbox.<instance>.store-positions.0`): created and written only by the store
   writer process: its main thread writes the write position and the dispatch start, its flush
-  thread the flushed position. The dispatcher and the pull processors read it.
+  thread the flushed position, its housekeeping thread the commit log's minimum (retention moves
+  it just before each unlink). The dispatcher and the pull and admin processors read it.
 - `QueueCounters` (`/mqbox.<instance>.queue-counters.0`): created and written only by the
-  dispatcher: the dispatched position, a change sequence, and a fixed-capacity open-addressing
-  table from (topic, queue_id) to the queue's entry count (RocketMQ's max offset). The pull
-  processors read it to learn how far a consume queue may be read and to see queues grow.
+  dispatcher: the dispatched position, a change sequence, the store times its last consume-queue
+  and index flushes covered (the store writer puts them in the checkpoint, which it alone
+  writes), the commit-log minimum the consume queues and index last followed, and a
+  fixed-capacity open-addressing table from (topic, queue_id) to the queue's entry count
+  (RocketMQ's max offset). The pull processors read it to learn how far a consume queue may be
+  read and to see queues grow.
 
 Never: a lock, a pickle, a message, or a second writer of any word. The supervisor's sweep removes
 both segments with the instance's rings (their names follow ipc/names.py's scheme).
@@ -31,10 +35,12 @@ Layouts (little-endian int64 words unless named otherwise):
                                                queue_capacity
     +128  writer line: write position,   +128  dispatcher line: dispatched position,
           appended record total,               change sequence, queue count, overflow count,
-          dispatch start, writer pid,          dispatcher pid
-          state (0 opening, 1 ready)
+          dispatch start, writer pid,          dispatcher pid, logics flushed store time,
+          state (0 opening, 1 ready)           index flushed store time, derived minimum
     +256  flush line: flushed position,  +256  slot_count slots of SLOT (below)
           flushed store timestamp
+    +384  retention line: commit-log
+          minimum, segments deleted
 
     SLOT, 160 bytes:
     +0 key u64 (0 = empty) | +8 entry_count i64 | +16 queue_id i32 | +20 topic_size i32 |
@@ -73,7 +79,7 @@ _SHM_MODE: Final = 0o600
 
 POSITIONS_MAGIC: Final = 0x6D71_626F_7850_6F73  # "mqboxPos"
 COUNTERS_MAGIC: Final = 0x6D71_626F_7843_6E74  # "mqboxCnt"
-LAYOUT_VERSION: Final = 1
+LAYOUT_VERSION: Final = 2
 
 # store-positions words
 _P_MAGIC: Final = 0
@@ -85,8 +91,10 @@ _P_WRITER_PID: Final = _LINE_WORDS + 3
 _P_STATE: Final = _LINE_WORDS + 4
 _P_FLUSHED: Final = 2 * _LINE_WORDS + 0
 _P_FLUSHED_TIMESTAMP: Final = 2 * _LINE_WORDS + 1
+_P_MIN_LOG_OFFSET: Final = 3 * _LINE_WORDS + 0
+_P_DELETED_SEGMENT_TOTAL: Final = 3 * _LINE_WORDS + 1
 _POSITIONS_SIZE_BYTES: Final = mmap.PAGESIZE
-assert (3 * _LINE_WORDS) * _WORD <= _POSITIONS_SIZE_BYTES
+assert (4 * _LINE_WORDS) * _WORD <= _POSITIONS_SIZE_BYTES
 
 STATE_OPENING: Final = 0
 STATE_READY: Final = 1
@@ -101,6 +109,10 @@ _C_CHANGE_SEQUENCE: Final = _LINE_WORDS + 1
 _C_QUEUE_COUNT: Final = _LINE_WORDS + 2
 _C_OVERFLOW_COUNT: Final = _LINE_WORDS + 3
 _C_DISPATCHER_PID: Final = _LINE_WORDS + 4
+_C_LOGICS_FLUSHED_TIMESTAMP: Final = _LINE_WORDS + 5
+_C_INDEX_FLUSHED_TIMESTAMP: Final = _LINE_WORDS + 6
+_C_DERIVED_MIN_LOG_OFFSET: Final = _LINE_WORDS + 7
+assert _C_DERIVED_MIN_LOG_OFFSET < 2 * _LINE_WORDS
 _SLOTS_OFFSET_BYTES: Final = 2 * _LINE_WORDS * _WORD
 
 SLOT = np.dtype(
@@ -212,6 +224,15 @@ class StorePositions:
         self._words[_P_FLUSHED_TIMESTAMP] = store_timestamp_ms
         self._words[_P_FLUSHED] = flushed_log_offset_bytes
 
+    # -- the writer's housekeeping thread ---------------------------------------------------------
+
+    def publish_min_log_offset(self, min_log_offset_bytes: int, deleted_segment_total: int) -> None:
+        """The commit log's minimum moved (retention, just before the unlink), or was set at
+        open; records below it are gone or going."""
+        assert min_log_offset_bytes >= self._words[_P_MIN_LOG_OFFSET]
+        self._words[_P_DELETED_SEGMENT_TOTAL] = deleted_segment_total
+        self._words[_P_MIN_LOG_OFFSET] = min_log_offset_bytes
+
     # -- everyone ---------------------------------------------------------------------------------
 
     @property
@@ -233,6 +254,14 @@ class StorePositions:
     @property
     def dispatch_start_log_offset_bytes(self) -> int:
         return int(self._words[_P_DISPATCH_START])
+
+    @property
+    def min_log_offset_bytes(self) -> int:
+        return int(self._words[_P_MIN_LOG_OFFSET])
+
+    @property
+    def deleted_segment_total(self) -> int:
+        return int(self._words[_P_DELETED_SEGMENT_TOTAL])
 
     @property
     def ready(self) -> bool:
@@ -352,6 +381,23 @@ class QueueCounters:
         self._words[_C_DISPATCHED] = dispatched_log_offset_bytes
         self._words[_C_CHANGE_SEQUENCE] += 1
 
+    def publish_flushed_timestamps(
+        self, logics_msg_timestamp_ms: int, index_msg_timestamp_ms: int
+    ) -> None:
+        """After a flush returned: the newest store times it made durable in the consume queues
+        and in the index (0: none yet). The store writer copies them into the checkpoint."""
+        assert logics_msg_timestamp_ms >= 0
+        assert index_msg_timestamp_ms >= 0
+        if logics_msg_timestamp_ms > 0:
+            self._words[_C_LOGICS_FLUSHED_TIMESTAMP] = logics_msg_timestamp_ms
+        if index_msg_timestamp_ms > 0:
+            self._words[_C_INDEX_FLUSHED_TIMESTAMP] = index_msg_timestamp_ms
+
+    def publish_derived_min_log_offset(self, min_log_offset_bytes: int) -> None:
+        """The consume queues and the index now follow this commit-log minimum."""
+        assert min_log_offset_bytes >= self._words[_C_DERIVED_MIN_LOG_OFFSET]
+        self._words[_C_DERIVED_MIN_LOG_OFFSET] = min_log_offset_bytes
+
     # -- readers ----------------------------------------------------------------------------------
 
     def find_slot(self, topic: bytes, queue_id: int, key: int | None = None) -> int:
@@ -393,6 +439,18 @@ class QueueCounters:
     @property
     def change_sequence(self) -> int:
         return int(self._words[_C_CHANGE_SEQUENCE])
+
+    @property
+    def logics_flushed_timestamp_ms(self) -> int:
+        return int(self._words[_C_LOGICS_FLUSHED_TIMESTAMP])
+
+    @property
+    def index_flushed_timestamp_ms(self) -> int:
+        return int(self._words[_C_INDEX_FLUSHED_TIMESTAMP])
+
+    @property
+    def derived_min_log_offset_bytes(self) -> int:
+        return int(self._words[_C_DERIVED_MIN_LOG_OFFSET])
 
     @property
     def queue_count(self) -> int:

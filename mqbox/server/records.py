@@ -25,6 +25,8 @@ Who writes what (topology.py draws the graph):
     codec   --RESPONSE, CLOSE_CONNECTION--> reactor
     send    --APPEND--> store_writer --APPEND_ACK--> send
     store_writer --WRITTEN--> dispatcher --QUEUES_GREW--> pull
+    schedule --APPEND--> store_writer --APPEND_ACK--> schedule   (due delayed messages)
+    dispatcher --QUEUES_GREW--> schedule   (only when a SCHEDULE_TOPIC_XXXX queue grew)
 
 FRAME: one complete remoting frame of one connection, exactly as received, length prefix
 included. The reactor has checked the length field only (frame.check_frame_length).
@@ -120,7 +122,8 @@ flush covers the records (the message's WAIT property, true unless the client sa
     +32: topic (UTF-8, zero padded to a multiple of 8), then record_count sizes (i32, zero padded
          to a multiple of 8), then the records back to back (records_size bytes)
 
-APPEND_ACK: the store writer's answer to one APPEND, to the send processor that sent it.
+APPEND_ACK: the store writer's answer to one APPEND, to the role that sent it (a send processor
+or the schedule role).
 response_code is the SEND response code (0 stored; 10 FLUSH_DISK_TIMEOUT only after a real
 sync-flush timeout; 13, 1, 14 refused, nothing stored), the remark says why.
 
@@ -173,7 +176,7 @@ from typing import Final, NamedTuple, TypeAlias
 import numpy as np
 
 from mqbox.ipc import names
-from mqbox.ipc.ring import RecordBatch, Ring
+from mqbox.ipc.ring import SMALL_BATCH_COUNT_MAX, RecordBatch, Ring
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
@@ -232,10 +235,22 @@ SPILL_ROLE_PREFIX: Final = "spill-"
 # How long the codec may hold COMPLETED notices before it sends them on their own.
 COMPLETED_FLUSH_INTERVAL_NS: Final = 20_000_000
 COMPLETED_FLUSH_COUNT: Final = 1024
-# The longest adaptive spin of a role before it sleeps (Sleeper): a round trip's worth of one hop
-# on a small VM. On 2 shared cores the bench (bench/hop.py) could not tell 0, 50 and 150 us apart
-# through the noise of other work; 50 us keeps an idle role's cost at a few rounds per wake-up.
+# The longest adaptive spin of a role before it sleeps (Sleeper). The roles on a request's round
+# trip (reactor, codec, worker, processors) spin up to a whole round trip through the front, so
+# that with one request in flight each finds its next record while it spins. bench/hop.py on 2
+# shared cores (docs/BENCHMARKS.md, issue 4): at 50 us no spin ever found the next record and
+# every hop paid a wake-up through the FIFO (30-50 us on an idle VM, whose CPUs halt); at 1 ms
+# the p50 fell from about 470 to 250-320 us. An idle role gives up after about 2 ms (the budget
+# halves on each empty spin). The other roles (store writer, dispatcher, schedule) keep 50 us:
+# their records come in batches, where spinning costs CPU that bench/produce.py counts.
 SPIN_NS_MAX_DEFAULT: Final = 50_000
+REQUEST_SPIN_NS_MAX: Final = 1_000_000
+# A wait after more than this many records handled since the last one sleeps without spinning:
+# the role is in batch mode, where the wake-up is shared by the batch and a spinner would only
+# keep a core from the roles that have work (it also stops the kernel from balancing them onto
+# a core that would otherwise be idle). bench/hop.py --inflight 64 lost 10-15 % to spinning
+# reactors without it.
+SPIN_DRAINED_COUNT_MAX: Final = 8
 
 PEER_HOST_SIZE_BYTES_MAX: Final = 46  # INET6_ADDRSTRLEN: the longest textual IPv6 address + NUL
 
@@ -956,15 +971,18 @@ class Outbox:
         record_count = len(self._types)
         if record_count == 0:
             return True
-        types = np.frombuffer(self._types, dtype=np.int32)
-        offsets = np.frombuffer(self._offsets, dtype=np.int64)
-        sizes = np.frombuffer(self._sizes, dtype=np.int64)
-        payloads = np.frombuffer(self._buffer, dtype=np.uint8)
-        try:
-            written = self.ring.try_write_batch_nowait(types, payloads, offsets, sizes)
-        finally:
-            # The buffers cannot change size while numpy holds views of them.
-            del types, offsets, sizes, payloads
+        if record_count <= SMALL_BATCH_COUNT_MAX:
+            written = self._write_few_nowait(record_count)
+        else:
+            types = np.frombuffer(self._types, dtype=np.int32)
+            offsets = np.frombuffer(self._offsets, dtype=np.int64)
+            sizes = np.frombuffer(self._sizes, dtype=np.int64)
+            payloads = np.frombuffer(self._buffer, dtype=np.uint8)
+            try:
+                written = self.ring.try_write_batch_nowait(types, payloads, offsets, sizes)
+            finally:
+                # The buffers cannot change size while numpy holds views of them.
+                del types, offsets, sizes, payloads
         assert 0 <= written <= record_count
         if written > 0:
             self._record_count_written += written
@@ -983,6 +1001,26 @@ class Outbox:
             self._offsets = array.array("q", [offset - cut for offset in self._offsets[written:]])
             del self._sizes[:written]
         return False
+
+    def _write_few_nowait(self, record_count: int) -> int:
+        """Write a few staged records one by one through the ring's single-record path (plain
+        Python: no kernel call, no numpy views; ring.py says why that is cheaper up to
+        SMALL_BATCH_COUNT_MAX records). Stops at the first that does not fit; returns how many
+        were written."""
+        ring = self.ring
+        buffer = self._buffer
+        if record_count == 1:
+            assert self._sizes[0] == len(buffer)
+            return 1 if ring.try_write_nowait(self._types[0], buffer) else 0
+        written = 0
+        with memoryview(buffer) as view:
+            for record_type, offset, size_bytes in zip(
+                self._types, self._offsets, self._sizes, strict=True
+            ):
+                if not ring.try_write_nowait(record_type, view[offset : offset + size_bytes]):
+                    break
+                written += 1
+        return written
 
     def statistics(self) -> OutboxStatistics:
         return OutboxStatistics(
@@ -1068,7 +1106,9 @@ class Sleeper:
     than `spin_ns_max` raises it to twice that sleep, so a role that stopped spinning starts
     again when its records come close together. An idle role therefore spins for a few rounds
     and then blocks for free, and a pipeline under load keeps its roles awake. The yield matters
-    with fewer cores than roles: a spinner gives its core to any role with work on it.
+    with fewer cores than roles: a spinner gives its core to any role with work on it. A role
+    that drained more than SPIN_DRAINED_COUNT_MAX records since its last wait does not spin at
+    all: spinning pays where single records travel (a wake-up per record), not in batch mode.
     """
 
     SPIN_NS_FLOOR: Final = 2_000  # below this, a spin is not worth its first system call
@@ -1089,29 +1129,44 @@ class Sleeper:
         self.poll_sockets_while_spinning = poll_sockets_while_spinning
         for ring in self.rings:
             epoll.register(ring.doorbell_fileno(), select.EPOLLIN)
+        self._read_count_seen = sum(ring.record_count_read() for ring in self.rings)
+        self._other_work_count = 0
         self.sleep_count = 0
         self.spin_hit_count = 0
         self.spin_miss_count = 0
 
-    def wait(self, timeout_ms: int) -> list[tuple[int, int]]:
+    def wait(self, timeout_ms: int, other_work_count: int = 0) -> list[tuple[int, int]]:
         """Events from the epoll (doorbell events included, which the caller ignores), after at
-        most `timeout_ms` (negative: no limit). Returns at once if a ring is readable."""
+        most `timeout_ms` (negative: no limit). Returns at once if a ring is readable: [] without
+        a system call when one is readable already (a role that waits right after a turn of
+        work finds its next batch this way). Timeout 0 always polls the epoll once: the reactor
+        waits so after a turn of work, to look at its sockets. `other_work_count` is work the
+        role did since its last wait that no ring of this Sleeper counts (frames the reactor
+        read from sockets): it counts toward SPIN_DRAINED_COUNT_MAX as drained records do."""
+        self._other_work_count += other_work_count
         if timeout_ms == 0:
             return self.epoll.poll(0)
-        if self.spin_budget_ns >= self.SPIN_NS_FLOOR:
-            events = self._spin(self.spin_budget_ns)
-            if events is not None:
+        read_count = 0
+        for ring in self.rings:
+            if ring.readable():
+                return []
+            read_count += ring.record_count_read()
+        drained_count = read_count - self._read_count_seen + self._other_work_count
+        self._read_count_seen = read_count
+        self._other_work_count = 0
+        if drained_count <= SPIN_DRAINED_COUNT_MAX and self.spin_budget_ns >= self.SPIN_NS_FLOOR:
+            spun = self._spin(self.spin_budget_ns)
+            if spun is not None:
                 self.spin_hit_count += 1
                 self.spin_budget_ns = min(self.spin_ns_max, self.spin_budget_ns * 2)
-                return events
+                return spun
             self.spin_miss_count += 1
             self.spin_budget_ns //= 2
-        armed: list[Ring] = []
+        rings = self.rings
+        if not Ring.arm_doorbells_nowait(rings):
+            return self.epoll.poll(0)  # a record arrived meanwhile: do not sleep
+        events: list[tuple[int, int]] | None = None
         try:
-            for ring in self.rings:
-                if not ring.arm_doorbell_nowait():
-                    return self.epoll.poll(0)  # a record arrived meanwhile: do not sleep
-                armed.append(ring)
             self.sleep_count += 1
             slept_from_ns = time.monotonic_ns()
             events = self.epoll.poll(timeout_ms / 1000 if timeout_ms > 0 else -1)
@@ -1123,8 +1178,10 @@ class Sleeper:
                 )
             return events
         finally:
-            for ring in armed:
-                ring.disarm_doorbell()
+            # Read a doorbell's FIFO only if epoll said it fired (ring.disarm_doorbell).
+            fired = None if events is None else {fd for fd, _ in events}
+            for ring in rings:
+                ring.disarm_doorbell(rung=fired is None or ring.doorbell_fileno() in fired)
 
     def _spin(self, spin_ns: int) -> list[tuple[int, int]] | None:
         """Poll until spin_ns passes; [] or the epoll's events if work came, None if not."""

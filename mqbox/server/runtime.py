@@ -466,6 +466,7 @@ class RoleLoop:
         self.ctx = ctx
         self.rings = rings
         self._inbound = tuple(rings.inbound.items())
+        self._inbound_rings = tuple(ring for _, ring in self._inbound)
         self._on_batch = on_batch
         self._batch_count_max = batch_count_max
         self._tick_interval_ns = tick_interval_ms * 1_000_000
@@ -544,20 +545,22 @@ class RoleLoop:
     def _sleep(self, deadline_ns: int) -> None:
         """Arm every doorbell, sleep, disarm. Does not sleep if a record is readable already or
         a stop was requested between the check and the arming."""
-        armed: list[Ring] = []
+        rings = self._inbound_rings
+        if not Ring.arm_doorbells_nowait(rings):
+            return  # readable now: nothing stays armed
+        events: list[tuple[int, int]] | None = None
         try:
-            for _, ring in self._inbound:
-                if not ring.arm_doorbell_nowait():
-                    return  # readable now: the finally disarms what was armed
-                armed.append(ring)
             if stop_requested():
                 return
             timeout_ms = max(0, -(-(deadline_ns - time.monotonic_ns()) // 1_000_000))
             self._sleep_count += 1
             events = self._poller.poll(timeout_ms)
         finally:
-            for ring in armed:
-                ring.disarm_doorbell()
+            # Read a doorbell's FIFO only if poll said it fired (Ring.disarm_doorbell).
+            fired = None if events is None else {fd for fd, _ in events}
+            for ring in rings:
+                ring.disarm_doorbell(rung=fired is None or ring.doorbell_fileno() in fired)
+        assert events is not None
         clear_wakeup_nowait()
         self._dispatch_fds(events)
 

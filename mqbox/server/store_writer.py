@@ -8,8 +8,10 @@ the APPEND_ACK back to each sender; the flush schedule (ASYNC_FLUSH: a thread fl
 flushIntervalCommitLog ms and acks go out after the page-cache write; SYNC_FLUSH: acks wait
 until a group-commit flush covers them, and only a flush that truly took longer than
 syncFlushTimeout answers FLUSH_DISK_TIMEOUT); the published write and flushed positions
-(queue_counters.StorePositions) and the WRITTEN records that wake the dispatcher; and the clean
-close (flush, checkpoint, abort marker removed).
+(queue_counters.StorePositions) and the WRITTEN records that wake the dispatcher; the disk
+guard (cleanup.DiskSpaceGuard: appends are refused with SERVICE_NOT_AVAILABLE on a nearly full
+disk); commit-log retention and the checkpoint file, its only writer while the broker runs
+(store_housekeeper.py, a thread); and the clean close (flush, checkpoint, abort marker removed).
 
 Never: builds or parses a message (the send processor encodes records, the kernel checks them
 whole), writes a consume queue or the index after recovery (the dispatcher role owns them from
@@ -25,8 +27,9 @@ Invariants:
 
 Threads: the main thread appends and publishes the write position; the flush thread calls
 CommitLog.flush (msync via ctypes, without the GIL) and publishes the flushed position. A SYNC
-flush wakes the main thread through a pipe in its epoll. The supervisor forks this role with one
-thread, so starting the flush thread here is safe.
+flush wakes the main thread through a pipe in its epoll. The housekeeping thread deletes expired
+segments and writes the checkpoint. The supervisor forks this role with one thread, so starting
+threads here is safe.
 
 Recovery: `open_store_for_writing` is MessageStore.open, which runs recovery.recover() through the
 store's own dispatcher before this role reports ready.
@@ -48,18 +51,27 @@ from typing import Final, NoReturn
 import numpy as np
 
 from mqbox.config import FlushDiskType
-from mqbox.errors import MessageIllegalError, MessageTooLargeError, MqboxError, StoreError
+from mqbox.errors import (
+    DiskFullError,
+    MessageIllegalError,
+    MessageTooLargeError,
+    MqboxError,
+    StoreError,
+)
 from mqbox.ipc.ring import Ring
 from mqbox.message import pack_host
 from mqbox.protocol.codes import ResponseCode
 from mqbox.server import records, runtime
-from mqbox.server.queue_counters import StorePositions, store_positions_name
+from mqbox.server.queue_counters import (
+    StorePositions,
+    queue_counters_name,
+    store_positions_name,
+)
 from mqbox.server.records import AppendAck, Buffer, Inbox, Outbox, Sleeper, SpillWriter
+from mqbox.server.store_housekeeper import StoreHousekeeper
 from mqbox.server.topics import TopicConfigStore
 from mqbox.server.topology import RoleContext, RoleKind
 from mqbox.store import recovery
-from mqbox.store.checkpoint import Checkpoint
-from mqbox.store.layout import checkpoint_path
 from mqbox.store.message_store import MessageStore, StoreConfig
 
 log = logging.getLogger("mqbox.store_writer")
@@ -72,6 +84,7 @@ STOP_DRAIN_ROUND_MAX: Final = 64  # at the stop, drain what the senders left, th
 _OK: Final = int(ResponseCode.SUCCESS)
 _FLUSH_DISK_TIMEOUT: Final = int(ResponseCode.FLUSH_DISK_TIMEOUT)
 _MESSAGE_ILLEGAL: Final = int(ResponseCode.MESSAGE_ILLEGAL)
+_SERVICE_NOT_AVAILABLE: Final = int(ResponseCode.SERVICE_NOT_AVAILABLE)
 _SYSTEM_ERROR: Final = int(ResponseCode.SYSTEM_ERROR)
 
 
@@ -209,7 +222,10 @@ class StoreWriter:
         *,
         spin_ns_max: int = records.SPIN_NS_MAX_DEFAULT,
         wakeup_fd: int | None = None,
+        start_housekeeper: bool = True,
     ) -> None:
+        """`start_housekeeper=False` leaves the housekeeping thread unstarted (tests run
+        `housekeeper.run_once()` themselves)."""
         assert ctx.role.kind is RoleKind.STORE_WRITER
         self.role_id = ctx.role.role_id
         self.store_root = ctx.store_root
@@ -265,6 +281,17 @@ class StoreWriter:
             self._flush_write_fd,
         )
         self.flusher.start()
+        self.housekeeper = StoreHousekeeper(
+            ctx.store_root,
+            self.commit_log,
+            self.store.checkpoint,
+            self.positions,
+            queue_counters_name(ctx.instance),
+            config.retention,
+            broker.flush_interval_consume_queue_ms,
+        )
+        if start_housekeeper:
+            self.housekeeper.start()
         self._sync_waits: collections.deque[_SyncWait] = collections.deque()
         self._topic_names: dict[bytes, str] = {}
         self._published_log_offset_bytes = self.commit_log.write_log_offset_bytes
@@ -352,7 +379,13 @@ class StoreWriter:
         )
         self._append_requests += 1
         try:
+            self.store.disk_guard.check_writable()
             result = self.commit_log.append_batch(source, sizes_bytes, topic, view.queue_id)
+        except DiskFullError as error:
+            # RocketMQ's answer while its disk is marked full (PutMessageStatus
+            # SERVICE_NOT_AVAILABLE); producers try another broker.
+            self._refuse(sender, view.request_id, _SERVICE_NOT_AVAILABLE, f"mqbox: {error}")
+            return
         except MessageTooLargeError as error:
             self._refuse(sender, view.request_id, _MESSAGE_ILLEGAL, str(error))
             return
@@ -460,13 +493,11 @@ class StoreWriter:
         self._release_sync_waits(time.monotonic_ns())
         assert not self._sync_waits
         self._flush_outboxes()
-        # The dispatcher stopped before this role (reverse START_ORDER) and wrote its part of
-        # the checkpoint: read it afresh and add the commit log's part.
-        checkpoint = Checkpoint(checkpoint_path(self.store_root))
-        flushed_ms = self.commit_log.flushed_store_timestamp_ms
-        if flushed_ms > 0:
-            checkpoint.update(physic_msg_timestamp_ms=flushed_ms)
-        checkpoint.flush()
+        # The dispatcher stopped before this role (reverse START_ORDER) and published the store
+        # times of its last flush: the final checkpoint covers everyone's final flush.
+        self.housekeeper.stop()
+        self.housekeeper.write_checkpoint()
+        self.housekeeper.close()
         statistics = self.statistics()
         self.store.reader.close()
         self.commit_log.close()

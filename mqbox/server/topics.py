@@ -4,7 +4,9 @@ Owns: `TopicConfigStore`, every process's view of the topic table (the send proc
 topics on the fly, the pull processors read them, the services role registers them with the name
 server), the system topics of a new store (remoting-protocol.md section 9), and the rules of
 auto-creation (from a template topic with the INHERIT permission, such as TBW102, and `%RETRY%`
-topics with one queue). The file format and its atomic save belong to store/config_files.py.
+topics with one queue), and topic admin's replace and delete (`put`, `delete`: the admin
+processors' UPDATE_AND_CREATE_TOPIC and DELETE_TOPIC_IN_BROKER). The file format and its atomic
+save belong to store/config_files.py.
 
 Never: a cache that outlives a change by more than RELOAD_CHECK_INTERVAL_NS (unless a miss forces
 a look), a write outside the lock, or a write in place (config_files replaces the file whole).
@@ -16,7 +18,8 @@ Invariants:
   the old table or the new one.
 - Each saved change bumps the table's dataVersion (counter + 1, timestamp now), which the name
   server and the services role use to notice it.
-- A topic, once created, keeps its queue counts: create_if_absent never changes an existing one.
+- A topic, once created, keeps its queue counts unless topic admin replaces it (`put`, from
+  UPDATE_AND_CREATE_TOPIC) or removes it (`delete`); create_if_absent never changes one.
 """
 
 from __future__ import annotations
@@ -225,6 +228,31 @@ class TopicConfigStore:
             self._save(topics)
         self._created_count += 1
         return config, True
+
+    def put(self, config: TopicConfig) -> bool:
+        """Create or replace the topic (UPDATE_AND_CREATE_TOPIC); False if the table held exactly
+        this already, so nothing was written. The caller has validated name, counts and perm."""
+        assert validate_topic(config.topic_name) is None
+        assert config.read_queue_nums > 0
+        assert config.write_queue_nums > 0
+        with self._locked():
+            if self._table.topics.get(config.topic_name) == config:
+                return False
+            topics = dict(self._table.topics)
+            topics[config.topic_name] = config
+            self._save(topics)
+        return True
+
+    def delete(self, topic: str) -> bool:
+        """Remove the topic (DELETE_TOPIC_IN_BROKER); False if the table did not hold it. Its
+        consume queues and committed offsets are not touched (other owners, as in Java)."""
+        with self._locked():
+            if topic not in self._table.topics:
+                return False
+            topics = dict(self._table.topics)
+            del topics[topic]
+            self._save(topics)
+        return True
 
     def auto_create(
         self, topic: str, default_topic: str, default_topic_queue_nums: int

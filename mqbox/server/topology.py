@@ -11,8 +11,11 @@ The graph (R reactors, C codecs, W workers, S send, P pull and A admin processor
     send.s --append requests--> store_writer --acks--> send.s
     store_writer --write position--> dispatcher
     dispatcher --queue wake-ups--> pull.p            (plus shared counters for queue lengths)
+    dispatcher --schedule-queue wake-ups--> schedule.0
+    schedule.0 --append requests--> store_writer --acks--> schedule.0   (due delayed messages)
     pull.p --offset commits--> admin.0               (commitOffset piggybacked on pulls)
-    worker.k --connection events--> admin.a          (closed connections, idle checks)
+    worker.k --connection events--> admin.0, pull.p  (client tables; held pulls of a closed one)
+    worker.k --idle closes, failed requests--> admin.a    (on the same worker -> processor rings)
 
 Every arrow is one single-producer single-consumer ring (mqbox/ipc/ring.py); a role that hears
 from several producers drains one ring per producer. A connection id carries the reactor index in
@@ -52,6 +55,7 @@ class RoleKind(enum.Enum):
     STORE_WRITER = "store_writer"
     DISPATCHER = "dispatcher"
     SERVICES = "services"
+    SCHEDULE = "schedule"
 
 
 # Roles whose death stops the broker (recovery runs at the next start) instead of a restart:
@@ -65,6 +69,7 @@ START_ORDER = (
     RoleKind.STORE_WRITER,
     RoleKind.DISPATCHER,
     RoleKind.SERVICES,
+    RoleKind.SCHEDULE,
     RoleKind.SEND,
     RoleKind.PULL,
     RoleKind.ADMIN,
@@ -156,6 +161,7 @@ ROLE_MAIN = {
     RoleKind.STORE_WRITER: "mqbox.server.store_writer:main",
     RoleKind.DISPATCHER: "mqbox.server.dispatcher:main",
     RoleKind.SERVICES: "mqbox.server.services:main",
+    RoleKind.SCHEDULE: "mqbox.server.schedule:main",
 }
 
 
@@ -176,6 +182,7 @@ def broker_topology(
         RoleKind.STORE_WRITER: 1,
         RoleKind.DISPATCHER: 1,
         RoleKind.SERVICES: 1,
+        RoleKind.SCHEDULE: 1,
     }
     roles = tuple(
         RoleSpec(f"{kind.value}.{index}", kind, index, ROLE_MAIN[kind])
@@ -200,6 +207,11 @@ def broker_topology(
     link(by_kind[RoleKind.DISPATCHER], by_kind[RoleKind.PULL])
     # Consumer offsets have one owner, admin.0, so a commit piggybacked on a pull goes there.
     link(by_kind[RoleKind.PULL], by_kind[RoleKind.ADMIN][:1])
+    # Delayed delivery has one owner, schedule.0: it appends due messages like a sender, and
+    # the dispatcher tells it when a SCHEDULE_TOPIC_XXXX queue grew.
+    link(by_kind[RoleKind.SCHEDULE], by_kind[RoleKind.STORE_WRITER])
+    link(by_kind[RoleKind.STORE_WRITER], by_kind[RoleKind.SCHEDULE])
+    link(by_kind[RoleKind.DISPATCHER], by_kind[RoleKind.SCHEDULE])
 
     ring_counts: dict[str, int] = {}
     rings: list[RingSpec] = []

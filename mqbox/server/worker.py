@@ -15,10 +15,16 @@ Routing (data, so send and pull plug in by pool, not by code change here):
 - A kind whose pool is empty in the topology (no send processors configured, say) falls back to
   the default kind, so a front-only broker answers every request.
 - Within a pool the processor is chosen by `conn_id % pool size`, which keeps one connection's
-  requests of one kind in order. SEND is meant to go by a hash of (topic, queue) once the send
-  processors own queues; that is a change of `_route` alone.
-- A client's response to a broker request (flag bit RESPONSE) goes to the admin pool, which
-  sent the request; it is never tracked as in flight, and neither is a oneway request.
+  requests of one kind in order. The exception is state with one owner: the codes of
+  admin_records.ADMIN_ZERO_CODES (offsets, heartbeats, consumer lists, locks, calls to clients)
+  always go to admin.0, which alone holds those tables, so any admin pool size serves them.
+  SEND is meant to go by a hash of (topic, queue) once the send processors own queues; that is a
+  change of `_route` alone.
+- A client's response to a broker request (flag bit RESPONSE) goes to admin.0, which sent the
+  request; it is never tracked as in flight, and neither is a oneway request.
+- Connection events: CONNECTION_OPENED and CONNECTION_CLOSED go to admin.0 (the client tables);
+  CONNECTION_CLOSED also goes to pull.(conn % P), which holds the connection's long-polled pulls.
+  Each travels on the same ring as the connection's requests to that processor, after them.
 
 In-flight tracking and restarts. Each routed request is recorded as (conn, opaque) -> (pool slot,
 generation, serialize type); the codec's COMPLETED notices remove it, and CONNECTION_CLOSED
@@ -46,6 +52,7 @@ from typing import Final, NoReturn
 from mqbox.ipc.ring import Ring
 from mqbox.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode
 from mqbox.server import records, runtime
+from mqbox.server.admin_records import ADMIN_ZERO_CODES, MQBOX_PULL_STATUS
 from mqbox.server.records import Buffer, Inbox, Outbox, Sleeper, SpillWriter
 from mqbox.server.topology import RoleContext, RoleKind
 
@@ -54,7 +61,9 @@ ROUTES: Final[Mapping[int, RoleKind]] = {
     RequestCode.SEND_MESSAGE: RoleKind.SEND,
     RequestCode.SEND_MESSAGE_V2: RoleKind.SEND,
     RequestCode.SEND_BATCH_MESSAGE: RoleKind.SEND,
+    RequestCode.CONSUMER_SEND_MSG_BACK: RoleKind.SEND,  # stores a retry or DLQ message
     RequestCode.PULL_MESSAGE: RoleKind.PULL,
+    MQBOX_PULL_STATUS: RoleKind.PULL,  # a pull processor's counters
 }
 DEFAULT_ROUTE: Final = RoleKind.ADMIN
 PROCESSOR_KINDS: Final = (RoleKind.SEND, RoleKind.PULL, RoleKind.ADMIN)
@@ -115,7 +124,7 @@ class Worker:
         ctx: RoleContext,
         *,
         connection_idle_ms: int = CONNECTION_IDLE_MS_DEFAULT,
-        spin_ns_max: int = records.SPIN_NS_MAX_DEFAULT,
+        spin_ns_max: int = records.REQUEST_SPIN_NS_MAX,
         wakeup_fd: int | None = None,
     ) -> None:
         assert ctx.role.kind is RoleKind.WORKER
@@ -138,12 +147,23 @@ class Worker:
             self.slot_outboxes += outboxes
         self.admin_pool = pools[RoleKind.ADMIN]
         assert self.admin_pool.role_ids, "a broker has at least one admin processor"
+        # admin.0 alone: the owner of the client, offset and lock tables (module docstring).
+        self.admin_zero_pool = _Pool(
+            RoleKind.ADMIN,
+            self.admin_pool.role_ids[:1],
+            self.admin_pool.outboxes[:1],
+            self.admin_pool.first_slot,
+        )
+        self.pull_pool = pools[RoleKind.PULL]
         # The routing table resolved against this topology: code -> pool, empty pools replaced.
         default_pool = pools[DEFAULT_ROUTE]
         self.pool_by_code: dict[int, _Pool] = {
             code: pools[kind] if pools[kind].role_ids else default_pool
             for code, kind in ROUTES.items()
         }
+        for code in ADMIN_ZERO_CODES:
+            if self.pool_by_code.get(code, default_pool) is self.admin_pool:
+                self.pool_by_code[code] = self.admin_zero_pool
         self.default_pool = default_pool
         self.inboxes = [
             Inbox(Ring.attach(spec.name), spec.producer) for spec in topology.rings_to(self.role_id)
@@ -155,6 +175,7 @@ class Worker:
             self.epoll.register(wakeup_fd, select.EPOLLIN)
         self.control = ctx.control
         self.watcher = runtime.ControlWatcher(ctx.control) if ctx.control is not None else None
+        self._backed_up = False  # set by _flush: an outbox holds over STAGED_SIZE_BYTES_HIGH
         self.connections: dict[int, ConnectionInfo] = {}
         # conn id -> opaque -> (slot, serving generation, serialize type)
         self.in_flight: dict[int, dict[int, tuple[int, int, int]]] = {}
@@ -179,14 +200,15 @@ class Worker:
         raise AssertionError("unreachable")
 
     def run_once(self, timeout_ms: int) -> int:
-        """One turn: control changes, every in-ring once, housekeeping when due. Returns the
-        records handled; sleeps up to timeout_ms (negative: no limit) only when idle."""
+        """One turn: control changes, every in-ring once, housekeeping when due, then a wait of
+        up to timeout_ms (negative: no limit) for more, which returns at once while a ring is
+        readable (codec.py's run_once says why in the same turn). Returns the records handled."""
         self._turn_count += 1
         if self.watcher is not None:
             for role_id in self.watcher.changed_nowait():
                 self._on_generation_changed(role_id)
         work = 0
-        if not any(o.pending_size_bytes > STAGED_SIZE_BYTES_HIGH for o in self.slot_outboxes):
+        if not self._backed_up:
             for inbox in self.inboxes:
                 if inbox.ring.readable():
                     work += self._drain(inbox)
@@ -195,8 +217,6 @@ class Worker:
             self._housekeeping_due_ns = now_ns + HOUSEKEEPING_INTERVAL_NS
             self.close_idle_connections(now_ns)
         all_written = self._flush()
-        if work:
-            return work
         wait_ms = min(
             HOUSEKEEPING_INTERVAL_NS // 1_000_000, timeout_ms if timeout_ms >= 0 else 1000
         )
@@ -205,13 +225,18 @@ class Worker:
         for fd, _mask in self.sleeper.wait(wait_ms):
             if fd == self.wakeup_fd:
                 runtime.clear_wakeup_nowait()
-        return 0
+        return work
 
     def _flush(self) -> bool:
+        """Write what the rings take; True if nothing is left staged. Notes whether an outbox is
+        backed up past STAGED_SIZE_BYTES_HIGH, which stops the next turn's drains."""
         all_written = True
+        backed_up = False
         for outbox in self.slot_outboxes:
-            if outbox.pending_count:
-                all_written = outbox.flush_nowait() and all_written
+            if outbox.pending_count and not outbox.flush_nowait():
+                all_written = False
+                backed_up = backed_up or outbox.pending_size_bytes > STAGED_SIZE_BYTES_HIGH
+        self._backed_up = backed_up
         return all_written
 
     def _drain(self, inbox: Inbox) -> int:
@@ -257,7 +282,7 @@ class Worker:
             buffer, head_offset
         )
         if flag & FLAG_RESPONSE:
-            pool = self.admin_pool
+            pool = self.admin_zero_pool
         else:
             pool = self.pool_by_code.get(code, self.default_pool)
         index = conn_id % len(pool.outboxes)
@@ -296,19 +321,21 @@ class Worker:
             event.conn_id, event.peer_host, event.peer_port, event.time_ms, now_ns
         )
         self._connections_opened += 1
-        self._to_admins(records.CONNECTION_OPENED, memoryview(buffer)[offset : offset + size])
+        self.admin_zero_pool.outboxes[0].append(
+            records.CONNECTION_OPENED, memoryview(buffer)[offset : offset + size]
+        )
 
     def _on_closed(self, buffer: Buffer, offset: int, size: int) -> None:
         conn_id = records.unpack_conn_id(buffer, offset)
         if self.connections.pop(conn_id, None) is not None:
             self._connections_closed += 1
         self.in_flight.pop(conn_id, None)
-        self._to_admins(records.CONNECTION_CLOSED, memoryview(buffer)[offset : offset + size])
-
-    def _to_admins(self, record_type: int, payload: Buffer) -> None:
-        """Connection events go to every admin processor: each keeps its own client tables."""
-        for outbox in self.admin_pool.outboxes:
-            outbox.append(record_type, payload)
+        payload = memoryview(buffer)[offset : offset + size]
+        self.admin_zero_pool.outboxes[0].append(records.CONNECTION_CLOSED, payload)
+        pull_outboxes = self.pull_pool.outboxes
+        if pull_outboxes:
+            # The pull processor that got this connection's pulls drops the ones it holds.
+            pull_outboxes[conn_id % len(pull_outboxes)].append(records.CONNECTION_CLOSED, payload)
 
     def close_idle_connections(self, now_ns: int) -> int:
         """Ask (through an admin processor, codec and reactor) to close every connection idle for

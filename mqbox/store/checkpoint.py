@@ -1,8 +1,11 @@
 """The checkpoint file: three store timestamps that say how far each file type is known flushed.
 
 Owns: the encoding of the 4 KiB checkpoint page (layout drawn in layout.py) and its atomic
-replacement. Written only by the store's flush service; read by recovery at start. Never:
-decide what the timestamps mean for recovery (recovery.py does), or write the page in place.
+replacement. One writer per running store: the process that opened it for writing (the
+one-process MessageStore's flush calls; in the appliance, the store writer role, whose
+housekeeping thread copies in the consume-queue and index times the dispatcher publishes:
+server/store_housekeeper.py). Read by recovery at start. Never: decide what the timestamps mean
+for recovery (recovery.py does), or write the page in place.
 
 Invariants:
 - The file on disk is always a whole page from one `flush()`: it is replaced by write-temp,

@@ -2,13 +2,20 @@
 writes on a nearly full disk.
 
 Owns: the retention decision (RocketMQ's CleanCommitLogService, CleanConsumeQueueService and the
-index part of them) in `RetentionService`, the disk-usage measure (`disk_used_ratio`, injectable
-everywhere so tests fake a full disk), and the cheap, cached write guard `check_disk_writable`.
-Runs in the process that owns the writable store objects (the services role calls `run_once`
-every 10 s; in the one-process MessageStore, the thread that dispatches). Never: deletes the
-segment being written, one holding unflushed bytes (CommitLog.delete_segments_below refuses
-both) or one the dispatcher has not read to its end; touches records; or decides anything
-about a single message.
+index part of them) in two halves, `CommitLogRetention` (which commit-log segments go, and when)
+and `DerivedRetention` (the consume-queue segments and index files below the commit log's new
+minimum), joined by `RetentionService` for a store that runs in one process; the disk-usage
+measure (`disk_used_ratio`, injectable everywhere so tests fake a full disk); and the cheap,
+cached write guard `DiskSpaceGuard`. Never: deletes the segment being written, one holding
+unflushed bytes or one the dispatcher has not read to its end; touches records; or decides
+anything about a single message.
+
+Where it runs. Each half runs in the process that owns the files it deletes. In the appliance the
+store writer (the commit log's only owner) runs `CommitLogRetention.delete_segments` every
+cleanResourceInterval ms in its housekeeping thread (server/store_housekeeper.py) and publishes
+the new minimum in shared memory before each unlink; the dispatcher (owner of the consume queues
+and the index) reads that minimum and runs `DerivedRetention.delete_below`. In the one-process
+MessageStore, `RetentionService.run_once` runs both, in that order.
 
 Rules (RocketMQ 4.x keys; defaults from BrokerConfig):
 - Age. A segment is as old as its newest record. Finding that record would mean scanning the
@@ -18,27 +25,36 @@ Rules (RocketMQ 4.x keys; defaults from BrokerConfig):
   has no next segment, so it never ages out. A segment whose next one holds no readable first
   record falls back to its file's mtime (RocketMQ uses mtime for every file; a copied store
   resets mtimes, store times survive the copy).
-- Time-based deletion (fileReservedTime, 72 h; deleteWhen, "04", ';'-separated hours of the
-  local day): at a deleteWhen hour, segments whose age is older than now - fileReservedTime
-  are deleted, oldest first, at most `delete_segment_count_max` (10) per run.
-- Disk-based deletion (diskMaxUsedSpaceRatio, 75 %): when the store's file system is fuller
-  than that, the oldest segments go at once, whatever the hour and their age, one at a time,
-  re-measuring after each, until it is not or the batch limit is reached.
-- Writes are refused (DiskFullError, RocketMQ's SERVICE_NOT_AVAILABLE) above the refuse ratio:
-  diskMaxUsedSpaceRatio + 10 %, at least 90 % (RocketMQ's diskSpaceWarningLevelRatio) and at
-  most 97 %, leaving the flush and the consume queues room to finish what was accepted.
+- Time (fileReservedTime, 72 h; deleteWhen, "04", ';'-separated hours of the local day): at a
+  deleteWhen hour, segments older than now - fileReservedTime are deleted, oldest first, at most
+  `delete_segment_count_max` (10, RocketMQ's DELETE_FILES_BATCH_MAX) per run. fileReservedTime=0
+  with every hour in deleteWhen deletes each segment once the writer has rolled past it (the
+  integration test does that; RocketMQ's keys need nothing more).
+- Space (diskMaxUsedSpaceRatio, 75 %): while the store's file system is fuller than that, the
+  expired segments go at once, whatever the hour (RocketMQ's isSpaceToDelete). Above the force
+  ratio (RocketMQ's diskSpaceCleanForciblyRatio, 85 % by default) and with
+  cleanFileForciblyEnable (true), the oldest segments go whatever their age. Usage is measured
+  again after each deletion; a run that only the disk started stops once usage is back at or
+  below diskMaxUsedSpaceRatio (RocketMQ measures once a run and deletes the whole batch).
+- Writes are refused (DiskFullError, answered SERVICE_NOT_AVAILABLE 14 as RocketMQ does) above
+  the refuse ratio: diskMaxUsedSpaceRatio + 10 %, at least 90 % (RocketMQ's
+  diskSpaceWarningLevelRatio) and at most 97 %, leaving the flush and the consume queues room
+  to finish what was accepted. The force ratio is the refuse ratio - 5 %, at least
+  diskMaxUsedSpaceRatio: 75 / 85 / 90 with the defaults, RocketMQ's three levels.
 - Used ratio = 1 - available / total of shutil.disk_usage(store root): space reserved for root
   counts as used, as it is for the broker's user.
 - After the commit log's minimum moved, consume-queue segments whose every entry points below it
   are deleted (never a queue's last segment) and each queue's min_queue_index moves to the first
-  entry still in the log, so a PULL below it gets OFFSET_TOO_SMALL ("offset moved"), never bytes
-  of a deleted segment; index files whose newest key is below it are deleted (never the newest).
+  entry still in the log, so a PULL below it gets OFFSET_TOO_SMALL ("offset moved", 21 with
+  nextBeginOffset = the new minimum), never bytes of a deleted segment; index files whose newest
+  key is below it are deleted (never the newest).
 
 Readers in other processes: a reader that still maps a deleted segment (or holds its descriptor
 for sendfile) keeps reading the old, valid bytes: Linux frees an unlinked file's blocks only
-when its last map and descriptor go. A reader that looks a segment up after the unlink finds it
-gone (MappedFileQueue.find_segment re-lists and answers None), which the read paths turn into
-"not found" or "offset moved". `on_min_log_offset_moved` publishes the new minimum to them.
+when its last map and descriptor go. MessageStoreReader notices the new minimum itself (it checks
+that the oldest segment it knows still exists, at most every 100 ms, and at once when a file it
+looks up is gone) or when told (`observe_commit_log_min`, the published minimum), drops its maps
+of deleted segments, and answers reads below the minimum with "offset moved".
 """
 
 from __future__ import annotations
@@ -67,12 +83,19 @@ DISK_MAX_USED_SPACE_RATIO_PERCENT_DEFAULT: Final = 75
 DISK_REFUSE_RATIO_PERCENT_MIN: Final = 90
 DISK_REFUSE_RATIO_PERCENT_MAX: Final = 97
 DISK_REFUSE_MARGIN_PERCENT: Final = 10
+# RocketMQ's diskSpaceCleanForciblyRatio sits this far below the refuse ratio (85 below 90).
+DISK_FORCE_MARGIN_PERCENT: Final = 5
 # RocketMQ's DELETE_FILES_BATCH_MAX: segments one run deletes at most.
 DELETE_SEGMENT_COUNT_MAX_DEFAULT: Final = 10
+# RocketMQ's cleanResourceInterval: how often the store writer runs the commit-log half.
+CLEAN_RESOURCE_INTERVAL_MS_DEFAULT: Final = 10_000
 # How long check_disk_writable trusts one measurement.
 DISK_CHECK_CACHE_NS_DEFAULT: Final = 1_000_000_000
-RUN_INTERVAL_MS: Final = 10_000  # how often the services role calls run_once
 HOUR_MS: Final = 3_600_000
+
+TRIGGER_NONE: Final = "none"
+TRIGGER_TIME: Final = "time"  # a deleteWhen hour
+TRIGGER_DISK: Final = "disk"  # fuller than diskMaxUsedSpaceRatio
 
 DiskUsage = Callable[[Path], float]
 """A function from a path to the used ratio (0.0 to 1.0) of the file system holding it."""
@@ -108,6 +131,14 @@ def refuse_ratio_percent_for(disk_max_used_space_ratio_percent: int) -> int:
     )
 
 
+def force_ratio_percent_for(disk_max_used_space_ratio_percent: int) -> int:
+    """The used percentage above which segments go whatever their age (cleanFileForciblyEnable)."""
+    return max(
+        refuse_ratio_percent_for(disk_max_used_space_ratio_percent) - DISK_FORCE_MARGIN_PERCENT,
+        disk_max_used_space_ratio_percent,
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class RetentionConfig:
     """Retention settings; RocketMQ key in the comment."""
@@ -116,6 +147,8 @@ class RetentionConfig:
     delete_when: str = DELETE_WHEN_DEFAULT  # deleteWhen
     disk_max_used_space_ratio_percent: int = DISK_MAX_USED_SPACE_RATIO_PERCENT_DEFAULT
     delete_segment_count_max: int = DELETE_SEGMENT_COUNT_MAX_DEFAULT
+    clean_resource_interval_ms: int = CLEAN_RESOURCE_INTERVAL_MS_DEFAULT  # cleanResourceInterval
+    clean_file_forcibly_enable: bool = True  # cleanFileForciblyEnable
 
     def __post_init__(self) -> None:
         if self.file_reserved_time_hours < 0:
@@ -127,6 +160,10 @@ class RetentionConfig:
             )
         if self.delete_segment_count_max < 1:
             raise ConfigError("delete_segment_count_max must be >= 1")
+        if self.clean_resource_interval_ms < 1:
+            raise ConfigError(
+                f"cleanResourceInterval must be >= 1: {self.clean_resource_interval_ms}"
+            )
 
     @classmethod
     def from_broker_config(cls, broker: BrokerConfig) -> RetentionConfig:
@@ -135,6 +172,8 @@ class RetentionConfig:
             file_reserved_time_hours=broker.file_reserved_time_hours,
             delete_when=broker.delete_when,
             disk_max_used_space_ratio_percent=broker.disk_max_used_space_ratio_percent,
+            clean_resource_interval_ms=broker.clean_resource_interval_ms,
+            clean_file_forcibly_enable=broker.clean_file_forcibly_enable,
         )
 
     @property
@@ -146,6 +185,11 @@ class RetentionConfig:
     def refuse_ratio_percent(self) -> int:
         """Used percentage above which writes are refused."""
         return refuse_ratio_percent_for(self.disk_max_used_space_ratio_percent)
+
+    @property
+    def force_ratio_percent(self) -> int:
+        """Used percentage above which segments go whatever their age."""
+        return force_ratio_percent_for(self.disk_max_used_space_ratio_percent)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,7 +284,7 @@ def check_disk_writable(
 class RetentionReport:
     """What one run of retention did."""
 
-    trigger: str  # "none", "time" (a deleteWhen hour) or "disk" (over diskMaxUsedSpaceRatio)
+    trigger: str  # TRIGGER_NONE, TRIGGER_TIME or TRIGGER_DISK
     disk_used_ratio: float
     commit_log_segment_deleted_count: int
     cq_segment_deleted_count: int
@@ -259,62 +303,39 @@ class RetentionStatistics:
     disk_triggered_total: int
 
 
-class RetentionService:
-    """Deletes what retention allows, once per `run_once`; RocketMQ's clean services.
+class CommitLogRetention:
+    """The commit-log half (RocketMQ's CleanCommitLogService): which segments go, and when.
 
-    `run_once` = `delete_commit_log_segments` (the writer's side) + `delete_derived_below` (the
-    dispatcher's side, consume queues and index); the appliance may call the two halves in the
-    roles that own those objects.
+    Runs where the writable CommitLog lives (the store writer); not thread-safe, one caller.
     """
 
     def __init__(
         self,
         store_root: Path,
         commit_log: CommitLog,
-        consume_queues: ConsumeQueueTable,
-        index: IndexService,
         config: RetentionConfig | None = None,
         *,
         dispatched_log_offset_bytes: Callable[[], int],
         disk_usage: DiskUsage = disk_used_ratio,
         timezone: datetime.tzinfo | None = None,
-        on_min_log_offset_moved: Callable[[int], None] | None = None,
+        on_min_log_offset_moving: Callable[[int], None] | None = None,
     ):
         """`dispatched_log_offset_bytes` gives the dispatcher's position (a segment it has not
         dispatched to its end is never deleted); `timezone` gives the deleteWhen hours, None
-        being the host's local time (RocketMQ's)."""
+        being the host's local time (RocketMQ's); `on_min_log_offset_moving(new_min)` is called
+        just before each segment is unlinked (the appliance publishes the minimum there, so
+        readers stop planning reads in a segment before it goes)."""
         assert commit_log.writable
         self.store_root = store_root
         self.config = config or RetentionConfig()
         self._commit_log = commit_log
-        self._consume_queues = consume_queues
-        self._index = index
-        self._disk_usage = disk_usage
         self._dispatched_log_offset_bytes = dispatched_log_offset_bytes
+        self._disk_usage = disk_usage
         self._timezone = timezone
-        self._on_min_log_offset_moved = on_min_log_offset_moved
+        self._on_min_log_offset_moving = on_min_log_offset_moving
         self._delete_hours = self.config.delete_hours
-        self._derived_min_log_offset_bytes = -1
-        self._run_total = 0
-        self._commit_log_segment_deleted_total = 0
-        self._cq_segment_deleted_total = 0
-        self._index_file_deleted_total = 0
-        self._disk_triggered_total = 0
-
-    def run_once(self, now_ms: int) -> RetentionReport:
-        """One round at wall-clock time `now_ms`: commit-log segments, then what follows them."""
-        trigger, used_ratio, deleted_count = self.delete_commit_log_segments(now_ms)
-        min_log_offset_bytes = self._commit_log.min_log_offset_bytes
-        cq_deleted_count, index_deleted_count = self.delete_derived_below(min_log_offset_bytes)
-        self._run_total += 1
-        return RetentionReport(
-            trigger=trigger,
-            disk_used_ratio=used_ratio,
-            commit_log_segment_deleted_count=deleted_count,
-            cq_segment_deleted_count=cq_deleted_count,
-            index_file_deleted_count=index_deleted_count,
-            min_log_offset_bytes=min_log_offset_bytes,
-        )
+        self.deleted_total = 0
+        self.disk_triggered_total = 0
 
     def is_delete_hour(self, now_ms: int) -> bool:
         """True when `now_ms` falls in one of the deleteWhen hours."""
@@ -337,62 +358,167 @@ class RetentionService:
         except FileNotFoundError:
             return None
 
-    def delete_commit_log_segments(self, now_ms: int) -> tuple[str, float, int]:
-        """Delete the commit-log segments the rules allow now; (trigger, used ratio, count)."""
+    def delete_segments(self, now_ms: int) -> tuple[str, float, int]:
+        """Delete the segments the rules allow at wall-clock time `now_ms`; (trigger, used
+        ratio, segments deleted)."""
         config = self.config
         used_ratio = self._disk_usage(self.store_root)
         over_ratio = used_ratio * 100 > config.disk_max_used_space_ratio_percent
+        delete_hour = self.is_delete_hour(now_ms)
         if over_ratio:
-            self._disk_triggered_total += 1
-            trigger = "disk"
-        elif self.is_delete_hour(now_ms):
-            trigger = "time"
+            self.disk_triggered_total += 1
+            trigger = TRIGGER_DISK
+        elif delete_hour:
+            trigger = TRIGGER_TIME
         else:
-            return "none", used_ratio, 0
+            return TRIGGER_NONE, used_ratio, 0
         expire_before_ms = now_ms - config.file_reserved_time_hours * HOUR_MS
-        segment_size_bytes = self._commit_log.segment_size_bytes
+        commit_log = self._commit_log
+        segment_size_bytes = commit_log.segment_size_bytes
         deleted_count = 0
         while deleted_count < config.delete_segment_count_max:
-            starts_bytes = self._commit_log.segment_starts_bytes
+            starts_bytes = commit_log.segment_starts_bytes
             if len(starts_bytes) <= 1:
                 break  # the segment being written stays
-            oldest_bytes = starts_bytes[0]
-            if oldest_bytes + segment_size_bytes > self._dispatched_log_offset_bytes():
+            oldest_end_bytes = starts_bytes[0] + segment_size_bytes
+            if oldest_end_bytes > self._dispatched_log_offset_bytes():
                 break  # the dispatcher still reads it
-            if not over_ratio:
-                age_ms = self.segment_age_timestamp_ms(oldest_bytes)
+            if oldest_end_bytes > commit_log.deletable_end_log_offset_bytes:
+                break  # it holds bytes not flushed yet
+            forced = (
+                config.clean_file_forcibly_enable and used_ratio * 100 > config.force_ratio_percent
+            )
+            if not forced:
+                age_ms = self.segment_age_timestamp_ms(starts_bytes[0])
                 if age_ms is None or age_ms >= expire_before_ms:
                     break  # segments age in order: the next one is younger still
-            if self._commit_log.delete_segments_below(oldest_bytes + segment_size_bytes) == 0:
-                break  # it holds bytes not flushed yet
+            if self._on_min_log_offset_moving is not None:
+                self._on_min_log_offset_moving(oldest_end_bytes)
+            deleted = commit_log.delete_segments_below(oldest_end_bytes)
+            assert deleted == 1, f"segment {starts_bytes[0]} was deletable, {deleted} went"
             deleted_count += 1
             if over_ratio:
                 used_ratio = self._disk_usage(self.store_root)
-                if used_ratio * 100 <= config.disk_max_used_space_ratio_percent:
+                if not delete_hour and used_ratio * 100 <= config.disk_max_used_space_ratio_percent:
                     break
-        self._commit_log_segment_deleted_total += deleted_count
+        self.deleted_total += deleted_count
         return trigger, used_ratio, deleted_count
 
-    def delete_derived_below(self, min_log_offset_bytes: int) -> tuple[int, int]:
-        """Consume queues and index follow the commit log's minimum; (queue segments, index
-        files) deleted. Does nothing while the minimum has not moved since the last call."""
-        if min_log_offset_bytes <= self._derived_min_log_offset_bytes:
+
+class DerivedRetention:
+    """The consume-queue and index half (RocketMQ's CleanConsumeQueueService): follow the
+    commit log's minimum. Runs where the writable consume queues and index live (the
+    dispatcher); one caller."""
+
+    def __init__(
+        self,
+        consume_queues: ConsumeQueueTable,
+        index: IndexService,
+        *,
+        min_log_offset_bytes: int = -1,
+        on_min_log_offset_moved: Callable[[int], None] | None = None,
+    ):
+        """`min_log_offset_bytes`: a minimum the files already follow (delete_below does
+        nothing up to it)."""
+        assert consume_queues.writable
+        assert index.writable
+        self._consume_queues = consume_queues
+        self._index = index
+        self._on_min_log_offset_moved = on_min_log_offset_moved
+        self.min_log_offset_bytes = min_log_offset_bytes  # what the files last followed
+        self.cq_segment_deleted_total = 0
+        self.index_file_deleted_total = 0
+
+    def delete_below(self, min_log_offset_bytes: int) -> tuple[int, int]:
+        """Delete consume-queue segments and index files below the commit log's minimum and
+        move each queue's min_queue_index; (queue segments, index files) deleted. Does nothing
+        while the minimum has not moved since the last call."""
+        if min_log_offset_bytes <= self.min_log_offset_bytes:
             return 0, 0
         cq_deleted_count = self._consume_queues.delete_below_log_offset(min_log_offset_bytes)
         index_deleted_count = self._index.delete_below_log_offset(min_log_offset_bytes)
-        self._derived_min_log_offset_bytes = min_log_offset_bytes
-        self._cq_segment_deleted_total += cq_deleted_count
-        self._index_file_deleted_total += index_deleted_count
+        self.min_log_offset_bytes = min_log_offset_bytes
+        self.cq_segment_deleted_total += cq_deleted_count
+        self.index_file_deleted_total += index_deleted_count
         if self._on_min_log_offset_moved is not None:
             self._on_min_log_offset_moved(min_log_offset_bytes)
         return cq_deleted_count, index_deleted_count
+
+
+class RetentionService:
+    """Both halves in one process (the one-process MessageStore): `run_once` deletes what
+    retention allows, commit-log segments first, then what followed them."""
+
+    def __init__(
+        self,
+        store_root: Path,
+        commit_log: CommitLog,
+        consume_queues: ConsumeQueueTable,
+        index: IndexService,
+        config: RetentionConfig | None = None,
+        *,
+        dispatched_log_offset_bytes: Callable[[], int],
+        disk_usage: DiskUsage = disk_used_ratio,
+        timezone: datetime.tzinfo | None = None,
+        on_min_log_offset_moved: Callable[[int], None] | None = None,
+    ):
+        """The arguments of CommitLogRetention and DerivedRetention; `on_min_log_offset_moved`
+        is called once the consume queues and the index follow a new minimum."""
+        self.store_root = store_root
+        self.config = config or RetentionConfig()
+        self._commit_log = commit_log
+        self.commit_log_retention = CommitLogRetention(
+            store_root,
+            commit_log,
+            self.config,
+            dispatched_log_offset_bytes=dispatched_log_offset_bytes,
+            disk_usage=disk_usage,
+            timezone=timezone,
+        )
+        self.derived_retention = DerivedRetention(
+            consume_queues, index, on_min_log_offset_moved=on_min_log_offset_moved
+        )
+        self._run_total = 0
+
+    def run_once(self, now_ms: int) -> RetentionReport:
+        """One round at wall-clock time `now_ms`: commit-log segments, then what follows them."""
+        trigger, used_ratio, deleted_count = self.commit_log_retention.delete_segments(now_ms)
+        min_log_offset_bytes = self._commit_log.min_log_offset_bytes
+        cq_deleted_count, index_deleted_count = self.derived_retention.delete_below(
+            min_log_offset_bytes
+        )
+        self._run_total += 1
+        return RetentionReport(
+            trigger=trigger,
+            disk_used_ratio=used_ratio,
+            commit_log_segment_deleted_count=deleted_count,
+            cq_segment_deleted_count=cq_deleted_count,
+            index_file_deleted_count=index_deleted_count,
+            min_log_offset_bytes=min_log_offset_bytes,
+        )
+
+    def is_delete_hour(self, now_ms: int) -> bool:
+        """True when `now_ms` falls in one of the deleteWhen hours."""
+        return self.commit_log_retention.is_delete_hour(now_ms)
+
+    def segment_age_timestamp_ms(self, segment_start_bytes: int) -> int | None:
+        """CommitLogRetention.segment_age_timestamp_ms."""
+        return self.commit_log_retention.segment_age_timestamp_ms(segment_start_bytes)
+
+    def delete_commit_log_segments(self, now_ms: int) -> tuple[str, float, int]:
+        """CommitLogRetention.delete_segments."""
+        return self.commit_log_retention.delete_segments(now_ms)
+
+    def delete_derived_below(self, min_log_offset_bytes: int) -> tuple[int, int]:
+        """DerivedRetention.delete_below."""
+        return self.derived_retention.delete_below(min_log_offset_bytes)
 
     def statistics(self) -> RetentionStatistics:
         """Counters since creation."""
         return RetentionStatistics(
             run_total=self._run_total,
-            commit_log_segment_deleted_total=self._commit_log_segment_deleted_total,
-            cq_segment_deleted_total=self._cq_segment_deleted_total,
-            index_file_deleted_total=self._index_file_deleted_total,
-            disk_triggered_total=self._disk_triggered_total,
+            commit_log_segment_deleted_total=self.commit_log_retention.deleted_total,
+            cq_segment_deleted_total=self.derived_retention.cq_segment_deleted_total,
+            index_file_deleted_total=self.derived_retention.index_file_deleted_total,
+            disk_triggered_total=self.commit_log_retention.disk_triggered_total,
         )

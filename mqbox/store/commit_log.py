@@ -905,21 +905,56 @@ class CommitLog:
             self._flush_total += 1
         return end_bytes
 
+    @property
+    def deletable_end_log_offset_bytes(self) -> int:
+        """Retention may delete the segments that end at or before this: the start of the
+        segment holding the flushed position (so never unflushed bytes, never the segment
+        being written)."""
+        flushed_bytes = self._flushed_log_offset_bytes
+        return flushed_bytes - flushed_bytes % self.segment_size_bytes
+
     def delete_segments_below(self, log_offset_bytes: int) -> int:
         """Retention's hook: delete every segment that ends at or before `log_offset_bytes`,
         but never one holding unflushed bytes (so never the one being written); return how
-        many went. Readers must refresh their minimum offset
-        (MessageStoreReader.refresh_commit_log_bounds) before reading again."""
+        many went. Readers in this process must refresh their minimum offset
+        (MessageStoreReader.refresh_commit_log_bounds) before reading again; readers elsewhere
+        notice it themselves (MessageStoreReader, follow_retention).
+
+        Safe to call from a thread other than the appender's: the segments leave the list and
+        the views under the lock, and are unlinked after it, so a roll or a flush never waits
+        for a large unlink."""
         assert self.writable
-        flushed_bytes = self._flushed_log_offset_bytes
-        limit_bytes = min(log_offset_bytes, flushed_bytes - flushed_bytes % self.segment_size_bytes)
+        limit_bytes = min(log_offset_bytes, self.deletable_end_log_offset_bytes)
         with self._lock:
-            deleted_count = self._segments.delete_segments_below(limit_bytes)
+            paths = self._segments.detach_segments_below(limit_bytes)
             first = self._segments.min_offset_bytes
             for segment_start_bytes in list(self._views):
                 if first is None or segment_start_bytes < first:
                     del self._views[segment_start_bytes]
-        return deleted_count
+        self._segments.unlink_detached(paths)
+        return len(paths)
+
+    def follow_retention(self, min_log_offset_bytes: int = 0) -> bool:
+        """Read-only logs (another process's view): notice the segments retention deleted and
+        drop this view's maps of them, so their blocks are freed. Cheap when nothing moved: one
+        stat of the oldest known segment. `min_log_offset_bytes` is a minimum the owner
+        published (it may lead the files on disk by the segment about to go). True if this
+        view's minimum moved."""
+        assert not self.writable
+        first_bytes = self._segments.min_offset_bytes
+        if (
+            first_bytes is not None
+            and min_log_offset_bytes <= first_bytes
+            and self._segments.segment_path(first_bytes).exists()
+        ):
+            return False
+        with self._lock:
+            self._segments.load()
+            first_after_bytes = max(self._segments.min_offset_bytes or 0, min_log_offset_bytes)
+            for segment_start_bytes in list(self._views):
+                if segment_start_bytes + self.segment_size_bytes <= first_after_bytes:
+                    del self._views[segment_start_bytes]
+        return first_after_bytes > (first_bytes or 0)
 
     def statistics(self) -> CommitLogStatistics:
         """Counters since the log was opened."""

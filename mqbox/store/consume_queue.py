@@ -450,6 +450,55 @@ class ConsumeQueue:
                 self._min_queue_index, min_offset_bytes // CQ_ENTRY_SIZE_BYTES
             )
 
+    def follow_min_log_offset(self, min_log_offset_bytes: int) -> None:
+        """Read-only queues: the commit log's minimum moved (retention, in other processes).
+        Re-list the segments (the dispatcher deletes the ones wholly below the minimum, maybe
+        while this runs) and move `min_queue_index` to the first entry whose record is still
+        in the log: the writer's correct_min_queue_index, computed from this view.
+
+        Entries are sorted by log offset, so a binary search finds it. An entry in a segment
+        that vanished under the search lies below the minimum (the dispatcher deletes only
+        such segments, oldest first); one past the last segment listed (a new one, not yet
+        whole on disk) lies above it."""
+        assert not self.writable
+        self._segments.load()
+        first_offset_bytes = self._segments.min_offset_bytes
+        end_offset_bytes = self._segments.end_offset_bytes
+        if first_offset_bytes is None or end_offset_bytes is None:
+            return  # no file at all (the topic was deleted): nothing to move to
+        low = max(self._min_queue_index, first_offset_bytes // CQ_ENTRY_SIZE_BYTES)
+        if low > self._entry_count:
+            self._entry_count = low  # a stale count: every entry below the segments is gone
+        high = self._entry_count
+        if low < high:
+            # The usual case needs one look: the first entry still in the log is the first
+            # one on disk (nothing deleted yet, or the dispatcher already caught up).
+            segment = self._segments.find_segment(low * CQ_ENTRY_SIZE_BYTES)
+            if segment is not None:
+                entries = _entries_view(segment)
+                first = entries[low % self._segment_entry_count]
+                if int(first["log_offset_bytes"]) >= min_log_offset_bytes:
+                    high = low
+        while low < high:
+            middle = (low + high) // 2
+            position_bytes = middle * CQ_ENTRY_SIZE_BYTES
+            if position_bytes >= end_offset_bytes:
+                high = middle
+                continue
+            segment = self._segments.find_segment(position_bytes)
+            if segment is None:
+                low = middle + 1
+                continue
+            entries = _entries_view(segment)
+            log_offset_bytes = int(entries[middle % self._segment_entry_count]["log_offset_bytes"])
+            if log_offset_bytes >= min_log_offset_bytes:
+                high = middle
+            else:
+                low = middle + 1
+        assert low >= self._min_queue_index
+        assert low <= self._entry_count
+        self._min_queue_index = low
+
     # -- truncation and retention --------------------------------------------------------------
 
     def truncate_log_offset(self, log_offset_bytes: int) -> int:

@@ -503,11 +503,16 @@ class IndexService:
             )
         for position, name in enumerate(names):
             is_newest = position == len(names) - 1
-            self._files.append(
-                IndexFile.open(
-                    self.directory / name, self.geometry, writable=self.writable and is_newest
+            path = self.directory / name
+            try:
+                index_file = IndexFile.open(
+                    path, self.geometry, writable=self.writable and is_newest
                 )
-            )
+            except StoreError:
+                if self.writable or path.exists():
+                    raise
+                continue  # a reader raced retention, which deletes the oldest files
+            self._files.append(index_file)
 
     @property
     def files(self) -> list[IndexFile]:

@@ -456,6 +456,8 @@ class MappedFileQueue:
         except OSError as error:
             raise store_error(error, "list", self.directory) from error
         starts_bytes.sort()
+        if not self.writable:
+            starts_bytes = self._newest_contiguous(starts_bytes)
         for position, start_offset_bytes in enumerate(starts_bytes):
             if start_offset_bytes % self.segment_size_bytes != 0:
                 raise StoreError(
@@ -490,6 +492,24 @@ class MappedFileQueue:
             else:
                 starts_bytes.pop()  # still being created by the writer
         self._starts_bytes = starts_bytes
+
+    def _newest_contiguous(self, starts_bytes: list[int]) -> list[int]:
+        """A reader's listing (sorted): the contiguous run of segments that ends at the newest.
+
+        Retention deletes the oldest segments one by one while a reader lists the directory,
+        and a listing is no snapshot: it can hold an old segment read before its unlink and
+        miss a younger one read after. Whatever lies before a gap is on its way out, so a
+        reader drops it instead of calling the queue broken (the writer's own listing still
+        raises: nothing deletes behind its back)."""
+        size_bytes = self.segment_size_bytes
+        keep_from = len(starts_bytes) - 1
+        while (
+            keep_from > 0
+            and starts_bytes[keep_from] % size_bytes == 0
+            and starts_bytes[keep_from - 1] + size_bytes == starts_bytes[keep_from]
+        ):
+            keep_from -= 1
+        return starts_bytes[max(keep_from, 0) :]
 
     @property
     def segment_starts_bytes(self) -> tuple[int, ...]:
@@ -633,19 +653,38 @@ class MappedFileQueue:
         Returns how many were deleted. Keeping the last segment keeps the queue's end offset
         on disk (RocketMQ's retention keeps it too).
         """
+        paths = self.detach_segments_below(offset_bytes)
+        self.unlink_detached(paths)
+        return len(paths)
+
+    def detach_segments_below(self, offset_bytes: int) -> list[Path]:
+        """The first half of delete_segments_below: take the segments out of the queue (their
+        maps closed) and return their paths, still on disk, for `unlink_detached`. A caller
+        that holds a lock around the queue unlinks after releasing it."""
         assert self.writable
-        deleted_count = 0
+        paths: list[Path] = []
         while len(self._starts_bytes) > 1:
             start_offset_bytes = self._starts_bytes[0]
             if start_offset_bytes + self.segment_size_bytes > offset_bytes:
                 break
-            self._delete_segment(start_offset_bytes)
+            mapped_file = self._maps.pop(start_offset_bytes, None)
+            if mapped_file is not None:
+                if self._map_lru is not None:
+                    self._map_lru.forget(mapped_file)
+                mapped_file.close()
+            paths.append(self.segment_path(start_offset_bytes))
             self._starts_bytes.pop(0)
-            deleted_count += 1
-        if deleted_count:
-            self._directories_unsynced.add(self.directory)
-            self.sync_directories()
-        return deleted_count
+        return paths
+
+    def unlink_detached(self, paths: list[Path]) -> None:
+        """The second half: delete the files, oldest first, then fsync the directory."""
+        for path in paths:
+            try:
+                path.unlink()
+            except OSError as error:
+                raise store_error(error, "delete", path) from error
+        if paths:
+            fsync_directory(self.directory)
 
     def truncate(self, offset_bytes: int) -> None:
         """Make every byte at or beyond `offset_bytes` zero, durably.

@@ -24,8 +24,9 @@ Invariants:
 - Checkpoint timestamps only describe data a flush covered: each is taken before its flush
   starts and stored after it returns.
 
-Recovery (recovery.py) runs inside `open`; retention (cleanup.py) is `retention.run_once`, called
-by the appliance's services every 10 s.
+Recovery (recovery.py) runs inside `open`; retention (cleanup.py) is `retention.run_once` in this
+one-process form; the appliance runs its commit-log half in the store writer and its other half
+in the dispatcher, and read-only readers follow it themselves (MessageStoreReader).
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ from mqbox.store.recovery import (
 
 # The most messages one read plan may hold (count_max above it is an error of the caller).
 READ_PLAN_MESSAGE_COUNT_MAX: Final = 1024
+# A read-only reader checks at most this often whether retention deleted segments under it (one
+# stat of the oldest segment it knows); a file found gone triggers the check at once.
+RETENTION_CHECK_INTERVAL_NS_DEFAULT: Final = 100_000_000
 _FOUND: Final = GetMessageStatus.FOUND
 _NO_MATCHED_MESSAGE: Final = GetMessageStatus.NO_MATCHED_MESSAGE
 _MESSAGE_WAS_REMOVING: Final = GetMessageStatus.MESSAGE_WAS_REMOVING
@@ -156,14 +160,16 @@ class StoreConfig:
 
 
 class _QueueReadState:
-    """What the read fast path keeps per queue: the queue and its last used segment."""
+    """What the read fast path keeps per queue: the queue, its last used segment, and the
+    commit-log minimum its min_queue_index was last made to follow."""
 
-    __slots__ = ("mapped_file", "queue", "segment_index")
+    __slots__ = ("mapped_file", "min_log_offset_bytes", "queue", "segment_index")
 
     def __init__(self, queue: ConsumeQueue):
         self.queue = queue
         self.segment_index = -1
         self.mapped_file: MappedFile | None = None
+        self.min_log_offset_bytes = -1
 
 
 class MessageStoreReader:
@@ -172,6 +178,16 @@ class MessageStoreReader:
     Bounds come from the ConsumeQueue objects: in the writer's process they are the
     dispatcher's queues; in another process `observe_max_offset` feeds them the counts the
     dispatcher published. Not thread-safe: one reader per thread.
+
+    Retention. In the writer's process, retention calls `refresh_commit_log_bounds`. A
+    read-only reader follows it by itself: at most every `retention_check_interval_ns`, and at
+    once when a consume-queue segment it looks for is gone, it checks that the oldest
+    commit-log segment it knows still exists (CommitLog.follow_retention); when the minimum
+    moved, each queue's min_queue_index follows it the next time the queue is read
+    (ConsumeQueue.follow_min_log_offset), so a read below it answers OFFSET_TOO_SMALL with
+    nextBeginOffset = the new minimum, and GET_MIN_OFFSET moves. `observe_commit_log_min`
+    takes the minimum the store writer publishes, which leads the unlink: a process that feeds
+    it never plans a read in a segment about to go.
     """
 
     def __init__(
@@ -181,9 +197,13 @@ class MessageStoreReader:
         consume_queues: ConsumeQueueTable,
         index: IndexService,
         readable_end_log_offset_bytes: Callable[[], int] | None,
+        *,
+        retention_check_interval_ns: int = RETENTION_CHECK_INTERVAL_NS_DEFAULT,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
     ):
         """`readable_end_log_offset_bytes` gives the writer's position in its own process;
         None means the position comes through observe_commit_log_end (another process)."""
+        assert retention_check_interval_ns >= 0
         self.config = config
         self._commit_log = commit_log
         self._consume_queues = consume_queues
@@ -195,9 +215,21 @@ class MessageStoreReader:
         self._commit_log_segment_size_bytes = config.geometry.commit_log_segment_size_bytes
         self._commit_log_min_offset_bytes = commit_log.min_log_offset_bytes
         self._out_runs = np.zeros((READ_PLAN_MESSAGE_COUNT_MAX, 3), dtype=np.int64)
+        # Only a read-only view follows retention on its own; the writer's is told.
+        self._follows_retention = not commit_log.writable
+        self._retention_check_interval_ns = retention_check_interval_ns
+        self._retention_check_due_ns = 0
+        self._clock_ns = clock_ns
 
     @classmethod
-    def open(cls, store_root: Path, config: StoreConfig) -> MessageStoreReader:
+    def open(
+        cls,
+        store_root: Path,
+        config: StoreConfig,
+        *,
+        retention_check_interval_ns: int = RETENTION_CHECK_INTERVAL_NS_DEFAULT,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> MessageStoreReader:
         """A reader over read-only maps, for a process that is not the writer.
 
         It sees queue entries up to what `observe_max_offset` says (or what was on disk at
@@ -215,7 +247,15 @@ class MessageStoreReader:
         )
         index = IndexService(store_root, config.geometry, writable=False)
         index.load()
-        return cls(config, commit_log, consume_queues, index, None)
+        return cls(
+            config,
+            commit_log,
+            consume_queues,
+            index,
+            None,
+            retention_check_interval_ns=retention_check_interval_ns,
+            clock_ns=clock_ns,
+        )
 
     # -- what other processes publish ----------------------------------------------------------
 
@@ -237,6 +277,47 @@ class MessageStoreReader:
         segments, before any reader may meet a run in them."""
         self._commit_log_min_offset_bytes = self._commit_log.min_log_offset_bytes
 
+    def observe_commit_log_min(self, min_log_offset_bytes: int) -> None:
+        """Read-only readers: the store writer published the commit log's minimum (it moves
+        just before a segment is unlinked). Reads below it answer "offset moved" from now on."""
+        assert self._follows_retention
+        if min_log_offset_bytes > self._commit_log_min_offset_bytes:
+            self._commit_log.follow_retention(min_log_offset_bytes)
+            self._commit_log_min_offset_bytes = max(
+                min_log_offset_bytes, self._commit_log.min_log_offset_bytes
+            )
+
+    def check_retention_nowait(self) -> bool:
+        """Read-only readers: look now whether retention deleted segments (the check the reads
+        make every retention_check_interval_ns); True if the minimum moved."""
+        assert self._follows_retention
+        self._retention_check_due_ns = self._clock_ns() + self._retention_check_interval_ns
+        if not self._commit_log.follow_retention(self._commit_log_min_offset_bytes):
+            return False
+        min_bytes = self._commit_log.min_log_offset_bytes
+        if min_bytes <= self._commit_log_min_offset_bytes:
+            return False
+        self._commit_log_min_offset_bytes = min_bytes
+        return True
+
+    @property
+    def min_log_offset_bytes(self) -> int:
+        """The commit log's minimum as this reader knows it; records below it are gone."""
+        return self._commit_log_min_offset_bytes
+
+    def _follow_min(self, state: _QueueReadState) -> None:
+        """Move the queue's min_queue_index after the commit log's minimum (the writer's own
+        queues are moved by retention itself). A read-only queue is re-listed here, and its
+        files may show a deletion the last look at the log predates: look again first (one
+        stat; this runs on a queue's first read and after the minimum moved)."""
+        if not state.queue.writable:
+            self.check_retention_nowait()
+            min_bytes = self._commit_log_min_offset_bytes
+            state.queue.follow_min_log_offset(min_bytes)
+            state.mapped_file = None  # the re-listing closed this view's maps
+            state.segment_index = -1
+        state.min_log_offset_bytes = self._commit_log_min_offset_bytes
+
     # -- PULL ----------------------------------------------------------------------------------
 
     def get_messages(
@@ -250,11 +331,15 @@ class MessageStoreReader:
     ) -> ReadPlan:
         """The read plan for a PULL of (topic, queue_id) from `queue_index` (read_plan.py has
         the rules). `tag_hashes` is read_plan.tag_filter()'s array; empty takes every tag."""
+        if self._follows_retention and self._clock_ns() >= self._retention_check_due_ns:
+            self.check_retention_nowait()
         state = self._read_states.get((topic, queue_id))
         if state is None:
             state = self._read_state(topic, queue_id)
             if state is None:
                 return no_queue_plan(queue_index)
+        if state.min_log_offset_bytes != self._commit_log_min_offset_bytes:
+            self._follow_min(state)
         # The fast path below runs for every PULL (a few microseconds in all): plain
         # comparisons instead of min()/max() calls, module-level enum members, one kernel call.
         queue = state.queue
@@ -269,6 +354,16 @@ class MessageStoreReader:
         mapped_file = state.mapped_file
         if segment_index != state.segment_index or mapped_file is None or mapped_file.closed:
             mapped_file = queue.segment_for_read(queue_index)
+            if mapped_file is None and self._follows_retention:
+                # The dispatcher deleted the segment: the commit log's minimum moved.
+                self._follow_min(state)
+                if queue_index < queue.min_queue_index:
+                    bounds_plan = plan_for_bounds(
+                        queue_index, queue.min_queue_index, queue.entry_count
+                    )
+                    assert bounds_plan is not None
+                    return bounds_plan
+                mapped_file = queue.segment_for_read(queue_index)
             if mapped_file is None:
                 next_queue_index = (segment_index + 1) * segment_entry_count
                 return ReadPlan(
@@ -422,16 +517,24 @@ class MessageStoreReader:
         return found
 
     def _queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The queue with its bounds after retention (the slow reads' door)."""
+        if self._follows_retention and self._clock_ns() >= self._retention_check_due_ns:
+            self.check_retention_nowait()
         state = self._read_states.get((topic, queue_id))
-        if state is not None:
-            return state.queue
-        state = self._read_state(topic, queue_id)
-        return None if state is None else state.queue
+        if state is None:
+            state = self._read_state(topic, queue_id)
+            if state is None:
+                return None
+        if state.min_log_offset_bytes != self._commit_log_min_offset_bytes:
+            self._follow_min(state)
+        return state.queue
 
     def _store_timestamp_of_entry(self, queue: ConsumeQueue, queue_index: int) -> int | None:
         """Store time of the record entry `queue_index` points at; None if it is gone."""
         entry = queue.entry(queue_index)
-        if entry is None or entry.log_offset_bytes < self._commit_log.min_log_offset_bytes:
+        if entry is None or entry.log_offset_bytes < max(
+            self._commit_log.min_log_offset_bytes, self._commit_log_min_offset_bytes
+        ):
             return None
         return self._commit_log.store_timestamp_at(entry.log_offset_bytes)
 

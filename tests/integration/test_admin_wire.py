@@ -4,7 +4,11 @@ other gets NOTIFY_CONSUMER_IDS_CHANGED (40, oneway, ext consumerGroup) on its ow
 UPDATE_CONSUMER_OFFSET then QUERY_CONSUMER_OFFSET returns the offset, and a new group gets 0/0
 (checklist rule 7); a queue locked by one client is refused to another until unlocked; a topic
 made with UPDATE_AND_CREATE_TOPIC shows in GET_ALL_TOPIC_CONFIG and, within a few seconds, in
-the name server's route; and committed offsets are in consumerOffset.json after an orderly stop.
+the name server's route; committed offsets are in consumerOffset.json after an orderly stop; an
+offset reset (mqbox's 10003 and Java's 222) reaches each live member of the group as a oneway
+RESET_CONSUMER_CLIENT_OFFSET (220) on its own connection, with the body its language reads
+(a JSON list for C++, Java's map keyed by queue for the others), and 222 follows Java's rules;
+and GET_CONSUMER_RUNNING_INFO (307) goes to the consumer on its connection and comes back.
 
 Method: `python -m mqbox.server.supervisor` with the broker's real topology and the real name
 server, both on port 0, in a fresh home; clients are plain sockets with the protocol's client
@@ -30,6 +34,7 @@ from mqbox.protocol.codes import (
     FLAG_RESPONSE,
     ConsumeFromWhere,
     ConsumeType,
+    LanguageCode,
     MessageModel,
     RequestCode,
     ResponseCode,
@@ -41,9 +46,11 @@ from mqbox.protocol.headers import (
     LockBatchRequestBody,
     LockBatchResponseBody,
     MessageQueue,
+    SendMessageRequestHeader,
     SubscriptionData,
     UpdateAndCreateTopicRequestHeader,
 )
+from mqbox.server.admin_records import INVOKE_BROKER_TO_RESET_OFFSET, MQBOX_RESET_CONSUMER_OFFSET
 from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient
 
@@ -119,6 +126,33 @@ def heartbeat_body(client_id: str, group: str) -> bytes:
 def heartbeat(client: WireClient, client_id: str, group: str) -> None:
     response = client.answer(RequestCode.HEART_BEAT, {}, heartbeat_body(client_id, group))
     assert response.code == ResponseCode.SUCCESS, response.remark
+
+
+def heartbeat_as_cpp(client: WireClient, client_id: str, group: str) -> None:
+    """The same heartbeat with the language the C++ client names in its header."""
+    opaque = client.connection.next_opaque()
+    body = heartbeat_body(client_id, group)
+    client.send(
+        RemotingCommand(RequestCode.HEART_BEAT, LanguageCode.CPP, 63, opaque, 0, None, {}, body)
+    )
+    while True:
+        (command,) = client.responses(1)
+        if command.flag & FLAG_RESPONSE and command.opaque == opaque:
+            assert command.code == ResponseCode.SUCCESS, command.remark
+            return
+        client.notices.append(command)
+
+
+def next_request(client: WireClient, code: int) -> RemotingCommand:
+    """The next broker request of `code` on the client's connection, past the others."""
+    deadline = time.monotonic() + 10
+    while True:
+        while client.notices:
+            notice = client.notices.pop(0)
+            if notice.code == code:
+                return notice
+        assert time.monotonic() < deadline, f"no broker request {code} came"
+        client.notices.extend(client.responses(1))
 
 
 def consumer_ids(client: WireClient, group: str) -> tuple[str, ...] | None:
@@ -285,3 +319,133 @@ def test_committed_offsets_are_saved_by_an_orderly_stop(
         assert appliance.stop() == 0
         saved = json.loads((config_dir / "consumerOffset.json").read_text())
         assert saved["offsetTable"]["WireStopTopic@WireStopGroup"] == {"0": 5}
+
+
+def send_to_queue(client: WireClient, topic: str, queue_id: int, count: int) -> None:
+    for number in range(count):
+        header = SendMessageRequestHeader(
+            "WirePG", topic, "TBW102", 4, queue_id, 0, int(time.time() * 1000), 0
+        )
+        response = client.answer(RequestCode.SEND_MESSAGE, header.to_ext(), f"m{number}".encode())
+        assert response.code == ResponseCode.SUCCESS, response.remark
+
+
+def java_reset_body(broker_name: str, topic: str, offsets: dict[int, int]) -> bytes:
+    """ResetOffsetBody as fastjson writes a Map<MessageQueue, Long>: object keys, not JSON."""
+    entries = ",".join(
+        f'{{"brokerName":"{broker_name}","queueId":{queue_id},"topic":"{topic}"}}:{offset}'
+        for queue_id, offset in sorted(offsets.items())
+    )
+    return f'{{"offsetTable":{{{entries}}}}}'.encode()
+
+
+def expect_reset_notice(
+    client: WireClient, topic: str, group: str, timestamp: str, is_force: str
+) -> RemotingCommand:
+    notice = next_request(client, RequestCode.RESET_CONSUMER_CLIENT_OFFSET)
+    assert notice.flag == FLAG_ONEWAY
+    assert notice.ext_fields == {
+        "topic": topic,
+        "group": group,
+        "timestamp": timestamp,
+        "isForce": is_force,
+    }
+    return notice
+
+
+def test_an_offset_reset_tells_each_live_member_in_its_language(appliance: Appliance) -> None:
+    topic = "WireResetTopic"
+    group = "WireResetGroup"
+    admin = WireClient(appliance.broker_port)
+    java = WireClient(appliance.broker_port)
+    cpp = WireClient(appliance.broker_port)
+    try:
+        create_topic(admin, topic, 2)
+        with RemotingClient(appliance.namesrv_address) as namesrv:
+            deadline = time.monotonic() + ROUTE_WAIT_S
+            while (route := get_route(namesrv, topic)) is None:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        broker_name = route.broker_datas[0].broker_name
+        heartbeat(java, "1-127.0.0.1@JAVA", group)
+        heartbeat_as_cpp(cpp, "2-127.0.0.1@CPP", group)
+        send_to_queue(admin, topic, 1, 3)
+
+        ext = {"consumerGroup": group, "topic": topic, "to": "latest"}
+        reset = admin.answer(MQBOX_RESET_CONSUMER_OFFSET, ext)
+        assert reset.code == ResponseCode.SUCCESS, reset.remark
+        assert json.loads(reset.body)["clientsNotified"] == 2
+        notice = expect_reset_notice(cpp, topic, group, "-1", "true")
+        assert json.loads(notice.body) == {
+            "offsetTable": [
+                {"brokerName": broker_name, "offset": 0, "queueId": 0, "topic": topic},
+                {"brokerName": broker_name, "offset": 3, "queueId": 1, "topic": topic},
+            ]
+        }
+        notice = expect_reset_notice(java, topic, group, "-1", "true")
+        assert notice.body == java_reset_body(broker_name, topic, {0: 0, 1: 3})
+
+        # Java's 222: without isForce a queue only moves back; the broker stores it too.
+        ext = {"topic": topic, "group": group, "timestamp": "0", "isForce": "false"}
+        invoked = admin.answer(INVOKE_BROKER_TO_RESET_OFFSET, ext)
+        assert invoked.code == ResponseCode.SUCCESS, invoked.remark
+        assert invoked.body == java_reset_body(broker_name, topic, {0: 0, 1: 0})
+        expect_reset_notice(cpp, topic, group, "0", "false")
+        expect_reset_notice(java, topic, group, "0", "false")
+        query = {"consumerGroup": group, "topic": topic, "queueId": "1"}
+        assert admin.answer(RequestCode.QUERY_CONSUMER_OFFSET, query).ext_fields == {"offset": "0"}
+
+        # Nobody online: 206 and nothing changes; an unknown topic: 1.
+        update = {
+            "consumerGroup": "WireNobody",
+            "topic": topic,
+            "queueId": "1",
+            "commitOffset": "2",
+        }
+        assert admin.answer(RequestCode.UPDATE_CONSUMER_OFFSET, update).code == 0
+        ext = {"topic": topic, "group": "WireNobody", "timestamp": "-1", "isForce": "true"}
+        offline = admin.answer(INVOKE_BROKER_TO_RESET_OFFSET, ext)
+        assert offline.code == ResponseCode.CONSUMER_NOT_ONLINE
+        assert offline.remark is not None
+        query = {"consumerGroup": "WireNobody", "topic": topic, "queueId": "1"}
+        assert admin.answer(RequestCode.QUERY_CONSUMER_OFFSET, query).ext_fields == {"offset": "2"}
+        ext = {"topic": "WireNoSuchTopic", "group": group, "timestamp": "-1", "isForce": "true"}
+        unknown = admin.answer(INVOKE_BROKER_TO_RESET_OFFSET, ext)
+        assert unknown.code == ResponseCode.SYSTEM_ERROR
+        assert unknown.remark is not None
+        assert "no topic in this broker" in unknown.remark
+    finally:
+        admin.close()
+        java.close()
+        cpp.close()
+
+
+def test_running_info_is_asked_of_the_consumer_and_its_answer_relayed(
+    appliance: Appliance,
+) -> None:
+    group = "WireRunningGroup"
+    consumer = WireClient(appliance.broker_port)
+    admin = WireClient(appliance.broker_port)
+    code = RequestCode.GET_CONSUMER_RUNNING_INFO
+    ext = {"consumerGroup": group, "clientId": "3-127.0.0.1@RUN", "jstackEnable": "false"}
+    try:
+        heartbeat(consumer, "3-127.0.0.1@RUN", group)
+        opaque = admin.request(code, ext)
+        asked = next_request(consumer, code)
+        assert asked.flag == 0
+        assert asked.ext_fields == ext
+        body = b'{"mqTable":{{"brokerName":"b","queueId":0,"topic":"T"}:{}}}'
+        consumer.send(
+            RemotingCommand(
+                0, LanguageCode.CPP, 63, asked.opaque, FLAG_RESPONSE, None, {"k": "v"}, body
+            )
+        )
+        (answer,) = admin.responses(1)
+        assert (answer.opaque, answer.code, answer.body) == (opaque, ResponseCode.SUCCESS, body)
+        assert answer.ext_fields == {"k": "v"}
+        offline = admin.answer(code, {**ext, "clientId": "nobody"})
+        assert offline.code == ResponseCode.SYSTEM_ERROR
+        assert offline.remark == f"The Consumer <{group}> <nobody> not online"
+    finally:
+        consumer.close()
+        admin.close()

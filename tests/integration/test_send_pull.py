@@ -1,8 +1,10 @@
 """Goal: the real appliance stores what producers send and gives it back to consumers: single
 messages, Java batches (320) and C++ batches (code 10 with batch=1, whole-batch compressed or
 not) come back from PULL exactly once, in queue order, with identical bodies, flags and
-properties; a held (suspend-flagged) pull is answered as soon as a message arrives; and a topic
-auto-created by a send gets a route at the name server.
+properties; a held (suspend-flagged) pull is answered as soon as a message arrives, and is
+dropped as soon as its connection closes (the pull processor's MQBOX_PULL_STATUS counters say
+so well before the hold's 30 s timeout); and a topic auto-created by a send gets a route at the
+name server.
 
 Method: `python -m mqbox.server.supervisor` with the broker's real topology (store writer,
 dispatcher, services, send, pull, admin, worker, codec, reactor) and the real name server, both
@@ -16,6 +18,7 @@ memory is swept.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import zlib
 from collections.abc import Iterator
@@ -42,6 +45,7 @@ from mqbox.protocol.codes import (
     ResponseCode,
 )
 from mqbox.protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
+from mqbox.server.admin_records import MQBOX_PULL_STATUS
 from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient
 
@@ -224,6 +228,52 @@ def test_a_held_pull_is_answered_when_a_message_arrives(appliance: Appliance) ->
         assert held.code == ResponseCode.SUCCESS
         assert [m.body for m in decode_body(held.body)] == [b"late"]
         assert held.ext_fields["nextBeginOffset"] == "2"
+    finally:
+        producer.close()
+        consumer.close()
+
+
+def pull_status(appliance: Appliance) -> dict[str, Any]:
+    """The pull processor's counters (MQBOX_PULL_STATUS); the appliance has one pull processor."""
+    client = appliance.client()
+    try:
+        response = client.call(MQBOX_PULL_STATUS)
+    finally:
+        client.close()
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    document: dict[str, Any] = json.loads(response.body)
+    assert document["role"] == "pull.0"
+    return document
+
+
+def test_a_held_pull_is_dropped_when_its_connection_closes(appliance: Appliance) -> None:
+    topic = "HeldThenClosedTopic"
+    producer = appliance.client()
+    consumer = appliance.client()
+    try:
+        response = producer.call(RequestCode.SEND_MESSAGE, send_header(topic).to_ext(), b"only")
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        assert len(pull_everything(consumer, topic, 1)) == 1
+        before = pull_status(appliance)
+        header = PullMessageRequestHeader(
+            "CG", topic, 0, 1, 32, PULL_FLAG_SUSPEND | PULL_FLAG_SUBSCRIPTION, 0, 30_000, 0, "*"
+        )
+        consumer.request(RequestCode.PULL_MESSAGE, header.to_ext())
+        deadline = time.monotonic() + 5
+        while pull_status(appliance)["heldNow"] != before["heldNow"] + 1:
+            assert time.monotonic() < deadline, "the pull was never held"
+            time.sleep(0.05)
+        consumer.close()
+        started = time.monotonic()
+        while True:
+            status = pull_status(appliance)
+            if status["releasedOnClose"] == before["releasedOnClose"] + 1:
+                break
+            # The hold lasts 30 s; released at its timeout instead would mean the close was lost.
+            assert time.monotonic() - started < 5, status
+            time.sleep(0.05)
+        assert status["heldNow"] == before["heldNow"]
+        assert status["timedOut"] == before["timedOut"]
     finally:
         producer.close()
         consumer.close()

@@ -49,6 +49,7 @@ class Appliance:
     instance: str
     output_path: Path
     role_pids: list[int]
+    roles: dict[str, int] = dataclasses.field(default_factory=dict)  # role id -> pid
 
     @property
     def broker_port(self) -> int:
@@ -153,6 +154,7 @@ def running_appliance(
             str(ready["instance"]),
             output_path,
             [int(pid) for pid in ready["roles"].values()],
+            {str(role_id): int(pid) for role_id, pid in ready["roles"].items()},
         )
 
 

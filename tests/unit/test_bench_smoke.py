@@ -18,6 +18,18 @@ import pytest
 BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
 SCRIPTS = sorted(path for path in BENCH_DIR.glob("*.py") if not path.name.startswith("_"))
 SHARED_KEYS = {"bench", "params", "msgs", "secs", "msgs_per_s", "MB_per_s", "checksum", "host"}
+# The figures a script exists for: present and not null in its smoke line.
+FIGURE_KEYS = {
+    "latency": {"cpp_p50_us", "cpp_p99_us", "cpp_count", "raw_p50_us", "raw_p99_us", "raw_count"},
+    "sync_flush": {"single_msgs_per_s", "batch_msgs_per_s", "single_client_cpu_pct"},
+    "memory": {"idle_pss_mb", "after_pss_mb", "ratio", "requests"},
+}
+# Counts of refused or failed requests that a smoke run must leave at zero.
+FAILURE_KEYS = {
+    "latency": {"cpp_failures", "raw_failures"},
+    "sync_flush": {"single_failures", "batch_failures"},
+    "memory": {"failures"},
+}
 SMOKE_TIMEOUT_SECS = 240
 
 
@@ -41,5 +53,16 @@ def test_bench_smoke_prints_one_json_line(script: Path, tmp_path: Path) -> None:
     assert len(lines) == 1, result.stdout
     document = json.loads(lines[0])
     assert document.keys() >= SHARED_KEYS
+    assert document["bench"] == script.stem
     assert document["msgs"] > 0
     assert document["checksum"]
+    for key in FIGURE_KEYS.get(script.stem, set()):
+        assert document.get(key) is not None, (key, document)
+    for key in FAILURE_KEYS.get(script.stem, set()):
+        assert document[key] == 0, (key, document)
+
+
+def test_figure_keys_name_existing_scripts() -> None:
+    stems = {path.stem for path in SCRIPTS}
+    assert FIGURE_KEYS.keys() <= stems
+    assert FAILURE_KEYS.keys() <= stems

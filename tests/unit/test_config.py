@@ -49,6 +49,27 @@ def test_shipped_defaults_load() -> None:
     assert namesrv.broker_channel_expired_time_ms == 120_000
 
 
+def test_retention_keys_load_with_rocketmqs_names_and_defaults() -> None:
+    defaults = load_broker_config(None)
+    assert (defaults.clean_resource_interval_ms, defaults.clean_file_forcibly_enable) == (
+        10_000,
+        True,
+    )
+    assert load_broker_config(ETC / "broker.conf").clean_resource_interval_ms == 10_000
+    config = load_broker_config(
+        None,
+        {
+            "cleanResourceInterval": "300",
+            "cleanFileForciblyEnable": "false",
+            "fileReservedTime": "0",
+        },
+    )
+    assert (config.clean_resource_interval_ms, config.clean_file_forcibly_enable) == (300, False)
+    assert config.file_reserved_time_hours == 0
+    with pytest.raises(ConfigError, match="cleanResourceInterval"):
+        load_broker_config(None, {"cleanResourceInterval": "0"})
+
+
 def test_example_layout_loads() -> None:
     for path in sorted((ETC / "examples" / "2m-2s").glob("broker-*.conf")):
         config = load_broker_config(path)

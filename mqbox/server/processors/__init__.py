@@ -216,7 +216,7 @@ class Processor:
         ctx: RoleContext,
         *,
         frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
-        spin_ns_max: int = records.SPIN_NS_MAX_DEFAULT,
+        spin_ns_max: int = records.REQUEST_SPIN_NS_MAX,
         wakeup_fd: int | None = None,
     ) -> None:
         assert ctx.role.kind is self.kind, f"{type(self).__name__} cannot run {ctx.role.role_id}"
@@ -252,6 +252,10 @@ class Processor:
         if wakeup_fd is not None:
             self.epoll.register(wakeup_fd, select.EPOLLIN)
         self._tick_due_ns = time.monotonic_ns() + TICK_INTERVAL_NS
+        # Set by _flush: an outbox toward the codecs (replies) or another ring (extra) holds more
+        # than STAGED_SIZE_BYTES_HIGH; the next turn then leaves the rings that feed it alone.
+        self._replies_backed_up = False
+        self._extra_backed_up = False
         self._requests = 0
         self._replies = 0
         self._replies_dropped = 0
@@ -410,15 +414,16 @@ class Processor:
         raise AssertionError("unreachable")
 
     def run_once(self, timeout_ms: int) -> int:
-        """One turn: every in-ring once, timers when due, replies out. Returns the records
-        handled; sleeps up to timeout_ms (negative: no limit) only when idle."""
+        """One turn: every in-ring once, timers when due, replies out, then a wait of up to
+        timeout_ms (negative: no limit) for more, which returns at once while a ring is readable
+        (codec.py's run_once says why in the same turn). Returns the records handled."""
         self._turn_count += 1
         work = 0
-        if not any(o.pending_size_bytes > STAGED_SIZE_BYTES_HIGH for o in self.codec_outboxes):
+        if not self._replies_backed_up:
             for inbox in self.other_inboxes:
                 if inbox.ring.readable():
                     work += self._drain_other(inbox)
-            if not any(o.pending_size_bytes > STAGED_SIZE_BYTES_HIGH for o in self.extra_outboxes):
+            if not self._extra_backed_up:
                 for inbox in self.worker_inboxes:
                     if inbox.ring.readable():
                         work += self._drain_worker(inbox)
@@ -429,8 +434,6 @@ class Processor:
             self.on_tick(now_ns)
             deadline_ns = self.next_deadline_ns()
         all_written = self._flush()
-        if work:
-            return work
         due_ns = self._tick_due_ns if deadline_ns is None else min(deadline_ns, self._tick_due_ns)
         wait_ms = max(0, -(-(due_ns - time.monotonic_ns()) // 1_000_000))
         if timeout_ms >= 0:
@@ -440,16 +443,28 @@ class Processor:
         for fd, _mask in self.sleeper.wait(wait_ms):
             if fd == self.wakeup_fd:
                 runtime.clear_wakeup_nowait()
-        return 0
+        return work
 
     def _flush(self) -> bool:
+        """Write what the rings take; True if nothing is left staged. Notes which outboxes are
+        backed up past STAGED_SIZE_BYTES_HIGH, which stops the next turn's drains."""
         all_written = True
+        replies_backed_up = False
         for outbox in self.codec_outboxes:
-            if outbox.pending_count:
-                all_written = outbox.flush_nowait() and all_written
+            if outbox.pending_count and not outbox.flush_nowait():
+                all_written = False
+                replies_backed_up = (
+                    replies_backed_up or outbox.pending_size_bytes > STAGED_SIZE_BYTES_HIGH
+                )
+        extra_backed_up = False
         for outbox in self.extra_outboxes:
-            if outbox.pending_count:
-                all_written = outbox.flush_nowait() and all_written
+            if outbox.pending_count and not outbox.flush_nowait():
+                all_written = False
+                extra_backed_up = (
+                    extra_backed_up or outbox.pending_size_bytes > STAGED_SIZE_BYTES_HIGH
+                )
+        self._replies_backed_up = replies_backed_up
+        self._extra_backed_up = extra_backed_up
         return all_written
 
     def _drain_worker(self, inbox: Inbox) -> int:

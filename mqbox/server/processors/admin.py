@@ -11,24 +11,42 @@ Owns, in admin.0 (the only process that holds them; topology.py sends it the pul
 - consumer offsets (consumer_offsets.py): QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15),
   COMMIT_OFFSET records from the pull processors, consumerOffset.json every 5 s while changed and
   at an orderly stop;
-- queue locks of orderly consumers (locks.py): LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42).
+- queue locks of orderly consumers (locks.py): LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42);
+- the calls to clients: GET_CONSUMER_RUNNING_INFO (307) from an admin tool is sent on to the
+  consumer's own connection and its answer relayed (below); RESET_CONSUMER_CLIENT_OFFSET (220)
+  goes to every online member of a group whose offsets were reset (10003 or Java's
+  INVOKE_BROKER_TO_RESET_OFFSET 222).
+The worker sends admin_records.ADMIN_ZERO_CODES and every client's response to a broker request
+to admin.0, whatever the connection, so any admin pool size serves them.
 And, in every admin processor: the store queries through a read-only MessageStoreReader bounded
 by the dispatcher's published counts (GET_MAX_OFFSET 30, GET_MIN_OFFSET 31,
 SEARCH_OFFSET_BY_TIMESTAMP 29, GET_EARLIEST_MSG_STORETIME 32, VIEW_MESSAGE_BY_ID 33, QUERY_MESSAGE
 12); topic admin through topics.py's file lock (UPDATE_AND_CREATE_TOPIC 17, DELETE_TOPIC_IN_BROKER
 215, GET_ALL_TOPIC_CONFIG 21; the services role sees topics.json change and registers again);
-mqbox's own admin views (below); MQBOX_NOOP; REQUEST_CODE_NOT_SUPPORTED (3, with the Java
-broker's remark) for every other code; and the admin pool's share of the base class's plumbing
+CHECK_CLIENT_CONFIG (46: SUCCESS for TAG subscriptions, as Java answers; SYSTEM_ERROR naming the
+expression type for SQL92 and the rest, Java's answer with enablePropertyFilter off, mqbox's
+only mode); mqbox's own admin views (below); MQBOX_NOOP; REQUEST_CODE_NOT_SUPPORTED (3, with the
+Java broker's remark) for every other code; and the admin pool's share of the base class's plumbing
 (the workers' REQUEST_FAILED and idle CLOSE_CONNECTION).
 
 DELETE_TOPIC_IN_BROKER removes the topic's configuration only (17 if there is none; system topics
 stay, 1): the consume queues belong to the dispatcher and committed offsets stay, as in Java.
-With more than one admin processor, admin.k (k > 0) answers admin_records.ADMIN_ZERO_CODES with
-SYSTEM_ERROR and a remark saying so, until the worker routes those codes to admin.0.
+Should admin.k (k > 0) ever get one of ADMIN_ZERO_CODES, it answers SYSTEM_ERROR with a remark
+(a worker bug; it holds no tables to answer from).
 
-Never: writes the store, holds a request (every answer goes out at once: the C++ client gives a
-lock request 1 s and closes its connection on a timeout), or answers a client's response to a
-broker request (counted and dropped).
+Never: writes the store, or holds a request other than a 307 waiting for its client (every other
+answer goes out at once: the C++ client gives a lock request 1 s and closes its connection on a
+timeout). A held 307 is a table entry, not a wait: the loop keeps serving everyone meanwhile.
+
+Calls to clients (307), as Java's AdminBrokerProcessor.callConsumer: the member named by ext
+`consumerGroup` and `clientId` must be online (else 1, "not online"); the request goes out on its
+connection with the admin's ext and body and an opaque from this process's counter, and the
+client's answer (code, remark, ext, body: the C++ body is not strict JSON, so it is relayed as
+bytes) becomes the admin's answer. No answer within `client_call_timeout_ms` (10 s, Java's
+callClient) gives 207 CONSUME_MSG_TIMEOUT, Java's code for that case; the client's connection
+closing first gives 1 at once; more than CLIENT_CALL_COUNT_MAX calls in flight give 2
+SYSTEM_BUSY. A client's response that matches no call (an answer to a oneway 40 or 220, or one
+that came too late) is counted and dropped.
 
 Bad input: a typed header or body that does not parse is answered SYSTEM_ERROR (1) with a remark
 naming the field (RemoteProtocolError, answered by the base class); a group name outside
@@ -58,10 +76,21 @@ keeps mqbox's CLI off RocketMQ's numbers). Every ext value is a string, every bo
 - MQBOX_RESET_CONSUMER_OFFSET (10003): ext `consumerGroup`, `topic`, `to` ("earliest", "latest"
   or "timestamp") and, for "timestamp", `timestamp` (ms). Sets the group's index of every read
   queue of the topic (to minOffset, maxOffset, or SEARCH_OFFSET_BY_TIMESTAMP's answer), saves
-  consumerOffset.json at once, and answers {"group", "topic", "queues": [{"queueId",
-  "previousOffset", "offset"}]}. Live consumers keep their own position and commit it again
-  within 5 s, so stop the group first (mqadmin's resetOffsetByTime without a live client does the
-  same).
+  consumerOffset.json at once, sends RESET_CONSUMER_CLIENT_OFFSET (220) to every online member
+  of the group, and answers {"group", "topic", "queues": [{"queueId", "previousOffset",
+  "offset"}], "clientsNotified"}.
+
+Offset resets reach live consumers as Java's Broker2Client.resetOffset tells them: a oneway 220
+on each member's connection, ext `topic`, `group`, `timestamp` (ms; -1 for latest, 0 for
+earliest) and `isForce`, body the new offset table. The body is ResetOffsetBodyForC (a JSON list)
+for members whose heartbeat said language CPP, and ResetOffsetBody (keyed by message queue, not
+JSON) for the others, since neither client reads the other's form (admin_records.py). The C++
+client drops its pull requests of those queues, commits the new offsets (15), and rebalances,
+which starts them again from the broker's offset. Java's INVOKE_BROKER_TO_RESET_OFFSET (222, ext
+`topic`, `group`, `timestamp` with -1 for the max offset, `isForce`) does the same, with Java's
+rules: without isForce a queue only moves back; no online member gives 206 CONSUMER_NOT_ONLINE
+and changes nothing; the answer's body is ResetOffsetBody. Unlike Java, mqbox also stores the new
+offsets itself, so a client that ignores 220 cannot leave the broker's table stale for long.
 """
 
 from __future__ import annotations
@@ -76,8 +105,16 @@ from typing import Any, Final, NoReturn
 
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.message import STORETIMESTAMP_POSITION_BYTES
-from mqbox.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode
-from mqbox.protocol.command import RemotingCommand, dumps_json, encode_header, make_request
+from mqbox.protocol.codes import FLAG_RESPONSE, LanguageCode, RequestCode, ResponseCode
+from mqbox.protocol.command import (
+    INT64_MAX,
+    INT64_MIN,
+    RemotingCommand,
+    dumps_json,
+    encode_header,
+    loads_json,
+    make_request,
+)
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.headers import (
     ConsumerGroupRequestHeader,
@@ -94,16 +131,19 @@ from mqbox.protocol.headers import (
     QueryMessageResponseHeader,
     QueueRequestHeader,
     SearchOffsetRequestHeader,
+    SubscriptionData,
     UnregisterClientRequestHeader,
     UpdateAndCreateTopicRequestHeader,
     UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
+    parse_bool,
     validate_topic,
 )
 from mqbox.protocol.headers import TopicConfig as WireTopicConfig
 from mqbox.server import admin_records, runtime
 from mqbox.server.admin_records import (
     ADMIN_ZERO_CODES,
+    INVOKE_BROKER_TO_RESET_OFFSET,
     MQBOX_CODE_FIRST,
     MQBOX_CODE_LAST,
     MQBOX_CONSUMER_PROGRESS,
@@ -175,6 +215,10 @@ QUERY_MESSAGE_BODY_SIZE_BYTES_MAX: Final = 8 << 20  # stay well below the 16 MiB
 TOPIC_QUEUE_COUNT_MAX: Final = 1024  # as many as BenchmarkTest, the largest system topic
 PERM_MAX: Final = 0xF
 _STORE_TIMESTAMP: Final = struct.Struct(">q")
+CLIENT_CALL_TIMEOUT_MS_DEFAULT: Final = 10_000  # Java's Broker2Client.callClient
+CLIENT_CALL_COUNT_MAX: Final = 1024  # calls to clients (307) in flight at once
+RESET_TIMESTAMP_LATEST: Final = -1  # 220/222 `timestamp` meaning "the max offset" (Java)
+EXPRESSION_TYPE_TAG: Final = "TAG"
 REMARK_NO_CONSUMER: Final = "no consumer for this group"
 REMARK_QUERY_NOT_FOUND: Final = "mqbox: nothing committed, and the queue no longer starts at 0"
 
@@ -192,43 +236,23 @@ def _required(ext: dict[str, str], key: str, where: str) -> str:
     return value
 
 
+def _shown(text: str) -> str:
+    """Text from outside, cut short for a remark."""
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
 def _required_int(ext: dict[str, str], key: str, where: str) -> int:
+    """A required 64-bit integer field (Java's long), as headers.py reads them."""
     text = _required(ext, key, where)
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise RemoteProtocolError(
             f"{where}: field {key!r} is {text[:40]!r}, not an integer"
         ) from None
-
-
-class AdminTopicStore(TopicConfigStore):
-    """topics.py's store plus the two changes only topic admin makes: replace and delete.
-
-    Both run under topics.py's lock with the table re-read inside it, like create_if_absent.
-    TODO(#5): move `put` and `delete` into topics.py (its owner's file) and drop this class.
-    """
-
-    def put(self, config: TopicConfig) -> bool:
-        """Create or replace the topic; False if the table held exactly this already."""
-        assert validate_topic(config.topic_name) is None
-        with self._locked():
-            if self._table.topics.get(config.topic_name) == config:
-                return False
-            topics = dict(self._table.topics)
-            topics[config.topic_name] = config
-            self._save(topics)
-        return True
-
-    def delete(self, topic: str) -> bool:
-        """Remove the topic; False if the table did not hold it."""
-        with self._locked():
-            if topic not in self._table.topics:
-                return False
-            topics = dict(self._table.topics)
-            del topics[topic]
-            self._save(topics)
-        return True
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise RemoteProtocolError(f"{where}: field {key!r} = {text[:40]} does not fit 64 bits")
+    return value
 
 
 class StoreView:
@@ -280,6 +304,8 @@ class StoreView:
             count = counters.entry_count(topic.encode("utf-8"), queue_id)
             if count is not None:
                 reader.observe_max_offset(topic, queue_id, count)
+        if self._positions is not None:
+            reader.observe_commit_log_min(self._positions.min_log_offset_bytes)
         return reader
 
     def for_log(self) -> MessageStoreReader | None:
@@ -332,6 +358,20 @@ class AdminStatistics:
     producer_count: int
     offsets_persisted: int
     locks_held: int
+    client_calls_pending: int  # 307s waiting for their client
+    client_calls_relayed: int
+    client_calls_failed: int  # timed out, or the client's connection closed first
+    reset_notices_sent: int  # RESET_CONSUMER_CLIENT_OFFSET requests
+
+
+@dataclasses.dataclass(slots=True)
+class _ClientCall:
+    """A 307 sent on to a client, waiting for its answer."""
+
+    request: Request  # the admin's request, answered with the client's response
+    group: str
+    client_id: str
+    deadline_ns: int  # self.clock_ns() terms
 
 
 class AdminProcessor(Processor):
@@ -348,9 +388,12 @@ class AdminProcessor(Processor):
         client_expiry_ms: int = CLIENT_EXPIRY_MS_DEFAULT,
         lock_lifetime_ms: int = LOCK_LIFETIME_MS_DEFAULT,
         offset_persist_interval_ms: int = PERSIST_INTERVAL_MS_DEFAULT,
+        client_call_timeout_ms: int = CLIENT_CALL_TIMEOUT_MS_DEFAULT,
         **options: Any,
     ) -> None:
         super().__init__(ctx, **options)
+        assert client_call_timeout_ms > 0
+        self.client_call_timeout_ns = client_call_timeout_ms * 1_000_000
         self.clock_ns = clock_ns
         self.wall_clock_ms = wall_clock_ms
         # admin.0 owns the client, offset and lock tables and the files behind them.
@@ -362,7 +405,7 @@ class AdminProcessor(Processor):
             persist_interval_ns=offset_persist_interval_ms * 1_000_000,
         )
         self.locks = QueueLocks(lifetime_ns=lock_lifetime_ms * 1_000_000)
-        self.topics = AdminTopicStore(ctx.store_root, ctx.broker)
+        self.topics = TopicConfigStore(ctx.store_root, ctx.broker)
         self.store = StoreView(ctx, clock_ns)
         self.subscription_groups: SubscriptionGroupTable = SubscriptionGroupTable()
         if self.owns_state:
@@ -371,8 +414,9 @@ class AdminProcessor(Processor):
                 self.config_dir, use_backup_if_corrupt=True
             )
         self._system_topic_names = frozenset(t.topic_name for t in system_topics(ctx.broker))
-        self._groups_ensured: set[str] = set()
         self._notify_pending: set[str] = set()
+        # (client conn id, opaque of the request sent to it) -> the 307 waiting for the answer
+        self._client_calls: dict[tuple[int, int], _ClientCall] = {}
         self._notify_opaques = self._opaque_counter()
         self._subscriptions_version = 0
         self._housekeeping_due_ns = clock_ns() + HOUSEKEEPING_INTERVAL_NS
@@ -393,6 +437,9 @@ class AdminProcessor(Processor):
             RequestCode.UPDATE_AND_CREATE_TOPIC: self._update_and_create_topic,
             RequestCode.DELETE_TOPIC_IN_BROKER: self._delete_topic,
             RequestCode.GET_ALL_TOPIC_CONFIG: self._all_topic_config,
+            RequestCode.CHECK_CLIENT_CONFIG: self._check_client_config,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: self._consumer_running_info,
+            INVOKE_BROKER_TO_RESET_OFFSET: self._invoke_broker_to_reset_offset,
             MQBOX_NOOP: self._acknowledge,
             MQBOX_TOPIC_STATUS: self._topic_status,
             MQBOX_CONSUMER_PROGRESS: self._consumer_progress,
@@ -404,6 +451,9 @@ class AdminProcessor(Processor):
         self._commit_records = 0
         self._commit_records_refused = 0
         self._subscriptions_file_writes = 0
+        self._client_calls_relayed = 0
+        self._client_calls_failed = 0
+        self._reset_notices_sent = 0
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -423,7 +473,7 @@ class AdminProcessor(Processor):
 
     def handle(self, request: Request) -> None:
         if request.flag & FLAG_RESPONSE:
-            self.client_responses += 1  # to a NOTIFY_CONSUMER_IDS_CHANGED: nothing waits for it
+            self._on_client_response(request)
             return
         handler = self.handlers.get(request.code)
         if handler is None:
@@ -437,7 +487,7 @@ class AdminProcessor(Processor):
                     ResponseCode.SYSTEM_ERROR,
                     {},
                     remark=f"mqbox: {self.role_id} does not hold the client and offset tables; "
-                    f"the worker must route code {request.code} to admin.0",
+                    f"code {request.code} belongs to admin.0 (a routing bug in the worker)",
                 ),
             )
             return
@@ -448,6 +498,10 @@ class AdminProcessor(Processor):
     def on_connection_closed(self, event: ConnectionEvent) -> None:
         if self.owns_state:
             self._apply(self.clients.connection_closed(event.conn_id))
+        if self._client_calls:
+            for key in [key for key in self._client_calls if key[0] == event.conn_id]:
+                call = self._client_calls.pop(key)
+                self._fail_client_call(call, ResponseCode.SYSTEM_ERROR, "its connection closed")
 
     def on_record(self, producer: str, record_type: int, payload: memoryview) -> None:
         if record_type != admin_records.COMMIT_OFFSET:
@@ -468,6 +522,8 @@ class AdminProcessor(Processor):
     def on_tick(self, now_ns: int) -> None:
         self._send_notifications()
         clock_now_ns = self.clock_ns()
+        if self._client_calls:
+            self._expire_client_calls(clock_now_ns)
         if clock_now_ns >= self._housekeeping_due_ns:
             self._housekeeping_due_ns = clock_now_ns + HOUSEKEEPING_INTERVAL_NS
             self.housekeeping(clock_now_ns)
@@ -521,12 +577,40 @@ class AdminProcessor(Processor):
         body = ConsumerListBody(tuple(client_ids)).to_json()
         return request.make_response(ResponseCode.SUCCESS, {}, body=body)
 
+    def _check_client_config(self, request: Request) -> RemotingCommand:
+        """CHECK_CLIENT_CONFIG (46), as Java's ClientManageProcessor answers it with
+        enablePropertyFilter off: TAG subscriptions (type absent, "" or "TAG") and a body
+        without subscriptionData are fine; any other expression type cannot be served."""
+        where = "CheckClientRequestBody"
+        body = request.command.body
+        if not body:
+            raise RemoteProtocolError(f"{where}: the body is empty")
+        document = loads_json(body)
+        if not isinstance(document, dict):
+            raise RemoteProtocolError(f"{where}: the body is not a JSON object")
+        value = document.get("subscriptionData")
+        if value is None:
+            return request.make_response(ResponseCode.SUCCESS, {})
+        subscription = SubscriptionData.from_json_value(value, f"{where}.subscriptionData")
+        expression_type = subscription.expression_type
+        if expression_type in ("", EXPRESSION_TYPE_TAG):
+            return request.make_response(ResponseCode.SUCCESS, {})
+        return request.make_response(
+            ResponseCode.SYSTEM_ERROR,
+            {},
+            remark=f"The broker does not support consumer to filter message by "
+            f"{_shown(expression_type)}: mqbox filters by TAG only",
+        )
+
     def _ensure_group(self, group: str) -> None:
-        """A consumer group's subscription group config and `%RETRY%<group>` topic, made on its
-        first heartbeat as the Java broker makes them (remoting-protocol.md section 4.3)."""
-        if group in self._groups_ensured:
-            return
+        """A consumer group's subscription group config and `%RETRY%<group>` topic, made by a
+        heartbeat when missing, as the Java broker makes them (remoting-protocol.md section
+        4.3). Looked at on every heartbeat (two dict lookups), so a retry topic deleted by any
+        admin processor comes back with the group's next heartbeat."""
         config = self.subscription_groups.groups.get(group)
+        retry_topic = RETRY_GROUP_TOPIC_PREFIX + group
+        if config is not None and self.topics.get(retry_topic) is not None:
+            return
         if config is None and self.ctx.broker.auto_create_subscription_group:
             config = SubscriptionGroupConfig(group)
             groups = dict(self.subscription_groups.groups)
@@ -538,16 +622,11 @@ class AdminProcessor(Processor):
             )
             config_files.save_subscription_groups(self.config_dir, table)
             self.subscription_groups = table
-        if config is not None:
-            retry_topic = RETRY_GROUP_TOPIC_PREFIX + group
-            if validate_topic(retry_topic) is None:
-                queue_count = max(1, config.retry_queue_nums)
-                self.topics.create_if_absent(
-                    TopicConfig(retry_topic, queue_count, queue_count, PERM_READ_WRITE)
-                )
-            else:
-                log.warning("group %s: %s is not a legal topic name", group, retry_topic)
-        self._groups_ensured.add(group)
+        if config is not None and validate_topic(retry_topic) is None:
+            queue_count = max(1, config.retry_queue_nums)
+            self.topics.create_if_absent(
+                TopicConfig(retry_topic, queue_count, queue_count, PERM_READ_WRITE)
+            )
 
     def _apply(self, change: ClientChange) -> None:
         """Act on what a client table change did: the pulls' file, then notices at turn end."""
@@ -585,11 +664,114 @@ class AdminProcessor(Processor):
                 self._notifications_sent += 1
 
     def send_request(self, conn_id: int, command: RemotingCommand) -> None:
-        """Send a broker request to a client on its connection (module docstring)."""
+        """Send a broker request to a client on its connection (module docstring): oneway (40,
+        220), or a call (307) whose answer comes back through handle() with the same opaque."""
         assert command.flag & FLAG_RESPONSE == 0
-        assert command.flag & FLAG_ONEWAY, "nothing here waits for a client's answer"
+        assert NOTIFY_OPAQUE_FIRST <= command.opaque <= NOTIFY_OPAQUE_LAST
         header = encode_header(command)
         self._append_reply(conn_id, command, header, b"", len(command.body), command.body)
+
+    # -- calls to clients -------------------------------------------------------------------------
+
+    def _consumer_running_info(self, request: Request) -> RemotingCommand | None:
+        """307 from an admin: send it on to the consumer and answer later with its response
+        (module docstring); None when the call is out."""
+        command = request.command
+        ext = command.ext_fields
+        where = "GetConsumerRunningInfoRequestHeader"
+        group = _required(ext, "consumerGroup", where)
+        client_id = _required(ext, "clientId", where)
+        self._check_group(group)
+        member = self.clients.consumer_member(group, client_id)
+        if member is None:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                {},
+                remark=f"The Consumer <{group}> <{_shown(client_id)}> not online",
+            )
+        if len(self._client_calls) >= CLIENT_CALL_COUNT_MAX:
+            return request.make_response(
+                ResponseCode.SYSTEM_BUSY,
+                {},
+                remark=f"mqbox: {CLIENT_CALL_COUNT_MAX} calls to clients are in flight already",
+            )
+        header_size = len(encode_header(command))
+        if header_size + len(command.body) > self.frame_size_bytes_max // 2:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR, {}, remark="mqbox: the request is too large to forward"
+            )
+        opaque = next(self._notify_opaques)
+        self.send_request(
+            member.conn_id,
+            make_request(
+                RequestCode.GET_CONSUMER_RUNNING_INFO, opaque, dict(ext), body=command.body
+            ),
+        )
+        deadline_ns = self.clock_ns() + self.client_call_timeout_ns
+        self._client_calls[(member.conn_id, opaque)] = _ClientCall(
+            request, group, client_id, deadline_ns
+        )
+        return None
+
+    def _on_client_response(self, response: Request) -> None:
+        """A client answered a broker request: relay it if a 307 waits for it, else drop it."""
+        call = self._client_calls.pop((response.conn_id, response.opaque), None)
+        if call is None:
+            self.client_responses += 1  # to a oneway 40 or 220, or too late: nothing waits
+            return
+        answer = response.command
+        self._client_calls_relayed += 1
+        self.reply(
+            call.request,
+            call.request.make_response(
+                answer.code, dict(answer.ext_fields), remark=answer.remark, body=answer.body
+            ),
+        )
+
+    def _expire_client_calls(self, now_ns: int) -> None:
+        expired = [key for key, call in self._client_calls.items() if call.deadline_ns <= now_ns]
+        timeout_ms = self.client_call_timeout_ns // 1_000_000
+        for key in expired:
+            call = self._client_calls.pop(key)
+            why = f"no answer within {timeout_ms} ms"
+            self._fail_client_call(call, ResponseCode.CONSUME_MSG_TIMEOUT, why)
+
+    def _fail_client_call(self, call: _ClientCall, code: int, why: str) -> None:
+        self._client_calls_failed += 1
+        remark = f"mqbox: consumer <{call.group}> <{_shown(call.client_id)}>: {why}"
+        self.reply(call.request, call.request.make_response(code, {}, remark=remark))
+
+    def _notify_offset_reset(
+        self, group: str, topic: str, offsets: dict[int, int], timestamp_ms: int, is_force: bool
+    ) -> int:
+        """RESET_CONSUMER_CLIENT_OFFSET (220, oneway) to every online member of the group, in
+        its language's body form (module docstring); how many were told."""
+        members = self.clients.consumer_members(group)
+        if not members:
+            return 0
+        ext = {
+            "topic": topic,
+            "group": group,
+            "timestamp": str(timestamp_ms),
+            "isForce": "true" if is_force else "false",
+        }
+        broker_name = self.ctx.broker.broker_name
+        body_cpp = admin_records.encode_reset_offset_body_cpp(broker_name, topic, offsets)
+        body_java = admin_records.encode_reset_offset_body_java(broker_name, topic, offsets)
+        for member in members:
+            body = body_cpp if member.language == LanguageCode.CPP.name else body_java
+            self.send_request(
+                member.conn_id,
+                make_request(
+                    RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                    next(self._notify_opaques),
+                    dict(ext),
+                    body=body,
+                    oneway=True,
+                ),
+            )
+        self._reset_notices_sent += len(members)
+        return len(members)
 
     @staticmethod
     def _opaque_counter() -> Iterator[int]:
@@ -608,15 +790,41 @@ class AdminProcessor(Processor):
         if queue_id < 0:
             raise RemoteProtocolError(f"queueId: {queue_id} is negative")
 
+    def _unknown_queue(self, request: Request, topic: str, queue_id: int) -> RemotingCommand | None:
+        """_unknown_topic's answer, or SYSTEM_ERROR for a queue id the topic does not have
+        (negative, or at least max(read, write queue count)); None for a queue that exists.
+        Java answers such queues as empty ones; mqbox refuses them, so no offset is ever
+        committed for a queue that cannot exist."""
+        self._check_queue_id(queue_id)
+        config = self._topic_or_error(request, topic)
+        if isinstance(config, RemotingCommand):
+            return config
+        queue_count = max(config.read_queue_nums, config.write_queue_nums)
+        if queue_id >= queue_count:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                {},
+                remark=f"mqbox: queueId {queue_id} is illegal: topic {topic} has {queue_count} "
+                "queues",
+            )
+        return None
+
     def _unknown_topic(self, request: Request, topic: str) -> RemotingCommand | None:
-        """17 TOPIC_NOT_EXIST if topics.json does not hold `topic` (looked at afresh on a miss,
-        as another process may have made it a moment ago); None if it does."""
-        if self.topics.get(topic) is not None or self.topics.get_fresh(topic) is not None:
-            return None
+        """17 TOPIC_NOT_EXIST if topics.json does not hold `topic`; None if it does."""
+        found = self._topic_or_error(request, topic)
+        return found if isinstance(found, RemotingCommand) else None
+
+    def _topic_or_error(self, request: Request, topic: str) -> TopicConfig | RemotingCommand:
+        """The topic's configuration (looked at afresh on a miss, as another process may have
+        made it a moment ago), or 17 TOPIC_NOT_EXIST. Callers keep the configuration they got:
+        asking again may find the topic deleted meanwhile."""
+        config = self.topics.get(topic) or self.topics.get_fresh(topic)
+        if config is not None:
+            return config
         return request.make_response(
             ResponseCode.TOPIC_NOT_EXIST,
             {},
-            remark=f"mqbox: topic {topic} does not exist on this broker",
+            remark=f"mqbox: topic {_shown(topic)} does not exist on this broker",
         )
 
     def _no_store(self, request: Request) -> RemotingCommand:
@@ -627,8 +835,7 @@ class AdminProcessor(Processor):
     def _query_consumer_offset(self, request: Request) -> RemotingCommand:
         header = QueryConsumerOffsetRequestHeader.from_ext(request.command.ext_fields)
         self._check_group(header.consumer_group)
-        self._check_queue_id(header.queue_id)
-        error = self._unknown_topic(request, header.topic)
+        error = self._unknown_queue(request, header.topic, header.queue_id)
         if error is not None:
             return error
         committed = self.offsets.query(header.consumer_group, header.topic, header.queue_id)
@@ -649,8 +856,7 @@ class AdminProcessor(Processor):
     def _update_consumer_offset(self, request: Request) -> RemotingCommand:
         header = UpdateConsumerOffsetRequestHeader.from_ext(request.command.ext_fields)
         self._check_group(header.consumer_group)
-        self._check_queue_id(header.queue_id)
-        error = self._unknown_topic(request, header.topic)
+        error = self._unknown_queue(request, header.topic, header.queue_id)
         if error is not None:
             return error
         if header.commit_queue_index < 0:
@@ -669,8 +875,7 @@ class AdminProcessor(Processor):
     def _queue_reader(
         self, request: Request, header: QueueRequestHeader | SearchOffsetRequestHeader
     ) -> MessageStoreReader | RemotingCommand:
-        self._check_queue_id(header.queue_id)
-        error = self._unknown_topic(request, header.topic)
+        error = self._unknown_queue(request, header.topic, header.queue_id)
         if error is not None:
             return error
         reader = self.store.for_queue(header.topic, header.queue_id)
@@ -836,7 +1041,6 @@ class AdminProcessor(Processor):
                 {},
                 remark=f"mqbox: topic {header.topic} does not exist on this broker",
             )
-        self._groups_ensured.clear()  # a deleted %RETRY% topic comes back on the next heartbeat
         return request.make_response(ResponseCode.SUCCESS, {})
 
     def _all_topic_config(self, request: Request) -> RemotingCommand:
@@ -869,11 +1073,9 @@ class AdminProcessor(Processor):
 
     def _topic_status(self, request: Request) -> RemotingCommand:
         topic = _required(request.command.ext_fields, "topic", "MQBOX_TOPIC_STATUS")
-        error = self._unknown_topic(request, topic)
-        if error is not None:
-            return error
-        config = self.topics.get(topic)
-        assert config is not None
+        config = self._topic_or_error(request, topic)
+        if isinstance(config, RemotingCommand):
+            return config
         queues: list[dict[str, int]] = []
         for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
             reader = self.store.for_queue(topic, queue_id)
@@ -963,25 +1165,19 @@ class AdminProcessor(Processor):
                 f"{where}: field 'to' is {target[:40]!r}, not earliest, latest or timestamp"
             )
         timestamp_ms = _required_int(ext, "timestamp", where) if target == RESET_TO_TIMESTAMP else 0
-        error = self._unknown_topic(request, topic)
-        if error is not None:
-            return error
-        config = self.topics.get(topic)
-        assert config is not None
-        offsets: dict[int, int] = {}
-        for queue_id in range(config.read_queue_nums):
-            reader = self.store.for_queue(topic, queue_id)
-            if reader is None:
-                return self._no_store(request)
-            if target == RESET_TO_EARLIEST:
-                offsets[queue_id] = reader.min_offset(topic, queue_id)
-            elif target == RESET_TO_LATEST:
-                offsets[queue_id] = reader.max_offset(topic, queue_id)
-            else:
-                offsets[queue_id] = reader.search_offset_by_timestamp(topic, queue_id, timestamp_ms)
+        config = self._topic_or_error(request, topic)
+        if isinstance(config, RemotingCommand):
+            return config
+        offsets = self._reset_targets(config, target, timestamp_ms)
+        if offsets is None:
+            return self._no_store(request)
         previous = self.offsets.topic_offsets(group, topic)
         self.offsets.replace_topic(group, topic, offsets, self.clock_ns())
         self.offsets.persist_now()
+        # What 220 says the reset was, in Java's terms: a time, or -1 for the max offset.
+        latest = target == RESET_TO_LATEST
+        notice_timestamp_ms = RESET_TIMESTAMP_LATEST if latest else timestamp_ms
+        notified = self._notify_offset_reset(group, topic, offsets, notice_timestamp_ms, True)
         body = dumps_json(
             {
                 "group": group,
@@ -994,7 +1190,73 @@ class AdminProcessor(Processor):
                     }
                     for queue_id, queue_index in sorted(offsets.items())
                 ],
+                "clientsNotified": notified,
             }
+        )
+        return request.make_response(ResponseCode.SUCCESS, {}, body=body)
+
+    def _reset_targets(
+        self, config: TopicConfig, target: str, timestamp_ms: int
+    ) -> dict[int, int] | None:
+        """queue id -> the index a reset to `target` gives, for every read queue of the topic;
+        None while the store is not readable."""
+        topic = config.topic_name
+        offsets: dict[int, int] = {}
+        for queue_id in range(config.read_queue_nums):
+            reader = self.store.for_queue(topic, queue_id)
+            if reader is None:
+                return None
+            if target == RESET_TO_EARLIEST:
+                queue_index = reader.min_offset(topic, queue_id)
+            elif target == RESET_TO_LATEST:
+                queue_index = reader.max_offset(topic, queue_id)
+            else:
+                queue_index = reader.search_offset_by_timestamp(topic, queue_id, timestamp_ms)
+            offsets[queue_id] = max(0, queue_index)
+        return offsets
+
+    def _invoke_broker_to_reset_offset(self, request: Request) -> RemotingCommand:
+        """Java's INVOKE_BROKER_TO_RESET_OFFSET (222) with Java's rules (module docstring)."""
+        ext = request.command.ext_fields
+        where = "ResetOffsetRequestHeader"
+        topic = _required(ext, "topic", where)
+        group = _required(ext, "group", where)
+        self._check_group(group)
+        timestamp_ms = _required_int(ext, "timestamp", where)
+        is_force = parse_bool(ext.get("isForce", ""))
+        config = self.topics.get(topic) or self.topics.get_fresh(topic)
+        if config is None:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                {},
+                remark=f"[reset-offset] reset offset failed, no topic in this broker. "
+                f"topic={_shown(topic)}",
+            )
+        if timestamp_ms == RESET_TIMESTAMP_LATEST:
+            targets = self._reset_targets(config, RESET_TO_LATEST, 0)
+        else:
+            targets = self._reset_targets(config, RESET_TO_TIMESTAMP, timestamp_ms)
+        if targets is None:
+            return self._no_store(request)
+        committed = self.offsets.topic_offsets(group, topic)
+        offsets = {
+            queue_id: target
+            if is_force or queue_id not in committed or target < committed[queue_id]
+            else committed[queue_id]
+            for queue_id, target in targets.items()
+        }
+        if not self.clients.consumer_members(group):
+            return request.make_response(
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                {},
+                remark=f"Consumer not online, so can not reset offset, Group: {group} "
+                f"Topic: {topic} Timestamp: {timestamp_ms}",
+            )
+        self.offsets.replace_topic(group, topic, offsets, self.clock_ns())
+        self.offsets.persist_now()
+        self._notify_offset_reset(group, topic, offsets, timestamp_ms, is_force)
+        body = admin_records.encode_reset_offset_body_java(
+            self.ctx.broker.broker_name, topic, offsets
         )
         return request.make_response(ResponseCode.SUCCESS, {}, body=body)
 
@@ -1014,6 +1276,10 @@ class AdminProcessor(Processor):
             producer_count=clients.producer_count,
             offsets_persisted=self.offsets.statistics().persist_count,
             locks_held=self.locks.statistics().lock_count,
+            client_calls_pending=len(self._client_calls),
+            client_calls_relayed=self._client_calls_relayed,
+            client_calls_failed=self._client_calls_failed,
+            reset_notices_sent=self._reset_notices_sent,
         )
 
     def close(self) -> None:

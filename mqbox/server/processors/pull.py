@@ -30,8 +30,15 @@ Subscriptions: with the SUBSCRIPTION bit clear (the Java push consumer's default
 subscription comes from its heartbeat, which admin.0 writes to config/mqboxSubscriptions.json
 (admin_records.GroupSubscriptionsReader); none gives 24, an older one 25. The commitOffset
 piggyback (bit 0) goes to admin.0, the offsets' one owner, on the pull's first run only.
-Not yet: a held pull of a connection that closed stays held until its timeout (the worker tells
-only admin processors about closed connections); its answer is then dropped by the reactor.
+
+Closed connections: the worker sends CONNECTION_CLOSED to pull.(conn % P), the processor that
+got the connection's pulls, on the same ring and so after them; every pull held for it (and
+every error answer waiting out its delay) is dropped then, instead of at its timeout.
+
+MQBOX_PULL_STATUS (10004, admin_records.py; the worker routes it like a pull, so it reaches
+pull.(conn % P)): no ext; body {"role", "pulls", "found", "empty", "heldNow", "holds", "woken",
+"timedOut", "releasedOnClose", "errors"}, this process's PullStatistics. With P > 1 each
+connection sees one pull processor; "role" says which.
 """
 
 from __future__ import annotations
@@ -56,18 +63,24 @@ from mqbox.protocol.codes import (
     RequestCode,
     ResponseCode,
 )
-from mqbox.protocol.command import RemotingCommand
+from mqbox.protocol.command import RemotingCommand, dumps_json
 from mqbox.protocol.headers import (
     PullMessageRequestHeader,
     PullMessageResponseHeader,
     validate_topic,
 )
 from mqbox.server import admin_records, records
-from mqbox.server.admin_records import GroupSubscriptionsReader
+from mqbox.server.admin_records import MQBOX_PULL_STATUS, GroupSubscriptionsReader
 from mqbox.server.client_manager import group_name_problem
 from mqbox.server.processors import Processor, Request, run_processor
-from mqbox.server.queue_counters import QueueCounters, queue_counters_name, queue_key
-from mqbox.server.records import Outbox
+from mqbox.server.queue_counters import (
+    QueueCounters,
+    StorePositions,
+    queue_counters_name,
+    queue_key,
+    store_positions_name,
+)
+from mqbox.server.records import ConnectionEvent, Outbox
 from mqbox.server.store_writer import store_config_of
 from mqbox.server.topics import PERM_READ_WRITE, RETRY_GROUP_TOPIC_PREFIX, TopicConfigStore
 from mqbox.server.topology import RoleContext, RoleKind
@@ -142,6 +155,7 @@ class PullStatistics:
     holds: int
     woken: int
     timed_out: int
+    released_on_close: int  # held pulls dropped because their connection closed
     errors: int
 
 
@@ -168,6 +182,9 @@ class PullProcessor(Processor):
         self.short_polling_time_ms = broker.short_polling_time_ms
         self.reader = MessageStoreReader.open(ctx.store_root, store_config_of(ctx))
         self.counters = QueueCounters.attach(queue_counters_name(ctx.instance))
+        # The commit log's minimum, moved by the store writer just before it unlinks a
+        # segment: reads below it answer "offset moved" instead of meeting a gone file.
+        self.positions = StorePositions.attach(store_positions_name(ctx.instance))
         self.topics = TopicConfigStore(ctx.store_root, broker)
         # Consumer offsets have one owner, admin.0: commits piggybacked on pulls go there.
         admin0 = ctx.topology.roles_of(RoleKind.ADMIN)[0].role_id
@@ -182,6 +199,8 @@ class PullProcessor(Processor):
         self._tag_filters: dict[str, NDArray[np.int64]] = {}
         self._held: dict[int, list[_Held]] = {}
         self._held_count = 0
+        # conn id -> opaque -> what waits for that connection (held pulls, delayed errors)
+        self._waiting_by_conn: dict[int, dict[int, _Held]] = {}
         self._timers: list[tuple[int, int, _Held]] = []
         self._timer_sequence = itertools.count()
         self._pulls = 0
@@ -190,12 +209,16 @@ class PullProcessor(Processor):
         self._holds = 0
         self._woken = 0
         self._timed_out = 0
+        self._released_on_close = 0
         self._errors = 0
 
     # -- requests ---------------------------------------------------------------------------------
 
     def handle(self, request: Request) -> None:
         if request.code != PULL_CODE:
+            if request.code == MQBOX_PULL_STATUS:
+                self.reply(request, self._status_response(request))
+                return
             super().handle(request)
             return
         header = PullMessageRequestHeader.from_command(request.command)
@@ -343,6 +366,7 @@ class PullProcessor(Processor):
         count = self._published_count(queue)
         if count is not None:
             self.reader.observe_max_offset(queue.topic, queue.queue_id, count)
+        self.reader.observe_commit_log_min(self.positions.min_log_offset_bytes)
         count_max = header.message_count_max
         if count_max < 1:
             count_max = 1
@@ -388,6 +412,7 @@ class PullProcessor(Processor):
         deadline_ns = time.monotonic_ns() + self.error_delay_ns
         held = _Held(request, None, None, NO_TAG_FILTER, deadline_ns, response)
         heapq.heappush(self._timers, (held.deadline_ns, next(self._timer_sequence), held))
+        self._waiting_by_conn.setdefault(request.conn_id, {})[request.opaque] = held
 
     # -- long polling -----------------------------------------------------------------------------
 
@@ -404,8 +429,42 @@ class PullProcessor(Processor):
         heapq.heappush(self._timers, (held.deadline_ns, next(self._timer_sequence), held))
         if self.long_polling_enable:
             self._held.setdefault(queue.key, []).append(held)
+        self._waiting_by_conn.setdefault(request.conn_id, {})[request.opaque] = held
         self._held_count += 1
         self._holds += 1
+
+    def _finish(self, held: _Held) -> None:
+        """`held` is answered or dropped now: out of the timers' way and its connection's."""
+        assert not held.done
+        held.done = True
+        if held.response is None:
+            self._held_count -= 1
+        request = held.request
+        waiting = self._waiting_by_conn.get(request.conn_id)
+        if waiting is not None and waiting.get(request.opaque) is held:
+            del waiting[request.opaque]
+            if not waiting:
+                del self._waiting_by_conn[request.conn_id]
+
+    def on_connection_closed(self, event: ConnectionEvent) -> None:
+        """Drop what waits for the closed connection: its answers could only be dropped by the
+        reactor, and a held pull kept until its timeout costs a table entry for 15 s or more."""
+        waiting = self._waiting_by_conn.pop(event.conn_id, None)
+        if waiting is None:
+            return
+        for held in waiting.values():
+            if held.done:
+                continue
+            held.done = True  # the timer and the queue's list skip it from now on
+            if held.response is None:
+                self._held_count -= 1
+                self._released_on_close += 1
+                assert held.queue is not None
+                queue_waiting = self._held.get(held.queue.key)
+                if queue_waiting is not None:
+                    queue_waiting.remove(held)
+                    if not queue_waiting:
+                        del self._held[held.queue.key]
 
     def on_record(self, producer: str, record_type: int, payload: memoryview) -> None:
         if record_type != records.QUEUES_GREW:
@@ -433,8 +492,7 @@ class PullProcessor(Processor):
             if count is None or count <= held.header.queue_index:
                 still.append(held)
                 continue
-            held.done = True
-            self._held_count -= 1
+            self._finish(held)
             self._woken += 1
             self._run(held.request, held.header, held.queue, held.tag_hashes, may_hold=False)
         if still:
@@ -448,13 +506,12 @@ class PullProcessor(Processor):
             _deadline, _sequence, held = heapq.heappop(timers)
             if held.done:
                 continue
-            held.done = True
+            self._finish(held)
             if held.response is not None:
                 self.reply(held.request, held.response)
                 continue
             assert held.queue is not None
             assert held.header is not None
-            self._held_count -= 1
             self._timed_out += 1
             waiting = self._held.get(held.queue.key)
             if waiting is not None:
@@ -478,8 +535,27 @@ class PullProcessor(Processor):
             holds=self._holds,
             woken=self._woken,
             timed_out=self._timed_out,
+            released_on_close=self._released_on_close,
             errors=self._errors,
         )
+
+    def _status_response(self, request: Request) -> RemotingCommand:
+        statistics = self.statistics_pull()
+        body = dumps_json(
+            {
+                "role": self.role_id,
+                "pulls": statistics.pulls,
+                "found": statistics.found,
+                "empty": statistics.empty,
+                "heldNow": statistics.held_now,
+                "holds": statistics.holds,
+                "woken": statistics.woken,
+                "timedOut": statistics.timed_out,
+                "releasedOnClose": statistics.released_on_close,
+                "errors": statistics.errors,
+            }
+        )
+        return request.make_response(ResponseCode.SUCCESS, {}, body=body)
 
 
 def main(ctx: RoleContext) -> NoReturn:

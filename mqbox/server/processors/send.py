@@ -1,4 +1,5 @@
-"""The send processor: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
+"""The send processor: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
+CONSUMER_SEND_MSG_BACK (36).
 
 Owns: the checks of a send (topic name, topic existence and auto-creation, write permission,
 queue id, body and properties sizes, batch rules), the stored records built from it (one
@@ -26,9 +27,27 @@ Rules from remoting-protocol.md section 4.2 (the Java broker's, as far as they g
 - Born host is the connection's peer, store host brokerIP1:port; the IPv6 host bits of sysFlag
   are cleared because mqbox stores 8-byte hosts only.
 
-Not yet (the next issue): DELAY routing to SCHEDULE_TOPIC_XXXX, `%RETRY%` messages past
-maxReconsumeTimes to `%DLQ%`, transaction half messages, the 4.9.x CLUSTER property; a message
-with a DELAY property is stored on its own topic at once for now.
+- Routing by content (delivery.py has the rewrites): a single message to `%RETRY%<group>` whose
+  reconsumeTimes reached the limit (the header's maxReconsumeTimes, else the group's
+  retryMaxTimes) goes to `%DLQ%<group>` (1 queue, perm 6, created here); then DELAY > 0 stores
+  it under SCHEDULE_TOPIC_XXXX, queue level - 1, with REAL_TOPIC and REAL_QID (a level above
+  messageDelayLevel's count is cut to the last); a DELAY that is not an integer: 13. The
+  answer names the queue the client asked for and the index in the queue it was stored in.
+
+CONSUMER_SEND_MSG_BACK (remoting-protocol.md sections 4.3 and 9): the failed record is read by
+its commit-log offset from a read-only map of the commit log (bounded by the writer's published
+position; a bad offset or a record that does not decode: 1 with "look message by offset
+failed"); the group's retryQueueNums and retryMaxTimes come from subscriptionGroup.json, which
+admin.0 alone writes: this process only reads it, and an unknown group gets the defaults (1 and
+16) when autoCreateSubscriptionGroup is on (admin.0 creates the group on its first heartbeat),
+26 when it is off; a group with retryQueueNums 0 is answered 0 and nothing is stored (Java). The
+header's maxReconsumeTimes, when present, wins over the group's. The new record (delivery.
+send_back_message, then the DELAY routing above) goes to the store writer like any send, with
+WAIT=false, and the answer (0, no ext) goes out only after its APPEND_ACK; a refused append is
+answered 1 with the writer's remark. `%RETRY%<group>` and `%DLQ%<group>` are created here when
+missing (topics.json changes, so the services role registers them with the name servers).
+
+Not yet: transaction half messages, the 4.9.x CLUSTER property.
 """
 
 from __future__ import annotations
@@ -38,13 +57,16 @@ import itertools
 import os
 import random
 import struct
+import time
+from pathlib import Path
 from typing import Any, Final, NoReturn
 
 import numpy as np
 from numpy.typing import NDArray
 
 from mqbox._jit import kernel
-from mqbox.errors import MessageIllegalError
+from mqbox.config import delay_level_durations_ms
+from mqbox.errors import MessageIllegalError, MqboxError
 from mqbox.ipc.ring import Ring
 from mqbox.message import (
     BATCH_BODY_LENGTH_POSITION_BYTES,
@@ -75,6 +97,8 @@ from mqbox.message import (
     SYSFLAG_TRANSACTION_MASK,
     TOTALSIZE_POSITION_BYTES,
     MessageToStore,
+    StoredMessage,
+    decode_record,
     encode_offset_msg_id,
     encode_record,
     inflate,
@@ -88,15 +112,29 @@ from mqbox.message_kernels import (
     split_batch,
 )
 from mqbox.protocol.codes import PERM_WRITE, RequestCode, ResponseCode
-from mqbox.protocol.headers import SendMessageRequestHeader, SendMessageResponseHeader
+from mqbox.protocol.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+)
 from mqbox.protocol.headers import validate_topic as validate_topic_name
-from mqbox.server import records
+from mqbox.server import delivery, records
 from mqbox.server.processors import Processor, Request, run_processor
+from mqbox.server.queue_counters import StorePositions, store_positions_name
 from mqbox.server.records import AppendAck, Outbox
-from mqbox.server.topics import RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC, TopicConfigStore
+from mqbox.server.store_writer import store_config_of
+from mqbox.server.topics import (
+    PERM_READ_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    TopicConfigStore,
+)
 from mqbox.server.topology import RoleContext, RoleKind
-from mqbox.store.config_files import TopicConfig
+from mqbox.store import config_files
+from mqbox.store.commit_log import CommitLog
+from mqbox.store.config_files import SubscriptionGroupConfig, SubscriptionGroupTable, TopicConfig
 from mqbox.store.kernels import crc32
+from mqbox.store.layout import SUBSCRIPTION_GROUP_FILE_NAME, config_dir
 
 SEND_CODES: Final = frozenset(
     {
@@ -114,6 +152,11 @@ _HEX_DIGITS: Final = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 _MSG_ID_SEPARATOR: Final = ord(",")
 _OK: Final = int(ResponseCode.SUCCESS)
 _FLUSH_DISK_TIMEOUT: Final = int(ResponseCode.FLUSH_DISK_TIMEOUT)
+SEND_BACK_CODE: Final = int(RequestCode.CONSUMER_SEND_MSG_BACK)
+# Only a single send to a retry topic, or one whose properties hold this, may need routing by
+# content (delivery.py); only those pay for parsing their properties.
+_DELAY_NAME: Final = "DELAY\x01"
+GROUPS_RELOAD_CHECK_INTERVAL_NS: Final = 1_000_000_000
 
 
 # --- The batch kernel ---------------------------------------------------------------------------
@@ -288,6 +331,7 @@ class _PendingSend:
     queue_id: int
     sizes_bytes: NDArray[np.int32] | None  # a batch's record sizes; None for one message
     record_count: int
+    send_back: bool = False  # CONSUMER_SEND_MSG_BACK: answered 0 without ext, or 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -299,6 +343,9 @@ class SendStatistics:
     topics_created: int
     acks: int
     pending: int
+    delayed: int  # messages stored under SCHEDULE_TOPIC_XXXX
+    dead_letters: int  # messages routed to a %DLQ% topic
+    send_backs: int  # CONSUMER_SEND_MSG_BACK requests
 
 
 class _RefusedError(Exception):
@@ -308,6 +355,44 @@ class _RefusedError(Exception):
         super().__init__(remark)
         self.code = code
         self.remark = remark
+
+
+class _SubscriptionGroups:
+    """This process's read-only view of subscriptionGroup.json (admin.0 writes it): the file is
+    read again when its inode, size or mtime changed, looked at once a second, and at once for
+    a group it does not hold (one a heartbeat just created)."""
+
+    def __init__(self, store_root: Path) -> None:
+        self._directory = config_dir(store_root)
+        self._path = self._directory / SUBSCRIPTION_GROUP_FILE_NAME
+        self._table = SubscriptionGroupTable()
+        self._signature: tuple[int, int, int] | None = None
+        self._check_due_ns = 0
+
+    def get(self, group: str) -> SubscriptionGroupConfig | None:
+        now_ns = time.monotonic_ns()
+        if now_ns >= self._check_due_ns:
+            self._check_due_ns = now_ns + GROUPS_RELOAD_CHECK_INTERVAL_NS
+            self._reload_if_changed()
+        config = self._table.groups.get(group)
+        if config is None and self._reload_if_changed():
+            config = self._table.groups.get(group)
+        return config
+
+    def _reload_if_changed(self) -> bool:
+        try:
+            status = self._path.stat()
+        except FileNotFoundError:
+            signature = None
+        else:
+            signature = (status.st_ino, status.st_size, status.st_mtime_ns)
+        if signature == self._signature:
+            return False
+        self._table = config_files.load_subscription_groups(
+            self._directory, use_backup_if_corrupt=True
+        )
+        self._signature = signature
+        return True
 
 
 class SendProcessor(Processor):
@@ -321,6 +406,11 @@ class SendProcessor(Processor):
         self.max_message_size_bytes = broker.max_message_size_bytes
         self.store_host = pack_host(broker.broker_ip1 or "127.0.0.1", broker.listen_port)
         self.topics = TopicConfigStore(ctx.store_root, broker)
+        self.groups = _SubscriptionGroups(ctx.store_root)
+        self.delay_level_count = len(delay_level_durations_ms(broker.message_delay_level))
+        # The commit log as a reader sees it, for CONSUMER_SEND_MSG_BACK: mapped on first use.
+        self._log: CommitLog | None = None
+        self._positions: StorePositions | None = None
         writer_ids = [role.role_id for role in ctx.topology.roles_of(RoleKind.STORE_WRITER)]
         assert len(writer_ids) == 1, "a broker has one store writer"
         self.writer_outbox = Outbox(
@@ -348,11 +438,17 @@ class SendProcessor(Processor):
         self._refused = 0
         self._topics_created = 0
         self._acks = 0
+        self._delayed = 0
+        self._dead_letters = 0
+        self._send_backs = 0
 
     # -- requests ---------------------------------------------------------------------------------
 
     def handle(self, request: Request) -> None:
         if request.code not in SEND_CODES:
+            if request.code == SEND_BACK_CODE:
+                self._send_back(request)
+                return
             super().handle(request)
             return
         command = request.command
@@ -447,35 +543,218 @@ class SendProcessor(Processor):
                 f"the message properties are {len(properties)} bytes, over "
                 f"{PROPERTIES_SIZE_BYTES_MAX}",
             )
+        message = MessageToStore(
+            header.topic,
+            queue_id,
+            body,
+            properties,
+            header.flag,
+            sysflag,
+            header.born_timestamp_ms,
+            born_host,
+            header.reconsume_times,
+        )
+        if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or _DELAY_NAME in header.properties:
+            message = self._route_by_content(message, header)
         try:
-            record = encode_record(
-                MessageToStore(
-                    header.topic,
-                    queue_id,
-                    body,
-                    properties,
-                    header.flag,
-                    sysflag,
-                    header.born_timestamp_ms,
-                    born_host,
-                    header.reconsume_times,
-                ),
-                body_size_bytes_max=self.max_message_size_bytes,
-            )
+            record = encode_record(message, body_size_bytes_max=self.max_message_size_bytes)
         except MessageIllegalError as error:
             raise _RefusedError(ResponseCode.MESSAGE_ILLEGAL, str(error)) from None
+        self._append_one(
+            request,
+            message.topic,
+            message.queue_id,
+            record,
+            header.properties,
+            reply_queue_id=queue_id,
+        )
+        self._messages += 1
+
+    def _append_one(
+        self,
+        request: Request,
+        topic: str,
+        queue_id: int,
+        record: bytearray,
+        properties: str,
+        *,
+        reply_queue_id: int | None = None,
+        send_back: bool = False,
+    ) -> None:
+        """Hand one encoded record for (topic, queue_id) to the store writer; the answer names
+        reply_queue_id (the queue the client asked for) when given."""
         if len(record) > self.max_message_size_bytes:
             raise _RefusedError(
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the stored message is {len(record)} bytes, over maxMessageSize "
                 f"{self.max_message_size_bytes}",
             )
-        topic_bytes, _ = self._topic_of(header.topic)
+        topic_bytes, _ = self._topic_of(topic)
         payload, sizes_at, records_at = self._append_payload(topic_bytes, 1, len(record))
         payload[sizes_at : sizes_at + 4] = np.frombuffer(struct.pack("<i", len(record)), np.uint8)
         payload[records_at : records_at + len(record)] = np.frombuffer(record, dtype=np.uint8)
-        self._append(request, topic_bytes, queue_id, header.properties, 1, len(record), None)
-        self._messages += 1
+        self._append(
+            request,
+            topic_bytes,
+            queue_id,
+            properties,
+            1,
+            len(record),
+            None,
+            reply_queue_id=reply_queue_id,
+            send_back=send_back,
+        )
+
+    def _route_by_content(
+        self, message: MessageToStore, header: SendMessageRequestHeader
+    ) -> MessageToStore:
+        """A single message whose topic or properties may redirect it (module docstring): a
+        retry topic past its limit to the group's DLQ, then a DELAY level to the schedule
+        topic. The slow path: it parses the properties."""
+        topic = message.topic
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            group = topic.removeprefix(RETRY_GROUP_TOPIC_PREFIX)
+            config = self._group_config(group)
+            maximum = header.max_reconsume_times
+            if maximum is None:
+                maximum = config.retry_max_times
+            dead_letter_topic = delivery.dead_letter_topic(topic, header.reconsume_times, maximum)
+            if dead_letter_topic is not None:
+                self._ensure_dead_letter_topic(dead_letter_topic)
+                message = dataclasses.replace(message, topic=dead_letter_topic, queue_id=0)
+        return self._route_delayed(message)
+
+    def _route_delayed(self, message: MessageToStore) -> MessageToStore:
+        try:
+            routed = delivery.route_delayed(message, self.delay_level_count)
+        except MessageIllegalError as error:
+            raise _RefusedError(ResponseCode.MESSAGE_ILLEGAL, str(error)) from None
+        if routed.topic == SCHEDULE_TOPIC:
+            self._delayed += 1
+        return routed
+
+    def _group_config(self, group: str) -> SubscriptionGroupConfig:
+        """The group's retry settings: subscriptionGroup.json's, else the defaults when groups
+        are created automatically (admin.0 writes the group at its first heartbeat), else 26."""
+        config = self.groups.get(group)
+        if config is None:
+            if not self.topics.broker.auto_create_subscription_group:
+                raise _RefusedError(
+                    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                    f"subscription group not exist, {group} (autoCreateSubscriptionGroup=false)",
+                )
+            config = SubscriptionGroupConfig(group)
+        return config
+
+    def _ensure_topic(self, topic: str, queue_count: int) -> TopicConfig:
+        """`%RETRY%<group>` or `%DLQ%<group>` as topics.json holds it, created (perm 6) if
+        absent; SYSTEM_ERROR for a name that is not a legal topic, 16 without write perm."""
+        problem = validate_topic_name(topic)
+        if problem is not None:
+            raise _RefusedError(ResponseCode.SYSTEM_ERROR, problem)
+        config = self.topics.get(topic)
+        if config is None:
+            config, created = self.topics.create_if_absent(
+                TopicConfig(topic, queue_count, queue_count, PERM_READ_WRITE)
+            )
+            self._topics_created += int(created)
+        if not config.perm & PERM_WRITE:
+            raise _RefusedError(
+                ResponseCode.NO_PERMISSION,
+                f"the topic[{topic}] sending message is forbidden (perm {config.perm})",
+            )
+        return config
+
+    def _ensure_dead_letter_topic(self, topic: str) -> None:
+        # 4.9.x makes the DLQ readable (perm 6; 4.5.2 made it 2), so tools can drain it.
+        self._ensure_topic(topic, delivery.DLQ_QUEUE_COUNT)
+        self._dead_letters += 1
+
+    # -- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------------
+
+    def _send_back(self, request: Request) -> None:
+        header = ConsumerSendMsgBackRequestHeader.from_ext(request.command.ext_fields)
+        self._send_backs += 1
+        try:
+            self._send_back_checked(request, header)
+        except _RefusedError as refused:
+            self._refused += 1
+            self.reply(request, request.make_response(refused.code, {}, remark=refused.remark))
+
+    def _send_back_checked(
+        self, request: Request, header: ConsumerSendMsgBackRequestHeader
+    ) -> None:
+        group = header.group
+        retry_topic = RETRY_GROUP_TOPIC_PREFIX + group
+        if not group or validate_topic_name(retry_topic) is not None:
+            raise _RefusedError(
+                ResponseCode.SYSTEM_ERROR, f"group {group[:300]!r} makes no legal retry topic"
+            )
+        config = self._group_config(group)
+        if config.retry_queue_nums <= 0:
+            # Java: a group without retry queues drops what its consumers send back.
+            self.reply_fields(request, _OK, {})
+            return
+        retry_config = self._ensure_topic(retry_topic, config.retry_queue_nums)
+        stored = self._read_stored(header.log_offset_bytes)
+        if stored is None:
+            raise _RefusedError(
+                ResponseCode.SYSTEM_ERROR,
+                f"look message by offset failed, {header.log_offset_bytes}",
+            )
+        maximum = header.max_reconsume_times
+        if maximum is None:
+            maximum = config.retry_max_times
+        queue_count = max(1, min(config.retry_queue_nums, retry_config.write_queue_nums))
+        try:
+            message = delivery.send_back_message(
+                stored,
+                group=group,
+                delay_level=header.delay_level,
+                reconsume_times_max=maximum,
+                retry_queue_id=self._random.randrange(queue_count),
+                origin_msg_id=encode_offset_msg_id(stored.store_host, stored.log_offset_bytes),
+            )
+        except MessageIllegalError as error:
+            raise _RefusedError(ResponseCode.SYSTEM_ERROR, str(error)) from None
+        if message.topic != retry_topic:
+            self._ensure_dead_letter_topic(message.topic)
+        message = self._route_delayed(message)
+        try:
+            record = encode_record(message, body_size_bytes_max=self.max_message_size_bytes)
+        except MessageIllegalError as error:
+            raise _RefusedError(ResponseCode.SYSTEM_ERROR, str(error)) from None
+        properties = message.properties.decode("utf-8", "surrogateescape")  # WAIT=false
+        self._append_one(
+            request, message.topic, message.queue_id, record, properties, send_back=True
+        )
+
+    def _read_stored(self, log_offset_bytes: int) -> StoredMessage | None:
+        """The record that starts at `log_offset_bytes` below the writer's published position,
+        decoded with its CRC checked; None if there is none (an offset from outside)."""
+        if self._log is None or self._positions is None:
+            try:
+                self._positions = StorePositions.attach(store_positions_name(self.ctx.instance))
+                config = store_config_of(self.ctx)
+                self._log = CommitLog.open(
+                    self.ctx.store_root,
+                    config.geometry,
+                    writable=False,
+                    record_size_bytes_max=config.max_message_size_bytes,
+                    store_host=config.store_host,
+                )
+            except (OSError, MqboxError) as error:
+                raise _RefusedError(
+                    ResponseCode.SYSTEM_ERROR, f"mqbox: the store is not readable: {error}"
+                ) from None
+        self._log.follow_retention(self._positions.min_log_offset_bytes)  # one stat if none
+        record = self._log.read_record(log_offset_bytes, self._positions.write_log_offset_bytes)
+        if record is None:
+            return None
+        try:
+            return decode_record(record)
+        except MessageIllegalError:
+            return None
 
     def _send_batch(
         self,
@@ -587,17 +866,27 @@ class SendProcessor(Processor):
         record_count: int,
         records_size_bytes: int,
         sizes: NDArray[np.int32] | None,
+        *,
+        reply_queue_id: int | None = None,
+        send_back: bool = False,
     ) -> None:
         """Finish the APPEND built by `_append_payload` and hand it to the store writer: straight
         into its ring when nothing is staged before it and it fits (one copy), else through the
-        Outbox, which keeps the order and spills what the ring can never hold."""
+        Outbox, which keeps the order and spills what the ring can never hold. The answer names
+        `reply_queue_id` if given, else `queue_id`."""
         request_id = next(self._request_ids)
         flags = 0 if _PROPERTY_WAIT_FALSE in "\x02" + properties else records.APPEND_FLAG_WAIT_FLUSH
         payload = self._payload
         size = self._payload_size
         head = (request_id, record_count, queue_id, flags, len(topic_bytes), records_size_bytes)
         records.APPEND_HEAD_STRUCT.pack_into(payload.data, 0, *head)
-        self._pending[request_id] = _PendingSend(request, queue_id, sizes, record_count)
+        self._pending[request_id] = _PendingSend(
+            request,
+            queue_id if reply_queue_id is None else reply_queue_id,
+            sizes,
+            record_count,
+            send_back,
+        )
         outbox = self.writer_outbox
         ring = outbox.ring
         if outbox.pending_count == 0 and size <= ring.payload_size_bytes_max:
@@ -625,6 +914,16 @@ class SendProcessor(Processor):
 
     def _answer(self, pending: _PendingSend, ack: AppendAck) -> None:
         request = pending.request
+        if pending.send_back:
+            # Java answers a send-back 0 without ext; a store that refused it, SYSTEM_ERROR.
+            if ack.response_code in (_OK, _FLUSH_DISK_TIMEOUT):
+                self.reply_fields(request, _OK, {})
+            else:
+                self._refused += 1
+                self.reply_fields(
+                    request, int(ResponseCode.SYSTEM_ERROR), {}, remark=ack.remark or None
+                )
+            return
         if ack.response_code not in (_OK, _FLUSH_DISK_TIMEOUT):
             self._refused += 1
             self.reply(request, request.make_response(ack.response_code, {}, remark=ack.remark))
@@ -648,6 +947,9 @@ class SendProcessor(Processor):
             topics_created=self._topics_created,
             acks=self._acks,
             pending=len(self._pending),
+            delayed=self._delayed,
+            dead_letters=self._dead_letters,
+            send_backs=self._send_backs,
         )
 
 

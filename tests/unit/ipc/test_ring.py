@@ -1,12 +1,17 @@
 """Goal: a ring delivers exactly the records written, in order, across wrap-arounds and padding,
-refuses what does not fit, and survives a producer that dies between a payload and its header.
+refuses what does not fit, and survives a producer that dies between a payload and its header;
+the Python paths for one record (write) and small batches (drain) leave the segment exactly as
+the kernels do.
 
 Method: one process holds both ends of a real shared-memory ring. A plain-Python twin of the
 record format (struct.unpack_from over a copy of the data area, sharing no helper with the
 kernels) parses the ring after every step of a hypothesis-chosen sequence of batch writes and
 drains, and must agree with a deque model and with what drain returns; a plain-Python twin of the
-placement rule predicts where head ends up. Producer death is injected deterministically: the
-test hook stops a write after staging, and a patched publish stores only part of a batch.
+placement rule predicts where head ends up. Two rings driven by the same hypothesis-chosen steps,
+one through try_write_nowait and drain_nowait (the Python paths where they apply) and one through
+the kernels alone (a batch of one, and the scan), must hold byte-identical segments (counters
+included) after every step. Producer death is injected deterministically: the test hook stops a
+write after staging, and a patched publish stores only part of a batch.
 """
 
 from __future__ import annotations
@@ -384,6 +389,142 @@ def test_wrap_around_with_varied_sizes_matches_the_model(
         ring.unlink()
 
 
+# The Python paths against the kernels.
+
+
+def segment_bytes(ring: Ring) -> bytes:
+    """The whole segment: descriptor, both sides' counters, doorbell line and data area."""
+    header = ring._header.tobytes()
+    return header + ring._data.tobytes()
+
+
+def write_through_kernel(ring: Ring, record_type: int, payload: bytes) -> bool:
+    """try_write_nowait's contract, through stage_records and publish_headers (a batch of 1)."""
+    types, flat, offsets, sizes = batch_arrays([(record_type, payload)])
+    return ring.try_write_batch_nowait(types, flat, offsets, sizes) == 1
+
+
+def drain_through_kernel(ring: Ring, batch_count_max: int) -> ring_module.RecordBatch:
+    """drain_nowait's contract, through scan_records whatever the batch."""
+    assert ring._pending_end_bytes is None
+    tail_bytes = ring._tail_bytes if ring._tail_bytes is not None else ring._claim_consumer()
+    return ring._drain_scan(tail_bytes, batch_count_max, ring_module._UNLIMITED_BYTES)
+
+
+def batch_contents(batch: ring_module.RecordBatch) -> tuple[object, ...]:
+    return (
+        batch.count,
+        batch.types.tolist(),
+        batch.offsets.tolist(),
+        batch.sizes.tolist(),
+        [batch.payload(index).tobytes() for index in range(batch.count)],
+        batch.payload_size_bytes,
+        batch.start_bytes,
+        batch.end_bytes,
+    )
+
+
+# A write is (type, payload size); a drain is a batch_count_max. Sizes up to half the ring make
+# padding records, padding written alone, wrap-arounds and full rings all common.
+single_steps = st.one_of(
+    st.tuples(st.integers(0, layout.RECORD_TYPE_MAX), st.integers(0, CAPACITY_BYTES // 2 - 8)),
+    st.tuples(st.integers(0, 9), st.integers(0, 64)),
+    st.integers(1, 6),
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(single_steps, min_size=1, max_size=60))
+def test_python_paths_and_kernels_leave_byte_identical_rings(
+    instance: str, steps: list[tuple[int, int] | int]
+) -> None:
+    python_ring = new_ring(instance)
+    kernel_ring = new_ring(instance)
+    # The segment as each path left it just before its first header store: the staging must
+    # match too, or a consumer could see different bytes while a header is being published.
+    staged: dict[str, list[bytes]] = {"python": [], "kernel": []}
+    python_ring._test_hook_before_publish = lambda: staged["python"].append(
+        segment_bytes(python_ring)
+    )
+    kernel_ring._test_hook_before_publish = lambda: staged["kernel"].append(
+        segment_bytes(kernel_ring)
+    )
+    number = 0
+    try:
+        for step in steps:
+            if isinstance(step, tuple):
+                record_type, size_bytes = step
+                payload = payload_of(number, size_bytes)
+                number += 1
+                written = python_ring.try_write_nowait(record_type, payload)
+                assert written == write_through_kernel(kernel_ring, record_type, payload)
+                assert staged["python"] == staged["kernel"]
+            else:
+                python_batch = python_ring.drain_nowait(step)
+                kernel_batch = drain_through_kernel(kernel_ring, step)
+                assert batch_contents(python_batch) == batch_contents(kernel_batch)
+                python_ring.release(python_batch)
+                kernel_ring.release(kernel_batch)
+            assert segment_bytes(python_ring) == segment_bytes(kernel_ring)
+            assert python_ring._head_bytes == kernel_ring._head_bytes
+            assert python_ring._tail_bytes == kernel_ring._tail_bytes
+    finally:
+        for ring in (python_ring, kernel_ring):
+            ring.close()
+            ring.unlink()
+
+
+def test_small_batches_are_drained_in_python_and_larger_ones_by_the_kernel(
+    instance: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ring = new_ring(instance, 1 << 16)
+    scans: list[int] = []
+    original = ring._drain_scan
+
+    def counting_scan(
+        tail_bytes: int, batch_count_max: int, payload_budget_bytes: int
+    ) -> ring_module.RecordBatch:
+        scans.append(batch_count_max)
+        return original(tail_bytes, batch_count_max, payload_budget_bytes)
+
+    monkeypatch.setattr(ring, "_drain_scan", counting_scan)
+    try:
+        small = [(number, payload_of(number, number * 3)) for number in range(4)]
+        for record_type, payload in small:
+            assert ring.try_write_nowait(record_type, payload)
+        batch = ring.drain_nowait(64)
+        assert [(int(t), batch.payload(i).tobytes()) for i, t in enumerate(batch.types)] == small
+        ring.release(batch)
+        assert scans == []
+        larger = [
+            (7, payload_of(number, 16)) for number in range(ring_module.SMALL_BATCH_COUNT_MAX + 1)
+        ]
+        for record_type, payload in larger:
+            assert ring.try_write_nowait(record_type, payload)
+        batch = ring.drain_nowait(64)
+        assert batch.count == len(larger)
+        ring.release(batch)
+        assert scans == [64]
+        # Small batches into the caller's buffer too, before any scan sized the offsets.
+        fresh = new_ring(instance)
+        try:
+            for record_type, payload in small:
+                assert fresh.try_write_nowait(record_type, payload)
+            target = np.zeros(fresh.payload_size_bytes_max, dtype=np.uint8)
+            copied = fresh.drain_into_nowait(target, 16)
+            assert [copied.payload(i).tobytes() for i in range(copied.count)] == [
+                payload for _, payload in small
+            ]
+            assert fresh.statistics().used_bytes == 0
+        finally:
+            fresh.close()
+            fresh.unlink()
+        assert ring.statistics().record_count_read == len(small) + len(larger)
+    finally:
+        ring.close()
+        ring.unlink()
+
+
 # A producer that dies mid-write.
 
 
@@ -559,6 +700,37 @@ def test_arming_reports_a_readable_ring_and_a_write_rings_an_armed_bell(instance
     finally:
         ring.close()
         ring.unlink()
+
+
+def test_arming_many_rings_sleeps_only_when_all_are_empty(instance: str) -> None:
+    rings = [new_ring(instance) for _ in range(3)]
+    try:
+        assert Ring.arm_doorbells_nowait(rings)
+        assert all(ring.statistics().doorbell_count_waited == 1 for ring in rings)
+        assert rings[2].try_write_nowait(0, b"wake")  # the producer sees the flag: it rings
+        assert rings[2].statistics().doorbell_count_rung == 1
+        for ring in rings:
+            ring.disarm_doorbell(rung=ring is rings[2])
+        assert not rings[2]._doorbell.wait_rung(0)  # cleared
+        # A readable ring: nothing armed, nobody sleeps, a write rings no bell.
+        assert not Ring.arm_doorbells_nowait(rings)
+        assert rings[0].try_write_nowait(0, b"no bell")
+        assert rings[0].statistics().doorbell_count_rung == 0
+        assert all(ring.statistics().doorbell_count_waited == 1 for ring in rings)
+        # Disarmed without reading the FIFO: a ring that came late wakes the next sleep once.
+        assert rings[2].read_nowait() == (0, b"wake")
+        assert rings[0].read_nowait() == (0, b"no bell")
+        assert Ring.arm_doorbells_nowait(rings)
+        assert rings[1].try_write_nowait(0, b"late")
+        for ring in rings:
+            ring.disarm_doorbell(rung=False)
+        assert rings[1]._doorbell.wait_rung(0)  # still pending
+        rings[1].disarm_doorbell()
+        assert not rings[1]._doorbell.wait_rung(0)
+    finally:
+        for ring in rings:
+            ring.close()
+            ring.unlink()
 
 
 def test_close_is_idempotent_and_unlink_removes_both_names(instance: str) -> None:

@@ -1,7 +1,8 @@
 """Goal: a ring carries records between two real processes without loss, reorder or corruption;
 a producer SIGKILLed between a payload and its header leaves everything published before it
 readable; a consumer asleep on the doorbell is woken by a producer in another process, and never
-misses a wake-up.
+misses a wake-up, also when it sleeps on several rings at once (one fence for all, FIFOs read
+only when epoll says they fired, as the broker's roles sleep).
 
 Method: this file is also the child program (`python test_ring_processes.py <command> ...`); the
 test process creates the ring, starts the child with subprocess, and is the consumer. Records
@@ -124,6 +125,25 @@ def child_trickle(name: str, count: int) -> None:
         if chooser.random() < 0.5:
             time.sleep(chooser.random() * 0.0003)
     ring.close()
+
+
+def child_ping_two(names_joined: str, count: int) -> None:
+    """Numbers 0..count-1 over the first two rings, each to one chosen at random, then waits for
+    the consumer's acknowledgement on the third before the next: a lost wake-up stops both
+    sides. Half the writes go at once, so they land while the consumer is between its last
+    read and its sleep, where a missing check-after-set loses them."""
+    first, second, acks = (Ring.attach(name) for name in names_joined.split(","))
+    say("attached")
+    chooser = random.Random(count)
+    for number in range(count):
+        if chooser.random() < 0.5:
+            time.sleep(chooser.random() * 0.0002)
+        ring = first if chooser.random() < 0.5 else second
+        assert ring.try_write_nowait(0, number.to_bytes(8, "little"))
+        assert acks.wait_readable(int(LINE_TIMEOUT_SECS * 1000)), f"no acknowledgement of {number}"
+        assert acks.read_nowait() == (0, number.to_bytes(8, "little"))
+    for ring in (first, second, acks):
+        ring.close()
 
 
 def staged_payload(number: int) -> bytes:
@@ -292,6 +312,47 @@ def test_no_wake_up_is_lost_while_a_producer_trickles(ring: Ring, reap_pids: lis
     assert ring.statistics().doorbell_count_waited > 0
 
 
+def test_no_wake_up_is_lost_while_sleeping_on_two_rings(
+    ring: Ring, shm_instance: str, reap_pids: list[int]
+) -> None:
+    second = Ring.create(names.shm_name(shm_instance, "test", 1), 1 << 16)
+    acks = Ring.create(names.shm_name(shm_instance, "test", 2), 1 << 16)
+    rings = [ring, second]
+    poller = select.epoll()
+    count = 2000
+    child = spawn(reap_pids, "ping-two", f"{ring.name},{second.name},{acks.name}", str(count))
+    try:
+        for each in rings:
+            poller.register(each.doorbell_fileno(), select.EPOLLIN)
+        assert read_line(child) == "attached"
+        received: list[int] = []
+        sleep_count = 0
+        while len(received) < count:
+            for each in rings:
+                while (record := each.read_nowait()) is not None:
+                    received.append(int.from_bytes(record[1], "little"))
+                    assert acks.try_write_nowait(0, record[1])
+            if len(received) == count or not Ring.arm_doorbells_nowait(rings):
+                continue
+            sleep_count += 1
+            # The producer waits for an acknowledgement of every record, so a lost wake-up
+            # leaves both asleep: this poll then times out with the record unread.
+            events = poller.poll(10.0)
+            fired = {fd for fd, _ in events}
+            for each in rings:
+                each.disarm_doorbell(rung=each.doorbell_fileno() in fired)
+            assert events, f"no wake-up after {len(received)} records"
+        assert child.wait(timeout=30) == 0
+    finally:
+        kill(child)
+        poller.close()
+        for each in (second, acks):
+            each.close()
+            each.unlink()
+    assert received == list(range(count))
+    assert sleep_count > count // 2  # the consumer really slept between most records
+
+
 def main(arguments: list[str]) -> None:
     command, name, number = arguments
     children = {
@@ -299,6 +360,7 @@ def main(arguments: list[str]) -> None:
         "hang-after-staging": child_hang_after_staging,
         "write-later": child_write_later,
         "trickle": child_trickle,
+        "ping-two": child_ping_two,
     }
     children[command](name, int(number))
 

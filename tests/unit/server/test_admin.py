@@ -4,7 +4,10 @@ list (38), membership changes reach every member as NOTIFY_CONSUMER_IDS_CHANGED 
 broker request with ext consumerGroup), 15 then 14 returns the offset and a new group starts by
 rule 7, pulls' COMMIT_OFFSET records count as commits, the offsets reach consumerOffset.json on
 stop, locks are exclusive per group, topics are created, listed and deleted, store queries answer
-from the store the send path wrote, and bad input gets 1 (field named) or 17, never a crash.
+from the store the send path wrote, and bad input gets 1 (field named) or 17, never a crash;
+with two admin processors every connection reaches admin.0's tables (the worker routes them);
+CHECK_CLIENT_CONFIG (46) takes TAG and refuses SQL92; GET_CONSUMER_RUNNING_INFO (307) goes to
+the client on its connection and its answer back, or fails on a timeout or a closed connection.
 
 Method: two harnesses in this process. The front (tests/support/front_in_process.py: reactor,
 codec, worker and admin over real rings, clients on real sockets) carries everything that needs
@@ -352,17 +355,144 @@ def test_bad_and_unknown_requests_get_codes_not_crashes(front: FrontInProcess) -
         client.close()
 
 
-def test_only_admin_0_serves_the_stateful_codes(shm_instance: str, tmp_path: Path) -> None:
+def answer(
+    client: FrontClient, code: int, ext: dict[str, str] | None = None, body: bytes = b""
+) -> RemotingCommand:
+    """The response to one request, past the broker's requests (40) that come meanwhile."""
+    opaque = client.request(code, ext, body)
+    while True:
+        (command,) = client.responses(1)
+        if command.flag & FLAG_RESPONSE:
+            assert command.opaque == opaque
+            return command
+        assert command.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
+
+
+def test_every_connection_reaches_the_tables_with_two_admin_processors(
+    shm_instance: str, tmp_path: Path
+) -> None:
     front = FrontInProcess(shm_instance, tmp_path / "home" / "store", admin_processor_count=2)
     clients = [connect(front) for _ in range(4)]
     try:
-        remarks = {consumer_list(client).remark for client in clients}
-        assert "no consumer for this group" in remarks
-        assert any(remark and "admin.0" in remark for remark in remarks)
+        front.admins[0].topics.create_if_absent(TopicConfig("PoolTopic", 2, 2, 6))
+        for number, client in enumerate(clients):
+            body = heartbeat_body(f"c{number}")
+            assert answer(client, RequestCode.HEART_BEAT, {}, body).code == ResponseCode.SUCCESS
+        for client in clients:
+            listed = answer(client, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "CG"})
+            assert ConsumerListBody.from_json(listed.body).consumer_id_list == (
+                "c0",
+                "c1",
+                "c2",
+                "c3",
+            )
+        update = {"consumerGroup": "CG", "topic": "PoolTopic", "queueId": "1", "commitOffset": "9"}
+        assert answer(clients[1], RequestCode.UPDATE_CONSUMER_OFFSET, update).code == 0
+        query = {"consumerGroup": "CG", "topic": "PoolTopic", "queueId": "1"}
+        for client in clients:
+            offset = answer(client, RequestCode.QUERY_CONSUMER_OFFSET, query)
+            assert offset.ext_fields == {"offset": "9"}
+        # The stateless codes still spread over the pool.
+        for client in clients:
+            assert answer(client, RequestCode.GET_ALL_TOPIC_CONFIG).code == ResponseCode.SUCCESS
+        assert front.admins[0].statistics_admin().consumer_count == 4
+        assert front.admins[1].statistics_admin().consumer_count == 0
+        assert front.admins[1].statistics().requests > 0
     finally:
         for client in clients:
             client.close()
         front.close()
+
+
+def check_client_config_body(expression_type: str | None) -> bytes:
+    subscription: dict[str, object] = {"topic": "T", "subString": "a > 1", "subVersion": 1}
+    if expression_type is not None:
+        subscription["expressionType"] = expression_type
+    return json.dumps({"clientId": "x", "group": "CG", "subscriptionData": subscription}).encode()
+
+
+def test_check_client_config_accepts_tags_and_refuses_other_filters(
+    front: FrontInProcess,
+) -> None:
+    client = connect(front)
+    code = RequestCode.CHECK_CLIENT_CONFIG
+    try:
+        for accepted in (None, "", "TAG"):
+            answer = client.call(code, {}, check_client_config_body(accepted))
+            assert answer.code == ResponseCode.SUCCESS, (accepted, answer.remark)
+        assert client.call(code, {}, b'{"clientId": "x", "group": "CG"}').code == 0
+        refused = client.call(code, {}, check_client_config_body("SQL92"))
+        assert refused.code == ResponseCode.SYSTEM_ERROR
+        assert refused.remark is not None
+        assert "SQL92" in refused.remark
+        for garbage in (b"", b"[1]", b"{", b'{"subscriptionData": 5}'):
+            answer = client.call(code, {}, garbage)
+            assert answer.code == ResponseCode.SYSTEM_ERROR, garbage
+            assert answer.remark
+    finally:
+        client.close()
+
+
+def running_info_ext(client_id: str, group: str = "CG") -> dict[str, str]:
+    return {"consumerGroup": group, "clientId": client_id, "jstackEnable": "false"}
+
+
+def test_running_info_goes_to_the_client_and_its_answer_comes_back(
+    front: FrontInProcess,
+) -> None:
+    consumer = connect(front)
+    admin = connect(front)
+    code = RequestCode.GET_CONSUMER_RUNNING_INFO
+    try:
+        assert heartbeat(consumer, "c-1").code == ResponseCode.SUCCESS
+        expect_notify(consumer)
+        offline = admin.call(code, running_info_ext("c-2"))
+        assert offline.code == ResponseCode.SYSTEM_ERROR
+        assert offline.remark == "The Consumer <CG> <c-2> not online"
+        opaque = admin.request(code, running_info_ext("c-1"))
+        (forwarded,) = consumer.responses(1)
+        assert forwarded.code == code
+        assert forwarded.flag & FLAG_RESPONSE == 0
+        assert forwarded.ext_fields == running_info_ext("c-1")
+        assert forwarded.opaque >= 1 << 30
+        body = b'{"properties":{},"mqTable":{{"topic":"T"}:{}}}'  # not JSON, as C++ writes it
+        consumer.send(RemotingCommand(0, opaque=forwarded.opaque, flag=FLAG_RESPONSE, body=body))
+        (answer,) = admin.responses(1)
+        assert (answer.opaque, answer.code, answer.body) == (opaque, ResponseCode.SUCCESS, body)
+        statistics = front.admins[0].statistics_admin()
+        assert (statistics.client_calls_relayed, statistics.client_calls_pending) == (1, 0)
+    finally:
+        consumer.close()
+        admin.close()
+
+
+def test_running_info_fails_on_a_timeout_or_when_the_client_goes(front: FrontInProcess) -> None:
+    front.admins[0].client_call_timeout_ns = 300_000_000
+    consumer = connect(front)
+    admin = connect(front)
+    code = RequestCode.GET_CONSUMER_RUNNING_INFO
+    try:
+        assert heartbeat(consumer, "slow").code == ResponseCode.SUCCESS
+        expect_notify(consumer)
+        late = admin.call(code, running_info_ext("slow"))  # answered at a tick, within 1.3 s
+        assert late.code == ResponseCode.CONSUME_MSG_TIMEOUT
+        assert late.remark is not None
+        assert "no answer within 300 ms" in late.remark
+        (forwarded,) = consumer.responses(1)
+        consumer.send(RemotingCommand(0, opaque=forwarded.opaque, flag=FLAG_RESPONSE))
+        opaque = admin.request(code, running_info_ext("slow"))
+        consumer.responses(1)
+        consumer.close()
+        (gone,) = admin.responses(1)
+        assert (gone.opaque, gone.code) == (opaque, ResponseCode.SYSTEM_ERROR)
+        assert gone.remark is not None
+        assert "connection closed" in gone.remark
+        statistics = front.admins[0].statistics_admin()
+        assert (statistics.client_calls_failed, statistics.client_calls_relayed) == (2, 0)
+        assert statistics.client_responses == 1  # the answer that came too late
+    finally:
+        consumer.close()
+        admin.close()
 
 
 # --- the store graph: queries ---------------------------------------------------------------------

@@ -3,7 +3,8 @@
 sends found messages as sendfile runs of whole stored records, filters by the subscription's
 tags, refuses unknown topics, unreadable topics and bad queue ids (never an existing empty
 queue), holds suspend-flagged empty pulls until the dispatcher says the queue grew or the
-suspend timeout passes, and keeps serving other pulls meanwhile.
+suspend timeout passes, keeps serving other pulls meanwhile, drops what it holds for a connection
+that closed, and reports its counters (MQBOX_PULL_STATUS).
 
 Method: test_send.py's StoreGraph (store writer, dispatcher, send and pull processors as objects
 in this process over real rings and a real store in tmp_path); messages go in through the send
@@ -15,6 +16,7 @@ pull processor opens them, as retention would have.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +33,9 @@ from mqbox.protocol.codes import (
     ResponseCode,
 )
 from mqbox.protocol.headers import PullMessageRequestHeader
+from mqbox.server.admin_records import MQBOX_PULL_STATUS
 from mqbox.server.processors.pull import PullProcessor, tag_hashes_of
+from mqbox.server.records import ConnectionEvent
 from mqbox.server.topics import TopicConfigStore
 from mqbox.store.config_files import TopicConfig
 from mqbox.store.layout import commit_log_dir, consume_queue_dir, segment_name
@@ -215,7 +219,9 @@ def test_offset_below_min_and_past_max_with_min_above_0(shm_instance: str, tmp_p
         graph.close()
 
 
-def test_records_already_deleted_are_retry_immediately(shm_instance: str, tmp_path: Path) -> None:
+def test_records_already_deleted_are_offset_moved_to_the_new_minimum(
+    shm_instance: str, tmp_path: Path
+) -> None:
     broker = small_broker(commit_log_segment_size_bytes=1 << 20, max_message_size_bytes=64 * 1024)
     graph = StoreGraph(shm_instance, tmp_path / "home", broker, start_pull=False)
     try:
@@ -231,9 +237,11 @@ def test_records_already_deleted_are_retry_immediately(shm_instance: str, tmp_pa
         assert (commit_log_dir(graph.store_root) / segment_name(1 << 20)).exists()
         first_segment.unlink()  # retention took the oldest commit-log segment
         graph.start_pull()
+        # The reader's minimum follows the commit log's (MessageStoreReader): every record of
+        # "Rolled" is gone, so its minimum is its maximum and a pull from 0 is told to go there.
         response = pull(graph, "Rolled", 0, message_count_max=4)
-        assert response.code == ResponseCode.PULL_RETRY_IMMEDIATELY
-        assert offsets_of(response) == (10, 0, 10)
+        assert response.code == ResponseCode.PULL_OFFSET_MOVED
+        assert offsets_of(response) == (10, 10, 10)
         later = pull(graph, "Filler", 9)
         assert later.code == ResponseCode.SUCCESS
     finally:
@@ -407,3 +415,40 @@ def test_a_tag_filtered_held_pull_woken_by_other_tags_gets_retry_immediately(
     response = graph.wait_reply(opaque)
     assert response.code == ResponseCode.PULL_RETRY_IMMEDIATELY
     assert offsets_of(response)[0] == 1
+
+
+def test_a_closed_connection_releases_its_held_pulls_and_no_others(graph: StoreGraph) -> None:
+    make_topic(graph, "HeldClosed")
+    processor = pull_processor(graph)
+    processor.error_delay_ns = 500_000_000  # so an error answer waits too
+    gone = submit_pull(graph, "HeldClosed", 0, sys_flag=PUSH_FLAGS, conn_id=7)
+    staying = submit_pull(graph, "HeldClosed", 0, sys_flag=PUSH_FLAGS, conn_id=8)
+    failed = submit_pull(graph, "NoSuchTopicHere", 0, sys_flag=PUSH_FLAGS, conn_id=7)
+    assert processor.statistics_pull().held_now == 2  # handle() held them; nothing is due yet
+    processor.on_connection_closed(ConnectionEvent(7, 0, "127.0.0.1", 40_000))
+    statistics = processor.statistics_pull()
+    assert (statistics.held_now, statistics.released_on_close) == (1, 1)
+    processor.on_connection_closed(ConnectionEvent(7, 0, "127.0.0.1", 40_000))  # twice: no-op
+    assert processor.statistics_pull().released_on_close == 1
+    put(graph, "HeldClosed", 1)
+    assert graph.wait_reply(staying).code == ResponseCode.SUCCESS
+    time.sleep(0.6)  # past the error delay of the unknown topic's answer
+    graph.pump(3)
+    assert not graph.has_reply(gone)
+    assert not graph.has_reply(failed)
+    statistics = processor.statistics_pull()
+    assert (statistics.held_now, statistics.woken, statistics.timed_out) == (0, 1, 0)
+
+
+def test_the_pull_status_view_reports_the_counters(graph: StoreGraph) -> None:
+    make_topic(graph, "Viewed")
+    opaque = submit_pull(graph, "Viewed", 0, sys_flag=PUSH_FLAGS)
+    graph.pump(2)
+    status_opaque = graph.next_opaque()
+    graph.submit(pull_processor(graph), make_request(MQBOX_PULL_STATUS, status_opaque, {}), 2)
+    status = graph.wait_reply(status_opaque)
+    assert status.code == ResponseCode.SUCCESS
+    document = json.loads(status.body)
+    assert document["role"] == "pull.0"
+    assert (document["pulls"], document["heldNow"], document["releasedOnClose"]) == (1, 1, 0)
+    assert not graph.has_reply(opaque)

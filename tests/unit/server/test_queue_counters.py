@@ -1,7 +1,8 @@
 """Goal: the shared counters hold what their single writers publish: the queue table finds every
 queue it was given (ten thousand and more by default), tells apart queues whose 64-bit keys
 collide by their stored topic bytes and queue id, refuses queues beyond its capacity without
-harm to the others, and another attachment of the segment reads the same counts and positions.
+harm to the others, and another attachment of the segment reads the same counts and positions
+(the commit log's minimum, the flushed store times for the checkpoint included).
 
 Method: QueueCounters and StorePositions segments under unique instance names in /dev/shm,
 created and attached twice in this process (an attachment maps the segment again, as another
@@ -122,6 +123,31 @@ def test_store_positions_are_published_by_the_writer(shm_instance: str) -> None:
         assert reader.dispatch_start_log_offset_bytes == 1024
         reader.close()
     finally:
+        positions.close()
+        positions.unlink()
+
+
+def test_retention_and_checkpoint_words_reach_another_attachment(
+    shm_instance: str, counters: QueueCounters
+) -> None:
+    positions = StorePositions.create(store_positions_name(shm_instance))
+    other_positions = StorePositions.attach(positions.name)
+    other_counters = QueueCounters.attach(counters.name)
+    try:
+        positions.publish_min_log_offset(1 << 30, 1)  # the writer, before the unlink
+        assert (other_positions.min_log_offset_bytes, other_positions.deleted_segment_total) == (
+            1 << 30,
+            1,
+        )
+        counters.publish_flushed_timestamps(1_700_000_000_123, 0)  # no index flushed yet
+        counters.publish_flushed_timestamps(0, 1_700_000_000_100)
+        assert other_counters.logics_flushed_timestamp_ms == 1_700_000_000_123
+        assert other_counters.index_flushed_timestamp_ms == 1_700_000_000_100
+        counters.publish_derived_min_log_offset(1 << 30)
+        assert other_counters.derived_min_log_offset_bytes == 1 << 30
+    finally:
+        other_counters.close()
+        other_positions.close()
         positions.close()
         positions.unlink()
 

@@ -1,8 +1,9 @@
 """Goal: the topic table is shared safely by the broker's processes: a new store gets the system
 topics of remoting-protocol.md section 9 once, creations from several processes at once all land
 (the file lock and the re-read inside it), readers see another process's change within the check
-interval (or at once with get_fresh), every change bumps dataVersion, and auto-creation follows
-the Java broker's rules. The services role reads the same file in the same format.
+interval (or at once with get_fresh), every change bumps dataVersion, topic admin's put and
+delete reach every reader, and auto-creation follows the Java broker's rules. The services role
+reads the same file in the same format.
 
 Method: TopicConfigStore objects over a store root in tmp_path; concurrency with several Python
 processes started with subprocess, each creating its own topics through its own store object;
@@ -105,6 +106,24 @@ def test_create_if_absent_keeps_the_first_and_bumps_the_version(tmp_path: Path) 
     assert again == first
     store.create_if_absent(TopicConfig("Twice", 1, 1, 6))
     assert store.data_version.counter == counter + 1
+
+
+def test_put_replaces_and_delete_removes_for_every_reader(tmp_path: Path) -> None:
+    writer = TopicConfigStore(tmp_path, BrokerConfig())
+    reader = TopicConfigStore(tmp_path, BrokerConfig())
+    assert writer.put(TopicConfig("Put", 2, 2, 6))
+    version = writer.data_version.counter
+    assert not writer.put(TopicConfig("Put", 2, 2, 6))  # the same again writes nothing
+    assert writer.data_version.counter == version
+    assert writer.put(TopicConfig("Put", 4, 3, 4))
+    assert writer.data_version.counter == version + 1
+    found = reader.get_fresh("Put")
+    assert found is not None
+    assert (found.read_queue_nums, found.write_queue_nums, found.perm) == (4, 3, 4)
+    assert reader.delete("Put")  # any process's store object may delete
+    assert not reader.delete("Put")
+    assert writer.get_fresh("Put") is None
+    assert writer.data_version.counter == version + 2
 
 
 def test_auto_create_follows_the_template(tmp_path: Path) -> None:

@@ -1,9 +1,10 @@
 """Goal: retention deletes whole old commit-log segments only when RocketMQ's rules say so (at a
-deleteWhen hour once older than fileReservedTime, or at once when the disk is fuller than
-diskMaxUsedSpaceRatio), never the segment being written nor one holding unflushed bytes; the
+deleteWhen hour once older than fileReservedTime; at any hour once older when the disk is fuller
+than diskMaxUsedSpaceRatio; whatever their age above the force ratio, with
+cleanFileForciblyEnable), never the segment being written nor one holding unflushed bytes; the
 consume queues and the index follow, so a PULL below the new minimum answers "offset moved" and
-never bytes of a deleted segment; and writes are refused with DiskFullError on a nearly full
-disk.
+never bytes of a deleted segment, also through another process's read-only reader, which notices
+the deletion itself; and writes are refused with DiskFullError on a nearly full disk.
 
 Method: a store with tiny segments (4 KiB commit log, 8-entry consume queues, 11-key index files)
 in tmp_path; records get store times one hour apart, so each segment covers a known span of a
@@ -32,6 +33,7 @@ from mqbox.message import (
     pack_host,
 )
 from mqbox.store.cleanup import (
+    CommitLogRetention,
     DiskSpaceGuard,
     RetentionConfig,
     RetentionService,
@@ -40,7 +42,7 @@ from mqbox.store.cleanup import (
     parse_delete_when,
     refuse_ratio_percent_for,
 )
-from mqbox.store.layout import StoreGeometry, consume_queue_dir, index_dir
+from mqbox.store.layout import StoreGeometry, consume_queue_dir, index_dir, segment_name
 from mqbox.store.message_store import MessageStore, MessageStoreReader, StoreConfig
 from mqbox.store.read_plan import PULL_OFFSET_MOVED, GetMessageStatus
 from tests.support.faulty_file import open_store_with_recovery
@@ -118,7 +120,7 @@ def service(
     filled: Filled,
     root: Path,
     disk: FakeDisk | None = None,
-    **config: int | str,
+    **config: int | str | bool,
 ) -> RetentionService:
     return RetentionService(
         root,
@@ -209,20 +211,55 @@ def test_segments_younger_than_the_reserved_time_stay(tmp_path: Path) -> None:
 # --- Disk-based deletion ------------------------------------------------------------------------
 
 
-def test_a_full_disk_forces_deletion_at_any_hour_until_below_the_ratio(tmp_path: Path) -> None:
+def test_a_nearly_full_disk_deletes_young_segments_down_to_the_force_ratio(
+    tmp_path: Path,
+) -> None:
     filled = fill(tmp_path, 100)
-    segment_count = len(filled.store.commit_log.segment_starts_bytes)
-    assert 6 <= segment_count <= 14
-    # 60.5 % plus 3 % per segment: over 75 % while more than 4 segments are left.
+    starts = filled.store.commit_log.segment_starts_bytes
+    assert 9 <= len(starts) <= 14
+    # 60.5 % plus 3 % per segment: over the force ratio (85 %) while more than 8 segments are
+    # left, over diskMaxUsedSpaceRatio (75 %) while more than 4 are.
     disk = FakeDisk(tmp_path, 0.605, 0.03)
     retention = service(filled, tmp_path, disk)
+    assert retention.config.force_ratio_percent == 85
     report = retention.run_once(at_hour(0, 13))  # not a deleteWhen hour, nothing is 72 h old
     assert report.trigger == "disk"
-    assert report.commit_log_segment_deleted_count == segment_count - 4
-    assert len(filled.store.commit_log.segment_starts_bytes) == 4
-    assert report.disk_used_ratio < 0.75
-    report = retention.run_once(at_hour(0, 13) + 10_000)
-    assert report.trigger == "none"
+    assert report.commit_log_segment_deleted_count == len(starts) - 8
+    assert filled.store.commit_log.segment_starts_bytes == starts[-8:]
+    assert 0.75 < report.disk_used_ratio < 0.85
+    filled.store.close()
+
+
+def test_a_disk_over_the_ratio_deletes_expired_segments_at_any_hour(tmp_path: Path) -> None:
+    filled = fill(tmp_path, 100)
+    per_segment = records_per_segment(filled)
+    starts = sorted(per_segment)
+    # 80 % whatever is left: over diskMaxUsedSpaceRatio, under the force ratio.
+    retention = service(filled, tmp_path, FakeDisk(tmp_path, 0.80, 0.0))
+    now_ms = at_hour(5, 13)  # hour 133: not a deleteWhen hour; kept from hour 61 on
+    report = retention.run_once(now_ms)
+    assert report.trigger == "disk"
+    expected = [
+        start
+        for position, start in enumerate(starts[:-1])
+        if EPOCH_MS + per_segment[starts[position + 1]][0] * HOUR_MS < now_ms - 72 * HOUR_MS
+    ]
+    assert 0 < len(expected) < len(starts) - 1
+    assert report.commit_log_segment_deleted_count == len(expected)
+    assert filled.store.commit_log.min_log_offset_bytes == expected[-1] + SEGMENT_SIZE_BYTES
+    filled.store.close()
+
+
+def test_without_clean_file_forcibly_a_full_disk_keeps_young_segments(tmp_path: Path) -> None:
+    filled = fill(tmp_path, 60)
+    segment_count = len(filled.store.commit_log.segment_starts_bytes)
+    retention = service(
+        filled, tmp_path, FakeDisk(tmp_path, 0.99, 0.0), clean_file_forcibly_enable=False
+    )
+    report = retention.run_once(at_hour(0, 13))
+    assert report.trigger == "disk"
+    assert report.commit_log_segment_deleted_count == 0
+    assert len(filled.store.commit_log.segment_starts_bytes) == segment_count
     filled.store.close()
 
 
@@ -250,6 +287,32 @@ def test_never_the_last_segment_nor_unflushed_or_undispatched_ones(tmp_path: Pat
         - store.commit_log.write_log_offset_bytes % SEGMENT_SIZE_BYTES,
     )
     store.close()
+
+
+def test_the_new_minimum_is_announced_while_the_segment_is_still_on_disk(tmp_path: Path) -> None:
+    filled = fill(tmp_path, 40)
+    starts = filled.store.commit_log.segment_starts_bytes
+    announced: list[tuple[int, bool]] = []
+
+    def announce(min_log_offset_bytes: int) -> None:
+        oldest = filled.store.commit_log.directory / segment_name(
+            min_log_offset_bytes - SEGMENT_SIZE_BYTES
+        )
+        announced.append((min_log_offset_bytes, oldest.exists()))
+
+    retention = CommitLogRetention(
+        tmp_path,
+        filled.store.commit_log,
+        RetentionConfig(),
+        dispatched_log_offset_bytes=lambda: filled.store.dispatcher.dispatched_log_offset_bytes,
+        disk_usage=FakeDisk(tmp_path, 0.10, 0.0),
+        timezone=datetime.UTC,
+        on_min_log_offset_moving=announce,
+    )
+    trigger, _used, deleted_count = retention.delete_segments(at_hour(9, 4))
+    assert (trigger, deleted_count) == ("time", len(starts) - 1)
+    assert announced == [(start + SEGMENT_SIZE_BYTES, True) for start in starts[:-1]]
+    filled.store.close()
 
 
 # --- What follows the commit log ----------------------------------------------------------------
@@ -295,6 +358,74 @@ def test_consume_queue_min_moves_and_a_read_below_it_says_offset_moved(tmp_path:
         assert decode_record(raw).log_offset_bytes == expected_offset
     reader.close()
     store.close()
+
+
+def expected_min_offsets(filled: Filled) -> dict[int, tuple[int, int]]:
+    """Per queue: (its first queue index still in the log, that record's log offset)."""
+    min_log_offset_bytes = filled.store.commit_log.min_log_offset_bytes
+    found: dict[int, tuple[int, int]] = {}
+    for queue_id in (0, 1):
+        serials = [s for s, q in enumerate(filled.queue_ids) if q == queue_id]
+        kept = [s for s in serials if filled.log_offsets[s] >= min_log_offset_bytes]
+        found[queue_id] = (serials.index(kept[0]), filled.log_offsets[kept[0]])
+    return found
+
+
+def test_a_read_only_reader_notices_retention_by_itself(tmp_path: Path) -> None:
+    filled = fill(tmp_path, 80)
+    now_ns = [0]
+    reader = MessageStoreReader.open(tmp_path, CONFIG, clock_ns=lambda: now_ns[0])
+    assert [reader.min_offset(TOPIC, queue_id) for queue_id in (0, 1)] == [0, 0]
+    assert reader.get_messages(TOPIC, 0, 0).status is GetMessageStatus.FOUND
+    report = service(filled, tmp_path).run_once(at_hour(10, 4))
+    assert report.commit_log_segment_deleted_count > 0
+    expected = expected_min_offsets(filled)
+    # Until its next look (every 100 ms) it answers from what it knew; then it follows.
+    assert reader.min_offset(TOPIC, 0) == 0
+    now_ns[0] += 100_000_000
+    for queue_id, (min_queue_index, log_offset_bytes) in expected.items():
+        assert reader.min_offset(TOPIC, queue_id) == min_queue_index
+        plan = reader.get_messages(TOPIC, queue_id, 0)
+        assert plan.status is GetMessageStatus.OFFSET_TOO_SMALL
+        assert plan.pull_response_code == PULL_OFFSET_MOVED
+        assert plan.next_queue_index == min_queue_index
+        plan = reader.get_messages(TOPIC, queue_id, min_queue_index, count_max=1)
+        assert plan.status is GetMessageStatus.FOUND
+        assert decode_record(reader.read_plan_bytes(plan)).log_offset_bytes == log_offset_bytes
+    assert reader.min_log_offset_bytes == filled.store.commit_log.min_log_offset_bytes
+    reader.close()
+    filled.store.close()
+
+
+def test_a_reader_that_meets_a_deleted_consume_queue_segment_looks_at_once(
+    tmp_path: Path,
+) -> None:
+    filled = fill(tmp_path, 80)
+    # A clock that never moves: these readers look at the log only when something says so.
+    frozen = MessageStoreReader.open(tmp_path, CONFIG, clock_ns=lambda: 0)
+    assert frozen.get_messages(TOPIC, 0, 0).status is GetMessageStatus.FOUND
+    told = MessageStoreReader.open(tmp_path, CONFIG, clock_ns=lambda: 0)
+    assert told.min_offset(TOPIC, 1) == 0
+    service(filled, tmp_path).run_once(at_hour(10, 4))
+    expected = expected_min_offsets(filled)
+    # Index 25 lies in the fourth consume-queue segment (8 entries each), which the reader's
+    # first look (a binary search over entries 0-39) never mapped and which retention deleted:
+    # looking it up finds it gone, so the reader looks at the log at once.
+    min_queue_index = expected[0][0]
+    assert min_queue_index >= 32
+    plan = frozen.get_messages(TOPIC, 0, 25)
+    assert plan.status is GetMessageStatus.OFFSET_TOO_SMALL
+    assert plan.next_queue_index == min_queue_index
+    assert frozen.get_messages(TOPIC, 0, min_queue_index).status is GetMessageStatus.FOUND
+    # A queue read for the first time looks too (its files may show the deletion).
+    assert frozen.min_offset(TOPIC, 1) == expected[1][0]
+    # A process that reads the minimum the store writer publishes tells its reader.
+    assert told.min_offset(TOPIC, 1) == 0
+    told.observe_commit_log_min(filled.store.commit_log.min_log_offset_bytes)
+    assert told.min_offset(TOPIC, 1) == expected[1][0]
+    for reader in (frozen, told):
+        reader.close()
+    filled.store.close()
 
 
 def test_index_files_below_the_minimum_are_deleted(tmp_path: Path) -> None:

@@ -346,6 +346,30 @@ def test_service_retention_and_recovery_deletes(tmp_path: Path) -> None:
     assert service.query(key_hash("TopicA", "k9"), 0, 1 << 62, 10) == [900]
 
 
+def test_a_reader_loading_while_retention_deletes_skips_the_vanished_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = IndexService(tmp_path, GEOMETRY, writable=True, clock_ms=FakeClock(T0_MS))
+    service.load()
+    put_keys(service, [(f"k{n}", 100 * n, T0_MS + 1000 * n) for n in range(9)])
+    service.flush()
+    oldest = service.files[0].path
+    real_open = IndexFile.open
+
+    def open_after_retention(path: Path, geometry: StoreGeometry, *, writable: bool) -> IndexFile:
+        if path == oldest:
+            assert service.delete_below_log_offset(250) == 1  # between listing and mapping
+        return real_open(path, geometry, writable=writable)
+
+    monkeypatch.setattr(IndexFile, "open", open_after_retention)
+    reader = IndexService(tmp_path, GEOMETRY, writable=False)
+    reader.load()
+    assert len(reader.files) == 2
+    assert reader.query(key_hash("TopicA", "k7"), 0, 1 << 62, 10) == [700]
+    reader.close()
+    service.close()
+
+
 def test_service_query_skips_files_outside_the_time_range(tmp_path: Path) -> None:
     service = IndexService(tmp_path, GEOMETRY, writable=True, clock_ms=FakeClock(T0_MS))
     service.load()

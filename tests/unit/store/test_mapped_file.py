@@ -239,6 +239,32 @@ def test_queue_load_rejects_gap_misalignment_and_wrong_size(tmp_path: Path) -> N
         make_queue(directory)
 
 
+def test_a_reader_listing_that_raced_retention_keeps_the_newest_contiguous_run(
+    tmp_path: Path,
+) -> None:
+    # What a listing can see while the writer deletes segments 1 and 2 (in that order): segment
+    # 1's name read before its unlink, segment 2's read after. Only the writer calls that broken.
+    for start in (0, SEGMENT_SIZE_BYTES, 3 * SEGMENT_SIZE_BYTES, 4 * SEGMENT_SIZE_BYTES):
+        (tmp_path / segment_name(start)).write_bytes(bytes(SEGMENT_SIZE_BYTES))
+    reader = make_queue(tmp_path, writable=False)
+    assert reader.segment_starts_bytes == (3 * SEGMENT_SIZE_BYTES, 4 * SEGMENT_SIZE_BYTES)
+    assert reader.find_segment(0) is None
+    with pytest.raises(StoreError, match="gap"):
+        make_queue(tmp_path)
+
+
+def test_detached_segments_leave_the_queue_first_and_the_disk_second(tmp_path: Path) -> None:
+    queue = make_queue(tmp_path)
+    for segment_index in range(3):
+        queue.segment_for_write(segment_index * SEGMENT_SIZE_BYTES)
+    paths = queue.detach_segments_below(2 * SEGMENT_SIZE_BYTES)
+    assert paths == [tmp_path / segment_name(0), tmp_path / segment_name(SEGMENT_SIZE_BYTES)]
+    assert queue.segment_starts_bytes == (2 * SEGMENT_SIZE_BYTES,)
+    assert all(path.exists() for path in paths)
+    queue.unlink_detached(paths)
+    assert [path.name for path in tmp_path.iterdir()] == [segment_name(2 * SEGMENT_SIZE_BYTES)]
+
+
 def test_queue_load_ignores_stray_files(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello")
     (tmp_path / (segment_name(0) + ".tmp")).write_bytes(b"")

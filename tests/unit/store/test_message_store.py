@@ -219,9 +219,12 @@ def test_consume_queue_segment_gone_under_a_reader(tmp_path: Path) -> None:
     entry = queue.entry(16)
     assert entry is not None
     queue.delete_below_log_offset(entry.log_offset_bytes)  # retention in the writer
+    # The reader finds the segment of index 9 gone, looks at the queue's files again, and
+    # answers as below any minimum: offset moved, to the first entry left.
     plan = reader.get_messages("TopicA", 0, 9)
-    assert plan.status is GetMessageStatus.OFFSET_FOUND_NULL
-    assert (plan.next_queue_index, plan.pull_response_code) == (16, PULL_NOT_FOUND)
+    assert plan.status is GetMessageStatus.OFFSET_TOO_SMALL
+    assert (plan.next_queue_index, plan.pull_response_code) == (16, PULL_OFFSET_MOVED)
+    assert reader.min_offset("TopicA", 0) == 16
     reader.close()
     store.close()
 
