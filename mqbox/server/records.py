@@ -236,13 +236,16 @@ SPILL_ROLE_PREFIX: Final = "spill-"
 COMPLETED_FLUSH_INTERVAL_NS: Final = 20_000_000
 COMPLETED_FLUSH_COUNT: Final = 1024
 # The longest adaptive spin of a role before it sleeps (Sleeper). The roles on a request's round
-# trip (reactor, codec, worker, processors) spin up to a whole round trip through the front, so
-# that with one request in flight each finds its next record while it spins. bench/hop.py on 2
-# shared cores (docs/BENCHMARKS.md, issue 4): at 50 us no spin ever found the next record and
-# every hop paid a wake-up through the FIFO (30-50 us on an idle VM, whose CPUs halt); at 1 ms
-# the p50 fell from about 470 to 250-320 us. An idle role gives up after about 2 ms (the budget
-# halves on each empty spin). The other roles (store writer, dispatcher, schedule) keep 50 us:
-# their records come in batches, where spinning costs CPU that bench/produce.py counts.
+# trip (reactor, codec, worker, processors) spin up to about four round trips through the front,
+# so that with one request in flight each finds its next record while it spins. At 50 us (the
+# earlier default for all) bench/hop.py --inflight 1 on 2 shared cores was bistable: while the
+# codec's and reactor's gaps stayed under 50 us they kept spinning, which also kept the CPUs from
+# halting, and a request took ~230 us; after one slow hop their spins missed, every hop paid a
+# wake-up through the FIFO on a halted CPU (30-50 us on this VM) and the p50 settled near 690 us
+# (docs/BENCHMARKS.md, issue 4). At 1 ms it stays at 220-300 us. An idle role gives up after
+# about 2 ms (the budget halves on each empty spin). The other roles (store writer, dispatcher,
+# schedule) keep 50 us: their records come in batches, where spinning costs CPU that
+# bench/produce.py counts.
 SPIN_NS_MAX_DEFAULT: Final = 50_000
 REQUEST_SPIN_NS_MAX: Final = 1_000_000
 # A wait after more than this many records handled since the last one sleeps without spinning:
