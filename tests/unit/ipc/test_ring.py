@@ -21,6 +21,7 @@ import itertools
 import struct
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import posix_ipc
@@ -745,3 +746,33 @@ def test_close_is_idempotent_and_unlink_removes_both_names(instance: str) -> Non
 
 def test_warm_up_checks_the_kernels_against_the_layout() -> None:
     ring_module.warm_up()
+
+
+def _resident_bytes_of_mapping(name: str) -> int:
+    """Rss of this process's mapping of the shared memory object `name` (/proc/self/smaps)."""
+    resident = 0
+    inside = False
+    with Path("/proc/self/smaps").open(encoding="ascii", errors="replace") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:
+                inside = len(fields) >= 6 and fields[5] == f"/dev/shm{name}"
+            elif inside and fields[0] == "Rss:":
+                resident += int(fields[1]) * 1024
+    return resident
+
+
+def test_create_and_attach_map_every_page_of_the_ring(instance: str) -> None:
+    ring = Ring.create(names.shm_name(instance, "populate", 0), 1 << 20)
+    try:
+        segment_size_bytes = layout.segment_size_bytes(1 << 20)
+        assert _resident_bytes_of_mapping(ring.name) >= segment_size_bytes
+        other = Ring.attach(ring.name)
+        try:
+            # Two mappings of one object: both populated, so twice the segment is resident.
+            assert _resident_bytes_of_mapping(ring.name) >= 2 * segment_size_bytes
+        finally:
+            other.close()
+    finally:
+        ring.close()
+        ring.unlink()
