@@ -115,16 +115,17 @@ def test_a_sigkilled_broker_loses_its_routes_when_its_connection_closes(
         with running_broker(tmp_path / "home", namesrv, reap_pids) as (process, family):
             wait_until("broker-a routed", lambda: broker_routed(namesrv))
             assert broker_in_cluster(namesrv)
+            # psutil.Process remembers each start time: a pid reused by another test's process
+            # after the kill is not mistaken for a survivor.
+            processes = [psutil.Process(pid) for pid in family]
             signal_all(family, signal.SIGKILL)
             process.wait(WAIT_S)
             gone_s = wait_until("routes dropped", lambda: not broker_routed(namesrv))
             assert gone_s < expire_ms / 1000
             assert not broker_in_cluster(namesrv)
-            for pid in family:
-                assert not psutil.pid_exists(pid) or psutil.Process(pid).status() in (
-                    psutil.STATUS_ZOMBIE,
-                    psutil.STATUS_DEAD,
-                )
+            for survivor in (member for member in processes if member.is_running()):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    assert survivor.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
         with RemotingClient(namesrv.address, 2000) as client:
             assert namesrv_api.get_route(client, "TBW102") is None  # TOPIC_NOT_EXIST
         assert namesrv.process.poll() is None  # the name server lives on
