@@ -27,12 +27,13 @@ import pytest
 
 from mqbox.message import decode_record, encode_properties_str
 from mqbox.protocol import RemotingCommand
-from mqbox.protocol.codes import PULL_FLAG_SUBSCRIPTION, RequestCode, ResponseCode
-from mqbox.protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
+from mqbox.protocol.codes import RequestCode, ResponseCode
+from mqbox.protocol.headers import SendMessageRequestHeader
 from mqbox.store.checkpoint import CheckpointTimestamps, read_checkpoint
 from mqbox.store.layout import abort_path, checkpoint_path
 from tests.support.appliance import running_appliance
 from tests.support.front_client import FrontClient
+from tests.support.pull_requests import pull_everything_header
 
 pytestmark = pytest.mark.integration
 
@@ -69,18 +70,7 @@ def send(client: FrontClient, number: int) -> int:
 
 
 def pull(client: FrontClient, queue_index: int) -> RemotingCommand:
-    header = PullMessageRequestHeader(
-        consumer_group="CG",
-        topic=TOPIC,
-        queue_id=0,
-        queue_index=queue_index,
-        message_count_max=32,
-        sys_flag=PULL_FLAG_SUBSCRIPTION,
-        commit_queue_index=0,
-        suspend_timeout_ms=15_000,
-        sub_version=0,
-        subscription="*",
-    )
+    header = pull_everything_header(TOPIC, queue_index)
     return client.call(RequestCode.PULL_MESSAGE, header.to_ext())
 
 

@@ -24,13 +24,13 @@ import pytest
 
 from mqbox.message import decode_record
 from mqbox.protocol import RemotingCommand, make_request
-from mqbox.protocol.codes import PULL_FLAG_SUBSCRIPTION, RequestCode, ResponseCode
-from mqbox.protocol.headers import PullMessageRequestHeader
+from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.server.store_housekeeper import StoreHousekeeper
 from mqbox.store.checkpoint import read_checkpoint
 from mqbox.store.cleanup import DiskSpaceGuard
 from mqbox.store.config_files import TopicConfig
 from mqbox.store.layout import checkpoint_path, commit_log_dir, consume_queue_dir
+from tests.support.pull_requests import pull_everything_header
 from tests.unit.server.test_send import StoreGraph, properties_text, send_header, small_broker
 
 SEGMENT_SIZE_BYTES = 64 * 1024
@@ -72,18 +72,7 @@ def put(graph: StoreGraph, first: int, count: int) -> None:
 
 
 def pull(graph: StoreGraph, queue_index: int) -> RemotingCommand:
-    header = PullMessageRequestHeader(
-        consumer_group="CG",
-        topic=TOPIC,
-        queue_id=0,
-        queue_index=queue_index,
-        message_count_max=32,
-        sys_flag=PULL_FLAG_SUBSCRIPTION,
-        commit_queue_index=0,
-        suspend_timeout_ms=15_000,
-        sub_version=0,
-        subscription="*",
-    )
+    header = pull_everything_header(TOPIC, queue_index)
     opaque = graph.next_opaque()
     assert graph.pull is not None
     graph.submit(graph.pull, make_request(RequestCode.PULL_MESSAGE, opaque, header.to_ext()))
