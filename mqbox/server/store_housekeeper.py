@@ -2,9 +2,9 @@
 
 Owns, inside the store writer process: the thread that runs cleanup.CommitLogRetention every
 cleanResourceInterval ms (RocketMQ's CleanCommitLogService schedule) and publishes the commit
-log's new minimum (queue_counters.StorePositions) just before each unlink; and the checkpoint
-file, which it alone writes while the broker runs, every flushIntervalConsumeQueue ms, with the
-store writer's final write at the stop (`write_checkpoint`).
+log's new minimum (queue_counters.StorePositions) UNLINK_GRACE_MS before each unlink; and the
+checkpoint file, which it alone writes while the broker runs, every flushIntervalConsumeQueue ms,
+with the store writer's final write at the stop (`write_checkpoint`).
 
 Never: appends, flushes the commit log (the flush thread does), deletes a consume-queue or index
 file (the dispatcher follows the published minimum and deletes those), or blocks the writer's
@@ -53,6 +53,11 @@ log = logging.getLogger("mqbox.store_housekeeper")
 
 EXIT_BUG: Final = 70  # EX_SOFTWARE, as the supervisor's EXIT_ROLE_BUG
 ERROR_RETRY_MS: Final = 1000
+# Between publishing a new minimum and unlinking the segment below it. Readers elsewhere take the
+# published minimum on every pull and look for deleted files at least every 100 ms
+# (MessageStoreReader), and a reply planned just before the publish may still be on its way to
+# the reactor's sendfile: the wait lets both see the minimum before the file is gone.
+UNLINK_GRACE_MS: Final = 250
 
 
 def _wall_clock_ms() -> int:
@@ -87,9 +92,13 @@ class StoreHousekeeper:
         disk_usage: DiskUsage = disk_used_ratio,
         timezone: datetime.tzinfo | None = None,
         clock_ms: Callable[[], int] = _wall_clock_ms,
+        unlink_grace_ms: int = UNLINK_GRACE_MS,
     ) -> None:
         """`counters_name` is the dispatcher's QueueCounters segment, attached once it exists
-        (the dispatcher starts after the store writer)."""
+        (the dispatcher starts after the store writer). `unlink_grace_ms`: how long a published
+        minimum stands before the segment below it is unlinked (the stop cuts it short)."""
+        assert unlink_grace_ms >= 0
+        self._unlink_grace_ms = unlink_grace_ms
         assert commit_log.writable
         assert checkpoint_interval_ms > 0
         self._commit_log = commit_log
@@ -234,6 +243,9 @@ class StoreHousekeeper:
         self._min_log_offset_bytes = min_log_offset_bytes
         self._published_deletion_total += 1
         self._positions.publish_min_log_offset(min_log_offset_bytes, self._published_deletion_total)
+        if self._unlink_grace_ms:
+            with self._condition:
+                self._condition.wait_for(lambda: self._stopping, self._unlink_grace_ms / 1000)
 
     def close(self) -> None:
         """Stop the thread and release the counters' map (the store writer's close)."""

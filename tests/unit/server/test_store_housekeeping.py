@@ -16,6 +16,7 @@ runs its rounds, so nothing is deleted behind its back.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ import pytest
 from mqbox.message import decode_record
 from mqbox.protocol import RemotingCommand, make_request
 from mqbox.protocol.codes import RequestCode, ResponseCode
-from mqbox.server.store_housekeeper import StoreHousekeeper
+from mqbox.server.store_housekeeper import UNLINK_GRACE_MS, StoreHousekeeper
 from mqbox.store.checkpoint import read_checkpoint
 from mqbox.store.cleanup import DiskSpaceGuard
 from mqbox.store.config_files import TopicConfig
@@ -142,6 +143,36 @@ def test_the_writer_deletes_the_dispatcher_follows_and_pulls_are_told_where_to_g
     response = pull(graph, 120)
     assert response.code == ResponseCode.SUCCESS
     assert queue_offsets_in(graph, response) == [120, 121, 122, 123, 124]
+
+
+def test_a_published_minimum_stands_for_the_grace_period_before_its_segment_goes(
+    graph: StoreGraph,
+) -> None:
+    put(graph, 0, 40)  # more than one segment
+    writer = graph.writer
+    writer.flusher.flush_now()
+    oldest = commit_log_dir(graph.store_root) / f"{writer.commit_log.segment_starts_bytes[0]:020d}"
+    published_before = writer.positions.min_log_offset_bytes
+    seen: list[tuple[float, bool]] = []  # (seconds after the publish, file still there)
+
+    def watch() -> None:
+        while writer.positions.min_log_offset_bytes == published_before:
+            time.sleep(0.0005)
+        published_s = time.monotonic()
+        while oldest.exists() and time.monotonic() - published_s < 5:
+            seen.append((time.monotonic() - published_s, True))
+            time.sleep(0.01)
+        seen.append((time.monotonic() - published_s, oldest.exists()))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    assert writer.housekeeper.run_retention(int(time.time() * 1000)) >= 1
+    watcher.join(10)
+    assert not watcher.is_alive()
+    present = [after_s for after_s, there in seen if there]
+    assert present, seen
+    assert max(present) >= UNLINK_GRACE_MS / 1000 * 0.5, seen[-3:]
+    assert not seen[-1][1]  # gone once the grace passed
 
 
 def test_the_store_writer_alone_writes_the_checkpoint_with_the_dispatchers_times(
