@@ -167,12 +167,7 @@ class DispatcherRole:
     # -- the loop ---------------------------------------------------------------------------------
 
     def run_forever(self) -> NoReturn:
-        while True:
-            if runtime.stop_requested():
-                self.close()
-                runtime.exit_stopped()
-            self.run_once(-1)
-        raise AssertionError("unreachable")
+        runtime.run_until_stopped(self.run_once, self.close)
 
     def run_once(self, timeout_ms: int) -> int:
         """One turn: read WRITTEN records, dispatch, publish, flush when due. Returns the records

@@ -196,12 +196,7 @@ class Reactor:
     # -- the loop ---------------------------------------------------------------------------------
 
     def run_forever(self) -> NoReturn:
-        while True:
-            if runtime.stop_requested():
-                self._flush_all()
-                runtime.exit_stopped()
-            self.run_once(-1)
-        raise AssertionError("unreachable")
+        runtime.run_until_stopped(self.run_once, self._flush_all)
 
     def run_once(self, timeout_ms: int) -> int:
         """One turn: responses out, socket events in, frames to the codecs. Returns how many

@@ -381,6 +381,16 @@ def exit_stopped() -> NoReturn:
     raise SystemExit(0)
 
 
+def run_until_stopped(run_once: Callable[[int], int], on_stop: Callable[[], object]) -> NoReturn:
+    """A role's main loop: turns of `run_once(-1)` (each sleeps only when it found no work)
+    until a stop is requested, then `on_stop()` (flush, save, close) and the orderly exit."""
+    while True:
+        if _process.stop_requested:
+            on_stop()
+            exit_stopped()
+        run_once(-1)
+
+
 # ---------------------------------------------------------------------------------------------
 # Rings
 # ---------------------------------------------------------------------------------------------

@@ -236,12 +236,7 @@ class ScheduleRole:
     # -- the loop ---------------------------------------------------------------------------------
 
     def run_forever(self) -> NoReturn:
-        while True:
-            if runtime.stop_requested():
-                self.close()
-                runtime.exit_stopped()
-            self.run_once(-1)
-        raise AssertionError("unreachable")
+        runtime.run_until_stopped(self.run_once, self.close)
 
     def run_once(self, timeout_ms: int) -> int:
         """One turn: acks and wake-ups in, due entries out, offsets saved when due. Returns the

@@ -307,12 +307,7 @@ class StoreWriter:
     # -- the loop ---------------------------------------------------------------------------------
 
     def run_forever(self) -> NoReturn:
-        while True:
-            if runtime.stop_requested():
-                self.close()
-                runtime.exit_stopped()
-            self.run_once(-1)
-        raise AssertionError("unreachable")
+        runtime.run_until_stopped(self.run_once, self.close)
 
     def run_once(self, timeout_ms: int) -> int:
         """One turn: drain every sender's ring once, publish, release flushed acks. Returns the

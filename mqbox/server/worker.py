@@ -192,12 +192,7 @@ class Worker:
     # -- the loop ---------------------------------------------------------------------------------
 
     def run_forever(self) -> NoReturn:
-        while True:
-            if runtime.stop_requested():
-                self._flush()
-                runtime.exit_stopped()
-            self.run_once(-1)
-        raise AssertionError("unreachable")
+        runtime.run_until_stopped(self.run_once, self._flush)
 
     def run_once(self, timeout_ms: int) -> int:
         """One turn: control changes, every in-ring once, housekeeping when due, then a wait of

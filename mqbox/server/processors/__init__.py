@@ -406,12 +406,11 @@ class Processor:
     # -- the loop ---------------------------------------------------------------------------------
 
     def run_forever(self) -> NoReturn:
-        while True:
-            if runtime.stop_requested():
-                self._flush()
-                runtime.exit_stopped()
-            self.run_once(-1)
-        raise AssertionError("unreachable")
+        runtime.run_until_stopped(self.run_once, self._on_stop_requested)
+
+    def _on_stop_requested(self) -> None:
+        """What an orderly stop does before the exit: write the replies still staged."""
+        self._flush()
 
     def run_once(self, timeout_ms: int) -> int:
         """One turn: every in-ring once, timers when due, replies out, then a wait of up to

@@ -140,7 +140,7 @@ from mqbox.protocol.headers import (
     validate_topic,
 )
 from mqbox.protocol.headers import TopicConfig as WireTopicConfig
-from mqbox.server import admin_records, runtime
+from mqbox.server import admin_records
 from mqbox.server.admin_records import (
     ADMIN_ZERO_CODES,
     INVOKE_BROKER_TO_RESET_OFFSET,
@@ -457,15 +457,10 @@ class AdminProcessor(Processor):
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def run_forever(self) -> NoReturn:
-        """The base loop, plus the offsets saved before an orderly exit (SIGTERM)."""
-        while True:
-            if runtime.stop_requested():
-                self.on_stop()
-                self._flush()
-                runtime.exit_stopped()
-            self.run_once(-1)
-        raise AssertionError("unreachable")
+    def _on_stop_requested(self) -> None:
+        """The base's stop, plus the offsets saved before an orderly exit (SIGTERM)."""
+        self.on_stop()
+        self._flush()
 
     def on_stop(self) -> None:
         """Save what must survive the stop: the offsets committed since the last save."""
