@@ -584,12 +584,18 @@ class CppChild:
 
 
 @contextlib.contextmanager
-def cpp_child(directory: Path, spec: Mapping[str, Any], reap_pids: list[int]) -> Iterator[CppChild]:
-    """Run one C++ client in a child `python` with `spec` (see CHILD_SCRIPT); SIGKILLed by PID
-    on the way out if it is still running."""
+def cpp_child(
+    directory: Path,
+    spec: Mapping[str, Any],
+    reap_pids: list[int],
+    script_text: str = "",
+) -> Iterator[CppChild]:
+    """Run one C++ client in a child `python` with `spec` (see CHILD_SCRIPT; or a script of the
+    caller's own, `script_text`, that reads the same spec file argument); SIGKILLed by PID on the
+    way out if it is still running."""
     directory.mkdir(parents=True, exist_ok=True)
     script = directory / "cpp_child.py"
-    script.write_text(CHILD_SCRIPT, encoding="utf-8")
+    script.write_text(script_text or CHILD_SCRIPT, encoding="utf-8")
     spec_path = directory / "spec.json"
     spec_path.write_text(json.dumps(spec), encoding="utf-8")
     # rocketmq-cpp writes its logs under $HOME/logs; one child per directory.

@@ -26,11 +26,7 @@ Bounded waits; every child and the appliance are SIGKILLed by pid at the end.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections import defaultdict
@@ -50,6 +46,7 @@ from tests.interop.cpp_client import (
     REQUEST_TIMEOUT_MS,
     CppChild,
     SentMessage,
+    cpp_child,
     create_topic,
     property_names,
     read_back,
@@ -158,32 +155,11 @@ def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
                 psutil.Process(pid).send_signal(signal.SIGKILL)
 
 
-@contextlib.contextmanager
 def retry_consumer(
     directory: Path, spec: Mapping[str, Any], reap_pids: list[int]
-) -> Iterator[CppChild]:
-    """RETRY_CONSUMER_SCRIPT in a child `python`, as cpp_client.cpp_child runs its script."""
-    directory.mkdir(parents=True, exist_ok=True)
-    script = directory / "retry_consumer.py"
-    script.write_text(RETRY_CONSUMER_SCRIPT, encoding="utf-8")
-    spec_path = directory / "spec.json"
-    spec_path.write_text(json.dumps(spec), encoding="utf-8")
-    environment = {**os.environ, "HOME": str(directory), "PYTHONUNBUFFERED": "1"}
-    with (directory / "stderr.txt").open("wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, str(script), str(spec_path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            cwd=directory,
-            env=environment,
-        )
-    reap_pids.append(process.pid)
-    child = CppChild(process, directory)
-    try:
-        yield child
-    finally:
-        child.kill()
+) -> contextlib.AbstractContextManager[CppChild]:
+    """RETRY_CONSUMER_SCRIPT in a child `python`, run as cpp_client.cpp_child runs its own."""
+    return cpp_child(directory, spec, reap_pids, RETRY_CONSUMER_SCRIPT)
 
 
 def deliveries_by_seq(child: CppChild) -> dict[str, list[dict[str, Any]]]:
