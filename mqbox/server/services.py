@@ -5,9 +5,10 @@ Owns, for now: keeping the broker registered with every name server of namesrvAd
 UNREGISTER_BROKER on an orderly stop), through mqbox.client.registration's BrokerRegistrar,
 whose threads live in this process only. Never: writes to the store or its config files (the
 admin processor and the store writer own them; this role only reads topics.json), or anything
-on a ring. Later duties of RocketMQ's broker services (retention cleanup, HA, statistics) join
-this loop as more `on_tick` work (TODO(#4)); delayed delivery has a role of its own (schedule.py),
-because it appends through the store writer and must not wait behind a registration.
+on a ring. Retention runs where the files are owned (the store writer's housekeeping thread and
+the dispatcher), and delayed delivery has a role of its own (schedule.py), because it appends
+through the store writer and must not wait behind a registration; later duties without a store
+of their own (HA bookkeeping, statistics) belong in this loop.
 
 Registration happens here rather than in the supervisor because the supervisor must stay
 single-threaded (it forks) and must not speak the remoting protocol; a services process that
