@@ -108,18 +108,9 @@ class Codec:
             )
             for role in topology.roles_of(RoleKind.REACTOR)
         }
-        reactor_ids = {role.role_id for role in topology.roles_of(RoleKind.REACTOR)}
-        specs = topology.rings_to(self.role_id)
-        self.frame_inboxes = [
-            Inbox(Ring.attach(spec.name), spec.producer)
-            for spec in specs
-            if spec.producer in reactor_ids
-        ]
-        self.reply_inboxes = [
-            Inbox(Ring.attach(spec.name), spec.producer)
-            for spec in specs
-            if spec.producer not in reactor_ids
-        ]
+        from_reactors, from_others = topology.rings_to_split(self.role_id, RoleKind.REACTOR)
+        self.frame_inboxes = records.attach_inboxes(from_reactors)
+        self.reply_inboxes = records.attach_inboxes(from_others)
         self.sleeper = Sleeper(
             select.epoll(), [*self.reply_inboxes, *self.frame_inboxes], spin_ns_max
         )

@@ -169,9 +169,9 @@ import os
 import select
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Final, NamedTuple, TypeAlias
+from typing import Final, NamedTuple, Protocol, TypeAlias
 
 import numpy as np
 
@@ -179,6 +179,17 @@ from mqbox.ipc import names
 from mqbox.ipc.ring import SMALL_BATCH_COUNT_MAX, RecordBatch, Ring
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
+
+
+class RingSpecLike(Protocol):
+    """What attach_inboxes needs of a ring's description (topology.RingSpec has it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def producer(self) -> str: ...
+
 
 # Record types. Any int from 0 to 2**31 - 1 is a valid ring type; these are the broker's.
 FRAME: Final = 1
@@ -1086,6 +1097,11 @@ class Inbox:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
             self._spill_paths.clear()
+
+
+def attach_inboxes(specs: Iterable[RingSpecLike]) -> list[Inbox]:
+    """An Inbox on each ring of `specs` (topology.RingSpec: name and producer)."""
+    return [Inbox(Ring.attach(spec.name), spec.producer) for spec in specs]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

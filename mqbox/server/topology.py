@@ -116,6 +116,17 @@ class Topology:
         """Rings this role drains, in a stable order."""
         return tuple(ring for ring in self.rings if ring.consumer == role_id)
 
+    def rings_to_split(
+        self, role_id: str, producer_kind: RoleKind
+    ) -> tuple[tuple[RingSpec, ...], tuple[RingSpec, ...]]:
+        """Rings this role drains: (those from roles of `producer_kind`, all the others)."""
+        producers = {role.role_id for role in self.roles_of(producer_kind)}
+        specs = self.rings_to(role_id)
+        return (
+            tuple(spec for spec in specs if spec.producer in producers),
+            tuple(spec for spec in specs if spec.producer not in producers),
+        )
+
     def ring(self, producer: str, consumer: str) -> RingSpec:
         """The one ring from `producer` to `consumer`; KeyError if they are not linked."""
         for ring in self.rings:

@@ -231,18 +231,9 @@ class Processor:
             Outbox(Ring.attach(topology.ring(self.role_id, codec_id).name), self.spill_writer)
             for codec_id in codec_ids
         ]
-        worker_ids = {role.role_id for role in topology.roles_of(RoleKind.WORKER)}
-        specs = topology.rings_to(self.role_id)
-        self.worker_inboxes = [
-            Inbox(Ring.attach(spec.name), spec.producer)
-            for spec in specs
-            if spec.producer in worker_ids
-        ]
-        self.other_inboxes = [
-            Inbox(Ring.attach(spec.name), spec.producer)
-            for spec in specs
-            if spec.producer not in worker_ids
-        ]
+        from_workers, from_others = topology.rings_to_split(self.role_id, RoleKind.WORKER)
+        self.worker_inboxes = records.attach_inboxes(from_workers)
+        self.other_inboxes = records.attach_inboxes(from_others)
         # Rings a subclass writes besides the codecs' (send: its store writer's): flushed with
         # the replies every turn, and back-pressure stops the worker rings when one backs up.
         self.extra_outboxes: list[Outbox] = []
