@@ -3,8 +3,9 @@
 One process builds a store of `--count` records of `--size-bytes` (default: a 2 GiB log of
 1 KiB records in 1 GiB segments) through MessageStore.append_batch, dispatches and flushes it,
 then drops it as a crash would (the abort file stays) and rewrites the checkpoint with a physic
-time of 0: "nothing known flushed", so recovery must check every record of the log (magic,
-sizes, PHYSICALOFFSET, body CRC, the torn-record check) while the consume queues and the index,
+time and offset of 0: "nothing known flushed", so recovery must check every record of the log
+(magic, sizes, PHYSICALOFFSET, body CRC, the unfinished-record check) while the consume queues
+and the index,
 known flushed, are kept. The timed part is `recovery.recover()` as the store's open will run
 it; `GB_per_s` is the bytes it scanned over its wall time (target >= 1.0). The scan alone is
 also timed with one thread and with the default thread count. Everything runs over the page
@@ -18,6 +19,7 @@ Prints one JSON line on stdout (STYLE.md section 7); chatter goes to stderr. Run
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import signal
 import sys
@@ -29,7 +31,7 @@ import numpy as np
 from _common import checksum, emit, log  # bench/ is sys.path[0] when a script runs
 from _store import TOPIC, BatchTemplate
 
-from mqbox.store.checkpoint import CheckpointTimestamps, read_checkpoint, write_checkpoint
+from mqbox.store.checkpoint import read_checkpoint, write_checkpoint
 from mqbox.store.layout import GiB, StoreGeometry, checkpoint_path
 from mqbox.store.message_store import MessageStore, StoreConfig, warm_up_kernels
 from mqbox.store.recovery import (
@@ -121,9 +123,7 @@ def main() -> None:
         assert flushed is not None
         write_checkpoint(
             checkpoint_path(root),
-            CheckpointTimestamps(
-                0, flushed.logics_msg_timestamp_ms, flushed.index_msg_timestamp_ms
-            ),
+            dataclasses.replace(flushed, physic_msg_timestamp_ms=0, physic_log_offset_bytes=0),
         )
         # The scan alone, one thread and the default count (a warm-up pass first: the pages
         # of the maps are faulted in once, as recovery would have to as well).

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import numba
+from numba.core import types
+from numba.extending import intrinsic
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,3 +43,27 @@ def is_compiled(function: Callable[..., Any]) -> bool:
     """True when `function` is a numba dispatcher holding at least one compiled signature."""
     signatures = getattr(function, "signatures", None)
     return bool(signatures)
+
+
+def _compiler_fence_python() -> None:
+    """compiler_fence() when numba's JIT is off: plain Python keeps program order anyway."""
+
+
+@intrinsic
+def _compiler_fence_intrinsic(typing_context: Any) -> Any:
+    def codegen(context: Any, builder: Any, signature: Any, arguments: Any) -> Any:
+        builder.fence("seq_cst", "singlethread")
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+# A compiler-only fence for kernels: LLVM's `fence syncscope("singlethread") seq_cst`, a signal
+# fence. It emits no instruction; it stops the compiler from moving a store of the kernel across
+# it, so the stores before it reach memory first in program order. On x86-64 (TSO) the CPU keeps
+# that order too, so a process killed at any instant leaves, in the page cache or a shared map,
+# every store before the fence if it left any store after it. It orders nothing against another
+# CPU's loads beyond what TSO gives; the rings' publication needs no more (ipc/ring.py).
+compiler_fence: Callable[[], None] = (
+    _compiler_fence_python if JIT_DISABLED else cast(Callable[[], None], _compiler_fence_intrinsic)
+)

@@ -54,8 +54,12 @@ End of a segment: when a record of L bytes does not fit with 8 bytes to spare, t
 an 8-byte blank, [bytes left int32][BLANK_MAGIC uint32], and starts the next segment.
 
 Properties: `name 0x01 value 0x02`, repeated; a final 0x02 is written, and the parser also accepts
-it missing (Java 4.9 leaves it off). Parsing splits on 0x02, then each part on its first 0x01, and
-drops parts with an empty name or an empty value; a later duplicate name wins (Java's HashMap).
+it missing (Java 4.9 leaves it off). A stored record's properties are empty or end with 0x02:
+encode_record() and the batch kernel add the final 0x02 a client left off (terminate_properties),
+which no parser can tell apart. Recovery relies on it: the last byte of a
+whole record is never zero (store/recovery.py, find_unfinished_record), whatever the client sent.
+Parsing splits on 0x02, then each part on its first 0x01, and drops parts with an empty name or an
+empty value; a later duplicate name wins (Java's HashMap).
 """
 
 from __future__ import annotations
@@ -306,7 +310,8 @@ def encode_record(
     store_timestamp_ms: int = 0,
     store_host: bytes = HOST_ZERO,
 ) -> bytearray:
-    """The stored bytes of `message`, a bytearray the patch_* helpers can finish in place.
+    """The stored bytes of `message` (its properties given their final 0x02 if they lack it), a
+    bytearray the patch_* helpers can finish in place.
 
     The commit log usually encodes with the store-side fields at their defaults and patches them
     once it knows the position (patch_queue_index, patch_log_offset, ...). Raises
@@ -318,7 +323,7 @@ def encode_record(
     assert len(store_host) == HOST_SIZE_BYTES
     topic_bytes = encode_topic(message.topic)
     body = message.body
-    properties = message.properties
+    properties = terminate_properties(bytes(message.properties))
     if len(body) > body_size_bytes_max:
         raise MessageTooLargeError(f"body is {len(body)} bytes, over {body_size_bytes_max}")
     if len(properties) > PROPERTIES_SIZE_BYTES_MAX:
@@ -536,6 +541,15 @@ def encode_properties(properties: Mapping[bytes, bytes]) -> bytes:
         raise MessageIllegalError(
             f"properties are {len(encoded)} bytes, over {PROPERTIES_SIZE_BYTES_MAX}"
         )
+    return encoded
+
+
+def terminate_properties(encoded: bytes) -> bytes:
+    """`encoded` with a final 0x02 added if it is not empty and lacks one: the same entries for
+    every parser, in the form the store keeps (module docstring). The caller checks the length
+    afterwards (it may grow by one byte past 32767)."""
+    if encoded and encoded[-1] != PROPERTY_SEPARATOR:
+        return encoded + b"\x02"
     return encoded
 
 

@@ -13,6 +13,7 @@ document (`tail`: one JSON object per message and line).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import json
 import sys
@@ -178,6 +179,47 @@ def show_config(*, config: ConfigOption = None, as_json: JsonOption = False) -> 
         print(f"[{section}]")
         for key, value in values.items():
             print(f"  {key} = {value}")
+
+
+store_app = typer.Typer(
+    help="Offline store maintenance (the broker stopped).", no_args_is_help=True
+)
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("repair")
+def store_repair(
+    *,
+    home: HomeOption = None,
+    config: ConfigOption = None,
+    store_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--store-root", help="The store (default: storePathRootDir, else HOME/store/NAME)."
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Recover a store that `mqbox start` refuses: cut the commit log where flushed data is
+    damaged, keeping a copy of every byte cut in STORE/repair/."""
+    try:
+        result = ops.repair_store(home, config, store_root)
+    except MqboxError as error:
+        fail(str(error))
+    if as_json:
+        print(json.dumps(dataclasses.asdict(result), sort_keys=True))
+        return
+    if result.cut_at_log_offset_bytes is None:
+        print(
+            f"{result.store_root}: nothing to cut; the log ends at {result.write_log_offset_bytes}"
+        )
+        return
+    print(
+        f"{result.store_root}: cut at log offset {result.cut_at_log_offset_bytes} ({result.reason})"
+        + (" inside flushed data" if result.flushed_damage else "")
+    )
+    if result.copy_directory is not None:
+        print(f"{result.copied_bytes} bytes cut, copied to {result.copy_directory}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -611,3 +611,82 @@ def status(home: Path | None) -> ApplianceStatus:
         store_size_bytes=disk_usage_bytes(Path(store_root)) if store_root else 0,
         processes=tuple(measured),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Offline store repair
+
+
+@dataclasses.dataclass(frozen=True)
+class RepairResult:
+    """What `mqbox store repair` found and did (offsets are commit-log bytes)."""
+
+    store_root: str
+    write_log_offset_bytes: int  # appends resume here
+    cut_at_log_offset_bytes: int | None  # where a damaged or unfinished tail was cut
+    reason: str | None  # why the first cut record failed
+    flushed_damage: bool  # the cut went below the flushed offset (acknowledged data)
+    copy_directory: str | None  # the bytes cut, one file per segment; None if nothing was copied
+    copied_bytes: int
+
+
+def _store_users(store_root: Path) -> list[int]:
+    """Pids of processes with a file under `store_root` open (a running broker of it)."""
+    root = str(store_root.resolve())
+    users: list[int] = []
+    for process in psutil.process_iter(["pid"]):
+        with contextlib.suppress(psutil.Error):
+            if any(item.path.startswith(root) for item in process.open_files()):
+                users.append(process.pid)
+    return users
+
+
+def repair_store(
+    home: Path | None, broker_conf: Path | None, store_root: Path | None
+) -> RepairResult:
+    """Open the broker's store offline and recover it, cutting damage found inside flushed data
+    (which `mqbox start` refuses to cut) after copying every byte cut into
+    `<store>/repair/<UTC time>/`; then close it cleanly. Holds the home's lock meanwhile, so the
+    appliance cannot start, and refuses a store any process has open."""
+    from mqbox.message import pack_host
+    from mqbox.server.supervisor import HomeLayout, lock_home, store_root_of
+    from mqbox.store.message_store import MessageStore, StoreConfig
+
+    home_path = home_dir(home)
+    _namesrv, broker = load_configs(broker_conf)
+    root = (store_root or store_root_of(home_path, broker)).expanduser()
+    if not (root / "commitlog").is_dir():
+        raise ConfigError(f"no store at {root} (no commitlog/ there)")
+    layout = HomeLayout(home_path)
+    layout.run_dir.mkdir(parents=True, exist_ok=True)
+    lock_fd = lock_home(layout)
+    try:
+        users = _store_users(root)
+        if users:
+            raise MqboxError(
+                f"the store {root} is open in process {users[0]}; stop the broker first"
+            )
+        copy_directory = root / "repair" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        config = StoreConfig.from_broker_config(
+            broker, pack_host(broker.broker_ip1 or "127.0.0.1", broker.listen_port)
+        )
+        store = MessageStore.open(
+            root, config, truncate_flushed_damage=True, cut_copy_directory=copy_directory
+        )
+        report = store.recovery_report
+        assert report is not None
+        store.close()
+    finally:
+        os.close(lock_fd)
+    copied_bytes = 0
+    if copy_directory.is_dir():
+        copied_bytes = sum(path.stat().st_size for path in copy_directory.iterdir())
+    return RepairResult(
+        store_root=str(root),
+        write_log_offset_bytes=report.write_log_offset_bytes,
+        cut_at_log_offset_bytes=report.truncated_at_log_offset_bytes,
+        reason=report.truncated_reason,
+        flushed_damage=report.flushed_damage,
+        copy_directory=str(copy_directory) if copy_directory.is_dir() else None,
+        copied_bytes=copied_bytes,
+    )

@@ -300,12 +300,13 @@ class DispatcherRole:
 
     def flush(self) -> None:
         """Flush the consume queues and the index written since the last flush, publish the
-        store times they made durable (each taken before the flush it describes) for the store
-        writer's checkpoint, then follow retention."""
+        dispatched position and the store times they made durable (each taken before the flush
+        it describes) for the store writer's checkpoint, then follow retention."""
+        dispatched_bytes = self.dispatcher.dispatched_log_offset_bytes
         logics_ms = self.dispatcher.last_store_timestamp_ms
         self.consume_queues.flush()
         index_ms = self.index.flush()
-        self.counters.publish_flushed_timestamps(max(logics_ms, 0), max(index_ms, 0))
+        self.counters.publish_flushed(dispatched_bytes, max(logics_ms, 0), max(index_ms, 0))
         self._flush_rounds += 1
         self.follow_retention_nowait()
 

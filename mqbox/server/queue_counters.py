@@ -79,7 +79,7 @@ _SHM_MODE: Final = 0o600
 
 POSITIONS_MAGIC: Final = 0x6D71_626F_7850_6F73  # "mqboxPos"
 COUNTERS_MAGIC: Final = 0x6D71_626F_7843_6E74  # "mqboxCnt"
-LAYOUT_VERSION: Final = 2
+LAYOUT_VERSION: Final = 3
 
 # store-positions words
 _P_MAGIC: Final = 0
@@ -112,7 +112,9 @@ _C_DISPATCHER_PID: Final = _LINE_WORDS + 4
 _C_LOGICS_FLUSHED_TIMESTAMP: Final = _LINE_WORDS + 5
 _C_INDEX_FLUSHED_TIMESTAMP: Final = _LINE_WORDS + 6
 _C_DERIVED_MIN_LOG_OFFSET: Final = _LINE_WORDS + 7
-assert _C_DERIVED_MIN_LOG_OFFSET < 2 * _LINE_WORDS
+_C_LOGICS_FLUSHED_LOG_OFFSET: Final = _LINE_WORDS + 8
+_C_INDEX_FLUSHED_LOG_OFFSET: Final = _LINE_WORDS + 9
+assert _C_INDEX_FLUSHED_LOG_OFFSET < 2 * _LINE_WORDS
 _SLOTS_OFFSET_BYTES: Final = 2 * _LINE_WORDS * _WORD
 
 SLOT = np.dtype(
@@ -381,17 +383,26 @@ class QueueCounters:
         self._words[_C_DISPATCHED] = dispatched_log_offset_bytes
         self._words[_C_CHANGE_SEQUENCE] += 1
 
-    def publish_flushed_timestamps(
-        self, logics_msg_timestamp_ms: int, index_msg_timestamp_ms: int
+    def publish_flushed(
+        self,
+        flushed_log_offset_bytes: int,
+        logics_msg_timestamp_ms: int,
+        index_msg_timestamp_ms: int,
     ) -> None:
-        """After a flush returned: the newest store times it made durable in the consume queues
-        and in the index (0: none yet). The store writer copies them into the checkpoint."""
+        """After the consume-queue and index flushes returned: every record below
+        `flushed_log_offset_bytes` (the dispatched position taken before they began) has its
+        entries and keys durable, and the newest store times they made durable (0: none yet).
+        The store writer copies them into the checkpoint. Times first, offset last."""
+        assert flushed_log_offset_bytes >= 0
         assert logics_msg_timestamp_ms >= 0
         assert index_msg_timestamp_ms >= 0
         if logics_msg_timestamp_ms > 0:
             self._words[_C_LOGICS_FLUSHED_TIMESTAMP] = logics_msg_timestamp_ms
         if index_msg_timestamp_ms > 0:
             self._words[_C_INDEX_FLUSHED_TIMESTAMP] = index_msg_timestamp_ms
+        if flushed_log_offset_bytes > self._words[_C_LOGICS_FLUSHED_LOG_OFFSET]:
+            self._words[_C_INDEX_FLUSHED_LOG_OFFSET] = flushed_log_offset_bytes
+            self._words[_C_LOGICS_FLUSHED_LOG_OFFSET] = flushed_log_offset_bytes
 
     def publish_derived_min_log_offset(self, min_log_offset_bytes: int) -> None:
         """The consume queues and the index now follow this commit-log minimum."""
@@ -447,6 +458,16 @@ class QueueCounters:
     @property
     def index_flushed_timestamp_ms(self) -> int:
         return int(self._words[_C_INDEX_FLUSHED_TIMESTAMP])
+
+    @property
+    def logics_flushed_log_offset_bytes(self) -> int:
+        """Every record below this has its consume-queue entry durable."""
+        return int(self._words[_C_LOGICS_FLUSHED_LOG_OFFSET])
+
+    @property
+    def index_flushed_log_offset_bytes(self) -> int:
+        """Every record below this has its index keys durable."""
+        return int(self._words[_C_INDEX_FLUSHED_LOG_OFFSET])
 
     @property
     def derived_min_log_offset_bytes(self) -> int:

@@ -209,16 +209,22 @@ class StoreHousekeeper:
         return deleted_count
 
     def write_checkpoint(self) -> bool:
-        """Take the newest durable store times (module docstring) and write the checkpoint if
-        one changed; True if written."""
+        """Take the newest durable positions and store times (module docstring) and write the
+        checkpoint if one changed; True if written."""
+        physic_bytes = self._commit_log.flushed_log_offset_bytes
         physic_ms = self._commit_log.flushed_store_timestamp_ms
         counters = self._attached_counters()
         logics_ms = counters.logics_flushed_timestamp_ms if counters is not None else 0
         index_ms = counters.index_flushed_timestamp_ms if counters is not None else 0
+        logics_bytes = counters.logics_flushed_log_offset_bytes if counters is not None else 0
+        index_bytes = counters.index_flushed_log_offset_bytes if counters is not None else 0
         self.checkpoint.update(
             physic_msg_timestamp_ms=physic_ms if physic_ms > 0 else None,
             logics_msg_timestamp_ms=logics_ms if logics_ms > 0 else None,
             index_msg_timestamp_ms=index_ms if index_ms > 0 else None,
+            physic_log_offset_bytes=physic_bytes,
+            logics_log_offset_bytes=logics_bytes,
+            index_log_offset_bytes=index_bytes,
         )
         written = self.checkpoint.flush()
         if written:

@@ -205,6 +205,23 @@ def store_root_of(home: Path, broker: BrokerConfig) -> Path:
     return home / STORE_DIR_NAME / broker.broker_name
 
 
+def lock_home(layout: HomeLayout) -> int:
+    """Take the home's lock (flock, not blocking) and return its descriptor; closing it releases
+    the lock. MqboxError if an appliance (or a store repair) holds it."""
+    fd = os.open(layout.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        holder = ""
+        with contextlib.suppress(OSError, ValueError):
+            holder = f" (supervisor pid {int(layout.pid_path.read_text().strip())})"
+        raise MqboxError(
+            f"already running in {layout.home}{holder}; `mqbox stop --home {layout.home}` stops it"
+        ) from None
+    return fd
+
+
 def read_state(home: Path) -> dict[str, Any] | None:
     """The last `run/state.json` of `home`, or None if there is none (or it is unreadable)."""
     try:
@@ -579,18 +596,7 @@ class Supervisor:
 
     def _lock_home(self) -> None:
         """Take the home's lock for the life of this process: one appliance per home."""
-        fd = os.open(self.layout.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            holder = ""
-            with contextlib.suppress(OSError, ValueError):
-                holder = f" (supervisor pid {int(self.layout.pid_path.read_text().strip())})"
-            raise MqboxError(
-                f"already running in {self.layout.home}{holder}; "
-                f"`mqbox stop --home {self.layout.home}` stops it"
-            ) from None
+        fd = lock_home(self.layout)
         self._lock_fd = fd
         self._child_close_fds.add(fd)
         self.layout.pid_path.write_text(f"{os.getpid()}\n", encoding="utf-8")

@@ -51,7 +51,7 @@ from typing import Final, NamedTuple, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from mqbox._jit import kernel
+from mqbox._jit import compiler_fence, kernel
 from mqbox.errors import MessageIllegalError, MessageTooLargeError, StoreError
 from mqbox.message import (
     BLANK_MAGIC,
@@ -97,6 +97,11 @@ _Scalar = TypeVar("_Scalar", bound=np.generic)
 APPEND_NO_ROOM: Final = -1  # the batch plus a blank does not fit the rest of the segment
 APPEND_TOO_LARGE: Final = -2  # a record is over record_size_bytes_max
 APPEND_BAD_RECORD: Final = -3  # a record is not what the caller said (a programmer error)
+# The word a record is published by: TOTALSIZE then MAGICCODE, stored after every other byte.
+RECORD_PUBLISH_WORD_SIZE_BYTES: Final = 8
+PUBLISH_ALL: Final = 1 << 62
+assert TOTALSIZE_POSITION_BYTES == 0
+assert MAGICCODE_POSITION_BYTES == 4
 
 TOPIC_TABLE_WIDTH_BYTES: Final = TOPIC_SIZE_BYTES_MAX + 1  # one row of a topic-bytes table
 assert TOPIC_TABLE_WIDTH_BYTES == 128
@@ -150,6 +155,7 @@ def append_batch_kernel(
     store_host: NDArray[np.uint8],
     record_size_bytes_max: int,
     out_queue_indexes: NDArray[np.int64],
+    publish_count_max: int,
 ) -> int:
     """Copy the records of `source` into `segment` at `file_offset_bytes` and patch them.
 
@@ -161,8 +167,12 @@ def append_batch_kernel(
     plus a blank fits the segment (else APPEND_NO_ROOM). Pass two copies each record and writes
     QUEUEOFFSET (next_queue_indexes[slot], counted up, for transaction types NOT and COMMIT; 0
     for PREPARED and ROLLBACK), PHYSICALOFFSET (base_log_offset_bytes + its file offset),
-    STORETIMESTAMP and STOREHOST. out_queue_indexes[i] gets the queue index when the array is
-    not empty. Returns the file offset after the last record.
+    STORETIMESTAMP and STOREHOST, leaving each record's first 8 bytes zero. Pass three
+    publishes the records by storing those 8 bytes, TOTALSIZE and then MAGICCODE, last (see the
+    comment there). out_queue_indexes[i] gets the queue index when the array is not empty.
+    `publish_count_max` is a test hook: only the first that many records are published, as if
+    the writer died there (CommitLog passes PUBLISH_ALL). Returns the file offset after the
+    last record.
     """
     record_count = sizes_bytes.size
     # Pass one: check everything, write nothing.
@@ -202,13 +212,23 @@ def append_batch_kernel(
     batch_size_bytes = position_bytes
     if file_offset_bytes + batch_size_bytes + BLANK_SIZE_BYTES > segment.size:
         return APPEND_NO_ROOM
-    # Pass two: copy and patch.
+    # Pass two: copy and patch everything but each record's first word [TOTALSIZE][MAGICCODE],
+    # which stays zero, so nothing of the batch is a record yet.
     want_queue_indexes = out_queue_indexes.size > 0
+    published_count = min(record_count, publish_count_max)
     source_at = 0
     target_at = file_offset_bytes
     for record in range(record_count):
         size_bytes = int(sizes_bytes[record])
-        _copy_bytes(segment, target_at, source, source_at, size_bytes)
+        _write_u32_be(segment, target_at + TOTALSIZE_POSITION_BYTES, 0)
+        _write_u32_be(segment, target_at + MAGICCODE_POSITION_BYTES, 0)
+        _copy_bytes(
+            segment,
+            target_at + RECORD_PUBLISH_WORD_SIZE_BYTES,
+            source,
+            source_at + RECORD_PUBLISH_WORD_SIZE_BYTES,
+            size_bytes - RECORD_PUBLISH_WORD_SIZE_BYTES,
+        )
         slot = queue_slot_all if queue_slot_all >= 0 else int(queue_slots[record])
         transaction_type = (
             read_s32_be(segment, target_at + SYSFLAG_POSITION_BYTES) & SYSFLAG_TRANSACTION_MASK
@@ -231,7 +251,23 @@ def append_batch_kernel(
             out_queue_indexes[record] = queue_index
         source_at += size_bytes
         target_at += size_bytes
-    return target_at
+    # Pass three: publish, in order: every size, then every magic. A record exists for a scan
+    # only once its magic is whole, and by then all of its other bytes are stored (the fences
+    # keep the compiler from moving stores across; x86-64 keeps program order for the rest), so
+    # a writer killed anywhere in this kernel leaves whole records or none past the last whole.
+    compiler_fence()
+    target_at = file_offset_bytes
+    for record in range(published_count):
+        size_bytes = int(sizes_bytes[record])
+        _write_u32_be(segment, target_at + TOTALSIZE_POSITION_BYTES, size_bytes)
+        target_at += size_bytes
+    compiler_fence()
+    target_at = file_offset_bytes
+    for record in range(published_count):
+        _write_u32_be(segment, target_at + MAGICCODE_POSITION_BYTES, MESSAGE_MAGIC)
+        target_at += int(sizes_bytes[record])
+    compiler_fence()
+    return file_offset_bytes + batch_size_bytes
 
 
 # --- ctypes: msync and madvise without the GIL --------------------------------------------------
@@ -408,6 +444,11 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class WriterStoppedForTestError(Exception):
+    """Raised by an append that the `publish_count_max_for_test` hook cut short: the store is
+    then in the state a writer killed inside the append kernel leaves (tests only)."""
+
+
 class CommitLog:
     """The segments of commitlog/ and the one writer that appends to them.
 
@@ -429,6 +470,9 @@ class CommitLog:
     ):
         assert len(store_host) == HOST_SIZE_BYTES
         assert RECORD_SIZE_BYTES_MIN <= record_size_bytes_max < 2**31
+        # Test hook: an append publishes only this many records of its batch, then raises
+        # WriterStoppedForTestError, as if the writer died inside the append kernel.
+        self.publish_count_max_for_test = PUBLISH_ALL
         self.directory = commit_log_dir(store_root)
         self.segment_size_bytes = geometry.commit_log_segment_size_bytes
         if record_size_bytes_max + BLANK_SIZE_BYTES > self.segment_size_bytes:
@@ -701,6 +745,7 @@ class CommitLog:
             self._store_host_array,
             self.record_size_bytes_max,
             out_queue_indexes,
+            self.publish_count_max_for_test,
         )
         if end_bytes < 0:
             end_bytes = self._append_slow(
@@ -716,6 +761,8 @@ class CommitLog:
             log_offset_bytes = self._write_log_offset_bytes
         end_log_offset_bytes = segment_start_bytes + end_bytes
         assert end_log_offset_bytes > log_offset_bytes
+        if self.publish_count_max_for_test < record_count:
+            raise WriterStoppedForTestError(f"published {self.publish_count_max_for_test} records")
         # Publish the position first, then the time: a flusher reads them in the other order,
         # so the time it sees never belongs to a record beyond the position it flushes.
         self._write_log_offset_bytes = end_log_offset_bytes
@@ -766,6 +813,7 @@ class CommitLog:
                 self._store_host_array,
                 self.record_size_bytes_max,
                 out_queue_indexes,
+                self.publish_count_max_for_test,
             )
             if end_bytes >= 0:
                 return int(end_bytes)
@@ -1010,6 +1058,7 @@ def warm_up_append_kernel() -> None:
             host,
             record.size,
             out,
+            PUBLISH_ALL,
         )
         assert end_bytes == record.size
 

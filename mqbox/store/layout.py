@@ -314,22 +314,38 @@ INDEX_FILE_SIZE_BYTES_DEFAULT: Final = index_file_size_bytes(
 # ---------------------------------------------------------------------------------------------
 # Checkpoint: one 4 KiB page, the rest zero
 #
-#    0                       8                       16                      24        4096
+#    0                       8                       16                      24        64
 #    +-----------------------+-----------------------+-----------------------+---------+
 #    | physic_msg_timestamp  | logics_msg_timestamp  | index_msg_timestamp   | zero    |
-#    | _ms int64             | _ms int64             | _ms int64             |         |
+#    | _ms int64             | _ms int64             | _ms int64             | (RMQ 5) |
 #    +-----------------------+-----------------------+-----------------------+---------+
+#   64          72                  80                  88                  96      100   4096
+#    +-----------+-------------------+-------------------+-------------------+-------+-----+
+#    | "MQBXPOS1"| physic_log_offset | logics_log_offset | index_log_offset  | crc32 | zero|
+#    |           | _bytes int64      | _bytes int64      | _bytes int64      | u32   |     |
+#    +-----------+-------------------+-------------------+-------------------+-------+-----+
 #
-#   physic: store timestamp of the newest commit-log record known flushed;
-#   logics: of the newest consume-queue entry known flushed; index: of the newest index file
-#   known flushed. Recovery starts its rebuild from these.
+#   The three times are RocketMQ's (its tools read them): physic is the store timestamp of the
+#   newest commit-log record known flushed; logics of the newest consume-queue entry; index of
+#   the newest index file. mqbox's recovery goes by the offsets, which no clock step can move:
+#   physic: every commit-log byte below it is durable; logics: every record below it has its
+#   consume-queue entry durable; index: every record below it has its index keys durable. The
+#   CRC32 covers [64, 96). RocketMQ 5 writes masterFlushedOffset and confirmPhyOffset at 24 and
+#   32, below mqbox's block. A page without the magic (written before the offsets existed) is
+#   recovered by its times.
 # ---------------------------------------------------------------------------------------------
 
 CHECKPOINT_FILE_SIZE_BYTES: Final = 4 * KiB
 CHECKPOINT_PHYSIC_MSG_TIMESTAMP_POSITION_BYTES: Final = 0
 CHECKPOINT_LOGICS_MSG_TIMESTAMP_POSITION_BYTES: Final = 8
 CHECKPOINT_INDEX_MSG_TIMESTAMP_POSITION_BYTES: Final = 16
-CHECKPOINT_USED_SIZE_BYTES: Final = 24
+CHECKPOINT_OFFSETS_MAGIC: Final = b"MQBXPOS1"
+CHECKPOINT_OFFSETS_MAGIC_POSITION_BYTES: Final = 64
+CHECKPOINT_PHYSIC_LOG_OFFSET_POSITION_BYTES: Final = 72
+CHECKPOINT_LOGICS_LOG_OFFSET_POSITION_BYTES: Final = 80
+CHECKPOINT_INDEX_LOG_OFFSET_POSITION_BYTES: Final = 88
+CHECKPOINT_OFFSETS_CRC_POSITION_BYTES: Final = 96
+CHECKPOINT_USED_SIZE_BYTES: Final = 100
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,6 +430,14 @@ assert INDEX_FILE_SIZE_BYTES_DEFAULT == 420_000_040
 assert INDEX_SLOT_EMPTY < INDEX_COUNT_INITIAL
 assert INDEX_ENTRY_COUNT_MAX_DEFAULT <= INT32_MAX
 
-assert CHECKPOINT_USED_SIZE_BYTES == CHECKPOINT_INDEX_MSG_TIMESTAMP_POSITION_BYTES + 8
+assert CHECKPOINT_INDEX_MSG_TIMESTAMP_POSITION_BYTES + 8 <= CHECKPOINT_OFFSETS_MAGIC_POSITION_BYTES
+assert len(CHECKPOINT_OFFSETS_MAGIC) == 8
+assert CHECKPOINT_PHYSIC_LOG_OFFSET_POSITION_BYTES == CHECKPOINT_OFFSETS_MAGIC_POSITION_BYTES + 8
+assert (
+    CHECKPOINT_LOGICS_LOG_OFFSET_POSITION_BYTES == CHECKPOINT_PHYSIC_LOG_OFFSET_POSITION_BYTES + 8
+)
+assert CHECKPOINT_INDEX_LOG_OFFSET_POSITION_BYTES == CHECKPOINT_LOGICS_LOG_OFFSET_POSITION_BYTES + 8
+assert CHECKPOINT_OFFSETS_CRC_POSITION_BYTES == CHECKPOINT_INDEX_LOG_OFFSET_POSITION_BYTES + 8
+assert CHECKPOINT_USED_SIZE_BYTES == CHECKPOINT_OFFSETS_CRC_POSITION_BYTES + 4
 assert CHECKPOINT_USED_SIZE_BYTES <= CHECKPOINT_FILE_SIZE_BYTES
 assert len(segment_name(0)) == SEGMENT_NAME_DIGIT_COUNT

@@ -704,6 +704,8 @@ class MessageStore:
             dispatcher=self.dispatcher,
             **recover_options,
         )
+        # Only a repair cuts below the flushed offset; the checkpoint must not claim what is gone.
+        self.checkpoint.clamp_offsets(self.recovery_report.write_log_offset_bytes)
         self.reader.refresh_commit_log_bounds()
 
     def _initial_queue_index(self, topic: str, queue_id: int) -> int:
@@ -820,25 +822,34 @@ class MessageStore:
         """msync [flushed, written); return the flushed position (flushIntervalCommitLog)."""
         flushed_bytes = self.commit_log.flush()
         physic_ms = self.commit_log.flushed_store_timestamp_ms
-        if physic_ms > 0:
-            self.checkpoint.update(physic_msg_timestamp_ms=physic_ms)
+        self.checkpoint.update(
+            physic_msg_timestamp_ms=physic_ms if physic_ms > 0 else None,
+            physic_log_offset_bytes=flushed_bytes,
+        )
         return flushed_bytes
 
     def flush_consume_queues(self) -> int:
         """Flush the consume queues written since the last time, then persist the checkpoint
         (RocketMQ's FlushConsumeQueueService); return how many queues were flushed."""
-        logics_ms = self.dispatcher.last_store_timestamp_ms  # taken before the flush
+        # Both taken before the flush: it makes durable at least what was dispatched by then.
+        dispatched_bytes = self.dispatcher.dispatched_log_offset_bytes
+        logics_ms = self.dispatcher.last_store_timestamp_ms
         flushed_count = self.consume_queues.flush()
-        if logics_ms > 0:
-            self.checkpoint.update(logics_msg_timestamp_ms=logics_ms)
+        self.checkpoint.update(
+            logics_msg_timestamp_ms=logics_ms if logics_ms > 0 else None,
+            logics_log_offset_bytes=dispatched_bytes,
+        )
         self.checkpoint.flush()
         return flushed_count
 
     def flush_index(self) -> int:
         """Flush the index files written to; return the newest indexed store time."""
+        dispatched_bytes = self.dispatcher.dispatched_log_offset_bytes  # before the flush
         index_ms = self.index.flush()
-        if index_ms > 0:
-            self.checkpoint.update(index_msg_timestamp_ms=index_ms)
+        self.checkpoint.update(
+            index_msg_timestamp_ms=index_ms if index_ms > 0 else None,
+            index_log_offset_bytes=dispatched_bytes,
+        )
         return index_ms
 
     def flush(self) -> int:

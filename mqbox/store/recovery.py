@@ -25,47 +25,53 @@ Theory of operation.
    point at (the paired check of what the dispatcher wrote). Any surprise sends it down the
    unclean path, which costs time but never data.
 
-3. Unclean stop. Three checkpoint timestamps say up to which store time each file type was known
-   durable when the checkpoint was written (physic: commit log; logics: consume queues; index).
-   A byte that no flush covered may be anything: torn, zero, or garbage. So:
-   - The CRC scan starts at the last segment whose first record was stored before
-     `physic - margin` and runs to the end. Records before it were covered by a flush that the
-     checkpoint vouches for; they are not read again (a full scan of a large log would cost a
-     second per GiB at every start). The scan's start is a segment start, hence a record
-     boundary, and its first record is checked like every other (magic, sizes, PHYSICALOFFSET,
-     CRC), so the boundary of the trusted prefix is itself checked. Store times are assumed to
-     grow with the log offset; `margin` (3 s by default, RocketMQ's slack for the index) absorbs
-     small backward steps of the wall clock.
+3. Unclean stop. The checkpoint says how far each file type was known durable, by log offset
+   (physic: every commit-log byte below it was flushed; logics: every record below it has its
+   consume-queue entry flushed; index: its keys). Offsets, unlike store times, cannot be moved
+   by a wall clock that steps back (NTP at boot, a VM snapshot restored), so recovery goes by
+   them; a byte that no flush covered may be anything: torn, zero, or garbage. So:
+   - The CRC scan starts at the segment holding the last flushed byte and runs to the end.
+     Earlier segments were flushed whole; they are not read again (a full scan of a large log
+     would cost a second per GiB at every start). The scan's start is a segment start, hence a
+     record boundary, and every record from there is checked (magic, sizes, PHYSICALOFFSET,
+     CRC), so the flushed records of that segment are checked again and a flushed end at a
+     segment start is checked through the blank before it.
    - The log ends at the first record that fails a check. A valid blank sends the scan to the
-     next segment's start. RocketMQ's BODYCRC covers the body only; for the records no flush
-     may have covered, recovery also rejects a zero byte in the topic or the properties and a
-     store time <= 0 (`find_torn_record`). Together these catch every tear that leaves zeros,
-     which is what a crash leaves behind: the unwritten bytes of a fresh, preallocated or
-     truncated segment read as zeros, and the writer fills a record front to back and patches
-     its store fields last. What they cannot catch is a properties value overwritten with
-     non-zero garbage of the right length (no crash of a working file system writes that);
-     only a checksum over the whole record would, as RocketMQ 5's CRC32 property does.
-     Whatever follows the end (the rest of the segment, later segments) is zeroed or deleted
+     next segment's start. Past the flushed offset, recovery also asks whether the writer
+     finished each record (`find_unfinished_record`), from facts the writer guarantees and no
+     client chooses: STORETIMESTAMP > 0, no zero byte in the (validated) topic, properties
+     empty or ending with 0x02 (the send path adds the final 0x02, so a record's last byte is
+     never zero). A client's NUL bytes in a body or a property never decide what is cut. A
+     process killed mid-append leaves no half record to find: the append kernel stores a
+     record's size and magic after every other byte (commit_log.append_batch_kernel), and a
+     kill keeps the page cache. A power loss may lose any unflushed page; a lost page at a
+     record's end or over its body is caught, one strictly inside a property value of more
+     than a page is not (RocketMQ 5's whole-record CRC32 property would be). Whatever follows
+     the end (the rest of the segment, later segments) is zeroed or deleted
      (MappedFileQueue.truncate), and the kept tail is fsync'd before the write position is
      declared flushed.
-   - Damage inside data a flush covered is not a crash tear; it is lost or corrupted durable data
-     (a disk or a file system that broke its promise, or bit rot). Recovery detects it when the
-     checkpoint's physic time is more than `margin` newer than the last valid record before the
-     end: that newer record was flushed, yet it lies at or after the damage. Cutting there would
-     silently drop acknowledged messages, so `recover()` raises StoreError unless the caller
-     passes `truncate_flushed_damage=True` (RocketMQ always cuts; mqbox lets an operator choose).
-   - Consume queues keep the entries of records stored before `logics - margin`, the index the
-     keys of records stored before `index - margin` (both bounded by the end of the log): those
-     were flushed before the checkpoint was written. Each queue's cut is found by binary search
-     over a predicate that is true on that durable prefix and false after it: the entry is
-     well-formed, its record ends before the bound, and the record at its log offset has exactly
-     its size, topic, queue id and QUEUEOFFSET == the entry's queue index. Torn entries (zeros,
-     or a mix of old and new sectors) and entries of records past the bound all fail it. The
-     index file holding the bound is cut the same way (the key hash must be one of the record's
-     keys), newer index files are deleted, and the surviving newest file gets its hash slots
-     rebuilt from its kept entries, because slot pages written after the flush may point at lost
-     entries. Records from the bounds on are dispatched again: the consume queues and the index
-     then agree with the commit log record for record.
+   - Damage below the flushed offset is not a crash tear; it is lost or corrupted durable data
+     (a disk or a file system that broke its promise, or bit rot). Cutting there would silently
+     drop acknowledged messages, so `recover()` raises StoreError naming the segment file, the
+     offset and the repair command, unless the caller passes `truncate_flushed_damage=True`
+     (`mqbox store repair`; RocketMQ always cuts): then the bytes cut are first copied to
+     `cut_copy_directory`.
+   - Consume queues keep the entries of records below the logics offset, the index the keys of
+     records below the index offset (both bounded by the end of the log). Each queue's cut is
+     found by binary search over a predicate that is true on that durable prefix and false
+     after it: the entry is well-formed, its record ends before the bound, and the record at
+     its log offset has exactly its size, topic, queue id and QUEUEOFFSET == the entry's queue
+     index. Torn entries (zeros, or a mix of old and new sectors) and entries of records past
+     the bound all fail it. The index file holding the bound is cut the same way (the key hash
+     must be one of the record's keys), newer index files are deleted, and the surviving newest
+     file gets its hash slots rebuilt from its kept entries, because slot pages written after
+     the flush may point at lost entries. Records from the bounds on are dispatched again: the
+     consume queues and the index then agree with the commit log record for record.
+   - A checkpoint written before the offsets existed (or by RocketMQ) has only the three store
+     times; recovery then goes by them as RocketMQ does (`_plan_by_times`): the scan starts at
+     the last segment whose first record was stored before `physic - margin`, damage is a
+     checkpoint time newer than the last valid record, and the derived bounds come from the
+     other two times. The next checkpoint written carries offsets.
 
 4. Queue offsets. After recovery each queue's next index is its consume queue's entry count; the
    commit log writer starts its count there (QueueIndexTable's initial_queue_index). A record
@@ -87,7 +93,7 @@ import dataclasses
 import os
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -106,6 +112,7 @@ from mqbox.message import (
     PROPERTIES_LENGTH_SIZE_BYTES,
     PROPERTY_KEYS,
     PROPERTY_KEYS_SEPARATOR,
+    PROPERTY_SEPARATOR,
     PROPERTY_UNIQ_KEY,
     QUEUEID_POSITION_BYTES,
     QUEUEOFFSET_POSITION_BYTES,
@@ -120,7 +127,7 @@ from mqbox.message import (
     index_key_hash,
 )
 from mqbox.message_kernels import read_s16_be, read_s32_be, read_s64_be, read_u8, read_u32_be
-from mqbox.store.checkpoint import Checkpoint, CheckpointTimestamps
+from mqbox.store.checkpoint import Checkpoint, CheckpointState
 from mqbox.store.commit_log import CommitLog
 from mqbox.store.consume_queue import ConsumeQueueTable
 from mqbox.store.dispatch import Dispatcher
@@ -165,9 +172,9 @@ TIMESTAMP_MARGIN_MS_DEFAULT: Final = 3000
 SCAN_RECORD_COUNT_MAX: Final = 65536
 # Zero checks read at most this much at a time.
 CHUNK_SIZE_BYTES: Final = 16 * 1024 * 1024
-# Not a scan_records reason: a structurally valid record whose tail lost bytes (see
-# find_torn_record).
-STOP_TORN_RECORD: Final = 100
+# Not a scan_records reason: a structurally valid record the writer did not finish (see
+# find_unfinished_record).
+STOP_UNFINISHED_RECORD: Final = 100
 
 STOP_REASON_NAMES: Final = {
     SCAN_STOP_END: "end",
@@ -177,9 +184,9 @@ STOP_REASON_NAMES: Final = {
     SCAN_STOP_INVALID: "invalid record",
     SCAN_STOP_CRC_MISMATCH: "body CRC mismatch",
     SCAN_STOP_OFFSET_MISMATCH: "PHYSICALOFFSET mismatch",
-    STOP_TORN_RECORD: "torn record (zero bytes in topic or properties)",
+    STOP_UNFINISHED_RECORD: "unfinished record (store time 0, or a lost page at its end)",
 }
-assert STOP_TORN_RECORD not in (
+assert STOP_UNFINISHED_RECORD not in (
     SCAN_STOP_END,
     SCAN_STOP_FULL,
     SCAN_STOP_BLANK,
@@ -420,10 +427,22 @@ def has_data_at_or_after(commit_log: CommitLog, log_offset_bytes: int) -> bool:
     Reads only what SEEK_DATA/SEEK_HOLE report as data: reading the unwritten part of a
     preallocated 1 GiB segment through the map would fault in a GiB of zero pages (seconds).
     """
+    return any(
+        _any_nonzero(buffer, from_bytes, end_bytes)
+        for _start_bytes, buffer, from_bytes, end_bytes in data_ranges_from(
+            commit_log, log_offset_bytes
+        )
+    )
+
+
+def data_ranges_from(
+    commit_log: CommitLog, log_offset_bytes: int
+) -> Iterator[tuple[int, NDArray[np.uint8], int, int]]:
+    """(segment start, its view, first file offset, data end) of every segment holding bytes at
+    or after `log_offset_bytes` before its data end (SEEK_DATA/SEEK_HOLE: what was written)."""
     segment_size_bytes = commit_log.segment_size_bytes
-    first_start_bytes = log_offset_bytes - log_offset_bytes % segment_size_bytes
     for segment_start_bytes in commit_log.segment_starts_bytes:
-        if segment_start_bytes < first_start_bytes:
+        if segment_start_bytes + segment_size_bytes <= log_offset_bytes:
             continue
         from_bytes = max(log_offset_bytes - segment_start_bytes, 0)
         end_bytes = data_end_bytes(_segment_path(commit_log, segment_start_bytes))
@@ -431,9 +450,7 @@ def has_data_at_or_after(commit_log: CommitLog, log_offset_bytes: int) -> bool:
             continue
         buffer = commit_log.segment_view(segment_start_bytes)
         assert buffer is not None
-        if _any_nonzero(buffer, from_bytes, end_bytes):
-            return True
-    return False
+        yield segment_start_bytes, buffer, from_bytes, end_bytes
 
 
 def recover_scan(
@@ -547,23 +564,30 @@ def recover_scan(
 
 
 @kernel
-def find_torn_record(
-    segment: NDArray[np.uint8], start_bytes: int, check_from_bytes: int, end_bytes: int
+def find_unfinished_record(
+    segment: NDArray[np.uint8],
+    start_bytes: int,
+    check_from_bytes: int,
+    end_bytes: int,
+    check_properties_end: bool,
 ) -> tuple[int, int, int]:
-    """Look for a record torn after its body among records scan_records already accepted.
+    """Look for a record the writer did not finish among records scan_records already accepted.
 
-    The body CRC (RocketMQ's only checksum) does not cover the topic and the properties, and a
-    crash can leave a record whose header and body reached the disk while its tail did not
-    (zeros), or whose store fields the writer had not patched yet. A stored topic never holds a
-    zero byte (it names a directory), nor do properties (clients write text without NUL), and
-    every record the writer finished has STORETIMESTAMP > 0. So a record at or after
-    `check_from_bytes` with a zero byte in its topic or properties, or a store time <= 0, is
-    torn. Precondition: segment[start_bytes:end_bytes) holds records back to back, every one
-    reported by scan_records (a blank stops the walk), and `check_from_bytes` is one of their
-    starts (or end_bytes).
+    scan_records checks what a record says about itself (magic, sizes, PHYSICALOFFSET, body
+    CRC). A page of a record that no flush covered may still be lost to a power failure while
+    the page holding its header survived; the body CRC does not cover the topic and the
+    properties, so this kernel checks the facts the writer guarantees there, never anything a
+    client chose: STORETIMESTAMP > 0 (the writer's own field); no zero byte in the topic
+    (topics are validated, and NUL is not a topic character); and, when `check_properties_end`,
+    properties that are empty or end with 0x02 (the send path adds the final 0x02 a client left
+    off: message.terminate_properties), so a record's last byte is never zero. A client's NUL
+    bytes in a body or a property value decide nothing. Records at or after `check_from_bytes`
+    are checked. Precondition: segment[start_bytes:end_bytes) holds records back to back, every
+    one reported by scan_records (a blank stops the walk), and `check_from_bytes` is one of
+    their starts (or end_bytes).
 
-    Returns (position of the first torn record, or end_bytes; how many records precede it from
-    start_bytes; the store time of the last of those, -1 if none).
+    Returns (position of the first unfinished record, or end_bytes; how many records precede it
+    from start_bytes; the store time of the last of those, -1 if none).
     """
     assert 0 <= start_bytes <= check_from_bytes <= end_bytes <= segment.size
     position_bytes = start_bytes
@@ -583,15 +607,20 @@ def find_torn_record(
             topic_length_at = position_bytes + BODY_POSITION_BYTES + body_size_bytes
             topic_at = topic_length_at + TOPIC_LENGTH_SIZE_BYTES
             properties_length_at = topic_at + read_u8(segment, topic_length_at)
-            properties_at = properties_length_at + PROPERTIES_LENGTH_SIZE_BYTES
-            properties_end = properties_at + read_s16_be(segment, properties_length_at)
-            assert properties_end == position_bytes + size_bytes
+            properties_size_bytes = read_s16_be(segment, properties_length_at)
+            record_end_bytes = position_bytes + size_bytes
+            assert properties_length_at + PROPERTIES_LENGTH_SIZE_BYTES + properties_size_bytes == (
+                record_end_bytes
+            )
             for at in range(topic_at, properties_length_at):
                 if segment[at] == 0:
                     return position_bytes, good_count, last_good_timestamp_ms
-            for at in range(properties_at, properties_end):
-                if segment[at] == 0:
-                    return position_bytes, good_count, last_good_timestamp_ms
+            if (
+                check_properties_end
+                and properties_size_bytes > 0
+                and segment[record_end_bytes - 1] != PROPERTY_SEPARATOR
+            ):
+                return position_bytes, good_count, last_good_timestamp_ms
         good_count += 1
         last_good_timestamp_ms = store_timestamp_ms
         position_bytes += size_bytes
@@ -605,8 +634,11 @@ def warm_up_recovery_kernels() -> None:
     for writable in (True, False):
         segment = record.copy()
         segment.flags.writeable = writable
-        torn_bytes, good_count, _last_ms = find_torn_record(segment, 0, 0, segment.size)
-        assert (torn_bytes, good_count) == (0, 0)  # store time 0: not finished by a writer
+        for check_properties_end in (True, False):
+            unfinished_bytes, good_count, _last_ms = find_unfinished_record(
+                segment, 0, 0, segment.size, check_properties_end
+            )
+            assert (unfinished_bytes, good_count) == (0, 0)  # store time 0: not a writer's
         scan = scan_segment(segment, 0, 0, True, (0,))
         assert scan.record_count == 1
     entries = np.zeros(3 * INDEX_ENTRY_SIZE_BYTES, dtype=np.uint8)
@@ -616,14 +648,17 @@ def warm_up_recovery_kernels() -> None:
     assert heads.tolist() == [1, 2, 0, 0]
 
 
-def cut_torn_tail(
-    outcome: ScanOutcome, commit_log: CommitLog, from_log_offset_bytes: int
+def cut_unfinished_tail(
+    outcome: ScanOutcome,
+    commit_log: CommitLog,
+    from_log_offset_bytes: int,
+    *,
+    check_properties_end: bool,
 ) -> ScanOutcome:
-    """The outcome with its end moved back to the first torn record at or after
-    `from_log_offset_bytes` (find_torn_record), or unchanged if there is none.
+    """The outcome with its end moved back to the first unfinished record at or after
+    `from_log_offset_bytes` (find_unfinished_record), or unchanged if there is none.
 
-    Recovery runs it over the records no flush may have covered: a flush covers only records
-    the writer had finished, so those before are whole.
+    Recovery runs it over the records no flush vouches for; those below were whole when flushed.
     """
     record_count = 0
     last_timestamp_ms = -1
@@ -633,14 +668,15 @@ def cut_torn_tail(
         if check_from_bytes < range_.end_file_offset_bytes:
             buffer = commit_log.segment_view(segment_start_bytes)
             assert buffer is not None
-            torn_bytes, good_count, segment_last_ms = find_torn_record(
+            unfinished_bytes, good_count, segment_last_ms = find_unfinished_record(
                 buffer,
                 range_.start_file_offset_bytes,
                 max(check_from_bytes, range_.start_file_offset_bytes),
                 range_.end_file_offset_bytes,
+                check_properties_end,
             )
-            if torn_bytes < range_.end_file_offset_bytes:
-                end_bytes = segment_start_bytes + torn_bytes
+            if unfinished_bytes < range_.end_file_offset_bytes:
+                end_bytes = segment_start_bytes + unfinished_bytes
                 later_segment_count = sum(
                     1
                     for start_bytes in commit_log.segment_starts_bytes
@@ -649,7 +685,7 @@ def cut_torn_tail(
                 return dataclasses.replace(
                     outcome,
                     end_log_offset_bytes=end_bytes,
-                    stop_reason=STOP_TORN_RECORD,
+                    stop_reason=STOP_UNFINISHED_RECORD,
                     damaged=True,
                     later_segment_count=later_segment_count,
                     record_count=record_count + good_count,
@@ -685,7 +721,8 @@ def first_record_store_timestamp_ms(commit_log: CommitLog, segment_start_bytes: 
 
 
 def segment_start_before(commit_log: CommitLog, timestamp_ms: int) -> int:
-    """Start of the last segment whose first record was stored before `timestamp_ms`.
+    """Start of the last segment whose first record was stored (store time > 0) before
+    `timestamp_ms`; recovery's fallback for a checkpoint without offsets.
 
     Every record stored at or after `timestamp_ms` lies at or after it (store times grow with
     the log offset). The first segment (0 for an empty log) when none qualifies.
@@ -697,7 +734,9 @@ def segment_start_before(commit_log: CommitLog, timestamp_ms: int) -> int:
         return starts_bytes[0]
     for segment_start_bytes in reversed(starts_bytes):
         store_timestamp_ms = first_record_store_timestamp_ms(commit_log, segment_start_bytes)
-        if store_timestamp_ms is not None and store_timestamp_ms < timestamp_ms:
+        # A first record with no store time is one the writer had not finished: it says
+        # nothing about when the segment began, so look further back.
+        if store_timestamp_ms is not None and 0 < store_timestamp_ms < timestamp_ms:
             return segment_start_bytes
     return starts_bytes[0]
 
@@ -1177,13 +1216,16 @@ def _record_store_timestamp_ms(
 # ---------------------------------------------------------------------------------------------
 
 
-def _checkpoint_timestamps(
-    checkpoint: Checkpoint | CheckpointTimestamps | None,
-) -> CheckpointTimestamps:
+_NOTHING_FLUSHED: Final = CheckpointState(0, 0, 0, 0, 0, 0)
+
+
+def _checkpoint_state(checkpoint: Checkpoint | CheckpointState | None) -> CheckpointState:
+    """The state recovery goes by; no checkpoint file means nothing is known flushed (by
+    offsets, so every record is checked, the final 0x02 of its properties included)."""
     if checkpoint is None:
-        return CheckpointTimestamps()
+        return _NOTHING_FLUSHED
     if isinstance(checkpoint, Checkpoint):
-        return checkpoint.timestamps_flushed if checkpoint.existed else CheckpointTimestamps()
+        return checkpoint.state_flushed if checkpoint.existed else _NOTHING_FLUSHED
     return checkpoint
 
 
@@ -1246,12 +1288,13 @@ def recover(
     commit_log: CommitLog,
     consume_queues: ConsumeQueueTable,
     index: IndexService,
-    checkpoint: Checkpoint | CheckpointTimestamps | None,
+    checkpoint: Checkpoint | CheckpointState | None,
     *,
     was_clean: bool,
     dispatcher: Dispatcher | None = None,
     timestamp_margin_ms: int = TIMESTAMP_MARGIN_MS_DEFAULT,
     truncate_flushed_damage: bool = False,
+    cut_copy_directory: Path | None = None,
     clean_scan_segment_count: int = CLEAN_SCAN_SEGMENT_COUNT_DEFAULT,
     scan_thread_count: int | None = None,
 ) -> RecoveryReport:
@@ -1288,10 +1331,11 @@ def recover(
             commit_log,
             consume_queues,
             index,
-            _checkpoint_timestamps(checkpoint),
+            _checkpoint_state(checkpoint),
             dispatcher,
             timestamp_margin_ms,
             truncate_flushed_damage,
+            cut_copy_directory,
             scan_thread_count,
             started_ns,
             was_clean=was_clean,
@@ -1363,84 +1407,214 @@ def _derived_start(
     timestamp_ms: int,
     scanned_first_log_offset_bytes: int,
 ) -> int:
-    """Where re-dispatch must begin for a file type durable up to `timestamp_ms` (margin taken
-    off already): the first scanned record stored at or after it, or the start of an earlier
-    segment when such records may lie before the scan. Never past the end of the log."""
+    """By times (a checkpoint without offsets): where re-dispatch must begin for a file type
+    durable up to `timestamp_ms` (margin taken off already): the first scanned record stored at
+    or after it, or the start of an earlier segment when such records may lie before the scan.
+    Never past the end of the log."""
     segment_start_bytes = segment_start_before(commit_log, timestamp_ms)
     if segment_start_bytes < outcome.start_log_offset_bytes:
         return segment_start_bytes
     return min(scanned_first_log_offset_bytes, outcome.end_log_offset_bytes)
 
 
+@dataclasses.dataclass(frozen=True)
+class _UncleanPlan:
+    """What an unclean recovery trusts, from the checkpoint: the commit log below
+    `trusted_end_log_offset_bytes` was flushed; the scan starts at a segment start at or below
+    it; consume-queue entries and index keys are kept below the two keep ends."""
+
+    scan_start_log_offset_bytes: int
+    trusted_end_log_offset_bytes: int
+    cq_keep_end_log_offset_bytes: int
+    index_keep_end_log_offset_bytes: int
+    check_properties_end: bool
+    # By times only: the checkpoint's physic time less the margin; a valid end whose newest
+    # record is older than this lies inside flushed data.
+    physic_less_margin_ms: int | None = None
+
+    def flushed_damage(self, outcome: ScanOutcome) -> bool:
+        """True when the outcome's end (after the unfinished-tail cut) lies inside flushed data."""
+        if self.physic_less_margin_ms is not None:
+            return self.physic_less_margin_ms > outcome.last_store_timestamp_ms
+        return outcome.end_log_offset_bytes < self.trusted_end_log_offset_bytes
+
+
+def _holder_segment_start(commit_log: CommitLog, log_offset_bytes: int) -> int:
+    """Start of the last segment at or below `log_offset_bytes` (the first segment, or 0, when
+    there is none)."""
+    starts_bytes = commit_log.segment_starts_bytes
+    below = [start_bytes for start_bytes in starts_bytes if start_bytes <= log_offset_bytes]
+    if below:
+        return below[-1]
+    return starts_bytes[0] if starts_bytes else 0
+
+
+def _plan_by_offsets(
+    commit_log: CommitLog, state: CheckpointState, scan: Callable[[int], ScanOutcome]
+) -> tuple[_UncleanPlan, ScanOutcome]:
+    """The plan of a checkpoint with offsets, which no wall-clock step can move. The scan
+    starts at the segment holding the last flushed byte, so that segment's flushed records are
+    checked again (a damaged one there is refused, not cut) and a flushed end that is a segment
+    start is checked through the blank before it."""
+    assert state.physic_log_offset_bytes is not None
+    assert state.logics_log_offset_bytes is not None
+    assert state.index_log_offset_bytes is not None
+    physic_bytes = state.physic_log_offset_bytes
+    scan_start_bytes = _holder_segment_start(commit_log, max(physic_bytes - 1, 0))
+    outcome = scan(scan_start_bytes)
+    end_bytes = outcome.end_log_offset_bytes
+    min_bytes = commit_log.min_log_offset_bytes
+    plan = _UncleanPlan(
+        scan_start_log_offset_bytes=scan_start_bytes,
+        trusted_end_log_offset_bytes=physic_bytes,
+        cq_keep_end_log_offset_bytes=min(max(state.logics_log_offset_bytes, min_bytes), end_bytes),
+        index_keep_end_log_offset_bytes=min(
+            max(state.index_log_offset_bytes, min_bytes), end_bytes
+        ),
+        check_properties_end=True,
+    )
+    return plan, outcome
+
+
+def _plan_by_times(
+    commit_log: CommitLog,
+    state: CheckpointState,
+    timestamp_margin_ms: int,
+    scan: Callable[[int, Sequence[int]], ScanOutcome],
+) -> tuple[_UncleanPlan, ScanOutcome]:
+    """The plan of a checkpoint without offsets (written before they existed): RocketMQ's way,
+    by store times less a margin, assuming they grow with the log offset. Records stored before
+    this version may lack the final 0x02 of their properties, so that is not checked."""
+
+    def less_margin(timestamp_ms: int) -> int:
+        # 0 means "nothing known durable": scan and rebuild from the first record.
+        return 0 if timestamp_ms == 0 else timestamp_ms - timestamp_margin_ms
+
+    physic_ms = less_margin(state.physic_msg_timestamp_ms)
+    logics_ms = less_margin(state.logics_msg_timestamp_ms)
+    index_ms = less_margin(state.index_msg_timestamp_ms)
+    scan_start_bytes = segment_start_before(commit_log, physic_ms)
+    outcome = scan(scan_start_bytes, (logics_ms, index_ms, physic_ms))
+    plan = _UncleanPlan(
+        scan_start_log_offset_bytes=scan_start_bytes,
+        trusted_end_log_offset_bytes=outcome.first_log_offsets_bytes[2],
+        cq_keep_end_log_offset_bytes=_derived_start(
+            commit_log, outcome, logics_ms, outcome.first_log_offsets_bytes[0]
+        ),
+        index_keep_end_log_offset_bytes=_derived_start(
+            commit_log, outcome, index_ms, outcome.first_log_offsets_bytes[1]
+        ),
+        check_properties_end=False,
+        physic_less_margin_ms=physic_ms if state.physic_msg_timestamp_ms > 0 else None,
+    )
+    return plan, outcome
+
+
+def flushed_damage_message(
+    commit_log: CommitLog, end_log_offset_bytes: int, reason: str, trusted_end_log_offset_bytes: int
+) -> str:
+    """The refusal of a store whose flushed bytes are damaged: which file, which offset, why,
+    and what repairs it."""
+    segment_size_bytes = commit_log.segment_size_bytes
+    segment_start_bytes = end_log_offset_bytes - end_log_offset_bytes % segment_size_bytes
+    path = _segment_path(commit_log, segment_start_bytes)
+    store_root = commit_log.directory.parent
+    return (
+        f"commit log damaged inside flushed data: {path} at file offset "
+        f"{end_log_offset_bytes - segment_start_bytes} (log offset {end_log_offset_bytes}): "
+        f"{reason}; the checkpoint says every byte below log offset "
+        f"{trusted_end_log_offset_bytes} was flushed, so cutting here would drop acknowledged "
+        "messages. This is disk or file-system damage, not a crash tear. To cut the log there "
+        "anyway, keeping a copy of every byte cut, stop the broker and run: "
+        f"mqbox store repair --store-root {store_root}"
+    )
+
+
+def copy_cut_bytes(commit_log: CommitLog, from_log_offset_bytes: int, directory: Path) -> int:
+    """Copy every commit-log byte at or after `from_log_offset_bytes` that holds data into
+    `directory` (one file per segment, named by the log offset of its first byte) before a
+    repair cuts them; return the bytes copied."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    copied_bytes = 0
+    for segment_start_bytes, buffer, first_bytes, end_bytes in data_ranges_from(
+        commit_log, from_log_offset_bytes
+    ):
+        target = directory / segment_name(segment_start_bytes + first_bytes)
+        with target.open("wb") as file:
+            file.write(buffer[first_bytes:end_bytes].tobytes())
+            file.flush()
+            os.fsync(file.fileno())
+        copied_bytes += end_bytes - first_bytes
+    fsync_directory(directory)
+    return copied_bytes
+
+
 def _recover_unclean(
     commit_log: CommitLog,
     consume_queues: ConsumeQueueTable,
     index: IndexService,
-    timestamps: CheckpointTimestamps,
+    state: CheckpointState,
     dispatcher: Dispatcher | None,
     timestamp_margin_ms: int,
     truncate_flushed_damage: bool,
+    cut_copy_directory: Path | None,
     scan_thread_count: int | None,
     started_ns: int,
     *,
     was_clean: bool,
 ) -> RecoveryReport:
-    physic_ms = timestamps.physic_msg_timestamp_ms - timestamp_margin_ms
-    logics_ms = timestamps.logics_msg_timestamp_ms - timestamp_margin_ms
-    index_ms = timestamps.index_msg_timestamp_ms - timestamp_margin_ms
-    # A timestamp of 0 means "nothing known durable": scan and rebuild from the first record.
-    if timestamps.physic_msg_timestamp_ms == 0:
-        physic_ms = 0
-    if timestamps.logics_msg_timestamp_ms == 0:
-        logics_ms = 0
-    if timestamps.index_msg_timestamp_ms == 0:
-        index_ms = 0
-    scan_start_bytes = segment_start_before(commit_log, physic_ms)
-    outcome = recover_scan(
+    if state.has_offsets:
+        plan, outcome = _plan_by_offsets(
+            commit_log,
+            state,
+            lambda start_bytes: recover_scan(
+                commit_log, start_bytes, thread_count=scan_thread_count
+            ),
+        )
+    else:
+        plan, outcome = _plan_by_times(
+            commit_log,
+            state,
+            timestamp_margin_ms,
+            lambda start_bytes, thresholds_ms: recover_scan(
+                commit_log, start_bytes, thresholds_ms=thresholds_ms, thread_count=scan_thread_count
+            ),
+        )
+    scan_start_bytes = plan.scan_start_log_offset_bytes
+    # Records no flush vouches for: check what the CRC does not cover.
+    outcome = cut_unfinished_tail(
+        outcome,
         commit_log,
-        scan_start_bytes,
-        thresholds_ms=(logics_ms, index_ms, physic_ms),
-        thread_count=scan_thread_count,
+        max(plan.trusted_end_log_offset_bytes, scan_start_bytes),
+        check_properties_end=plan.check_properties_end,
     )
-    # Records from the first one stored at or after physic - margin may be unflushed: check
-    # what the CRC does not cover.
-    outcome = cut_torn_tail(outcome, commit_log, outcome.first_log_offsets_bytes[2])
     end_bytes = outcome.end_log_offset_bytes
-    # A flushed record newer than the last valid one means the end lies inside flushed data.
-    flushed_damage = (
-        timestamps.physic_msg_timestamp_ms > 0 and physic_ms > outcome.last_store_timestamp_ms
-    )
+    reason = STOP_REASON_NAMES.get(outcome.stop_reason, str(outcome.stop_reason))
+    flushed_damage = plan.flushed_damage(outcome)
     if flushed_damage and not truncate_flushed_damage:
         raise StoreError(
-            f"commit log damaged inside flushed data at log offset {end_bytes} "
-            f"({STOP_REASON_NAMES.get(outcome.stop_reason, outcome.stop_reason)}): the newest "
-            f"valid record before it was stored at {outcome.last_store_timestamp_ms} ms, the "
-            f"checkpoint says records up to {timestamps.physic_msg_timestamp_ms} ms were flushed; "
-            "refusing to cut acknowledged messages (recover with truncate_flushed_damage=True "
-            "to cut there anyway)"
+            flushed_damage_message(
+                commit_log, end_bytes, reason, max(plan.trusted_end_log_offset_bytes, end_bytes + 1)
+            )
         )
     truncated_at_bytes: int | None = None
     truncated_reason: str | None = None
     if outcome.damaged:
         truncated_at_bytes = end_bytes
-        truncated_reason = STOP_REASON_NAMES.get(outcome.stop_reason, str(outcome.stop_reason))
+        truncated_reason = reason
+    if flushed_damage and cut_copy_directory is not None:
+        copy_cut_bytes(commit_log, end_bytes, cut_copy_directory)
     if outcome.damaged or outcome.later_segment_count > 0:
         truncate_commit_log(commit_log, end_bytes)
     fsync_segments_from(commit_log, scan_start_bytes)
     commit_log.set_write_position(end_bytes, flushed=True)
     if outcome.last_store_timestamp_ms >= 0:
         commit_log.note_store_timestamp(outcome.last_store_timestamp_ms)
-    elif timestamps.physic_msg_timestamp_ms > 0:
-        commit_log.note_store_timestamp(timestamps.physic_msg_timestamp_ms)
+    elif state.physic_msg_timestamp_ms > 0:
+        commit_log.note_store_timestamp(state.physic_msg_timestamp_ms)
 
-    cq_keep_end_bytes = _derived_start(
-        commit_log, outcome, logics_ms, outcome.first_log_offsets_bytes[0]
-    )
-    index_keep_end_bytes = _derived_start(
-        commit_log, outcome, index_ms, outcome.first_log_offsets_bytes[1]
-    )
-    assert cq_keep_end_bytes <= end_bytes
-    assert index_keep_end_bytes <= end_bytes
+    cq_keep_end_bytes = min(plan.cq_keep_end_log_offset_bytes, end_bytes)
+    index_keep_end_bytes = min(plan.index_keep_end_log_offset_bytes, end_bytes)
     cq_dropped_count = cut_consume_queues(consume_queues, commit_log, cq_keep_end_bytes)
     consume_queues.open_all()
     cq_dropped_count += consume_queues.truncate_log_offset(cq_keep_end_bytes)

@@ -6,7 +6,8 @@ queue offset and body, in order per queue, and the consume queues and the index 
 Method: a small Python script (`ZYGOTE`, run with `python -c`) imports the store once, compiles
 its kernels, then forks one writer per command, so each writer starts in milliseconds instead of
 re-importing numba. A writer opens the store (recovering it), appends random batches to several
-queues, flushes now and then, and only after a flush covers a record writes
+queues (a fifth of the records with a NUL in a property; its clock stepped back by up to a
+minute every seventh batch), flushes now and then, and only after a flush covers a record writes
 `acked <queue_id> <queue_index> <log_offset> <body hash>` to the pipe, one os.write per batch of
 whole lines (atomic below PIPE_BUF, so a kill never leaves half a line). The test kills the writer
 with SIGKILL after a random delay, recovers the store in its own process, checks every record
@@ -56,7 +57,7 @@ CONFIG = StoreConfig(
 )
 
 ZYGOTE = r"""
-import hashlib, os, random, shutil, sys, tempfile
+import hashlib, os, random, shutil, sys, tempfile, time
 from pathlib import Path
 
 import numpy as np
@@ -84,7 +85,10 @@ def append_batch(store, rng, serial):
         body = rng.randbytes(rng.randint(0, 300))
         digest = hashlib.blake2b(body, digest_size=8).hexdigest()
         uniq_key = f"{serial}-{len(hashes)}"
-        properties = encode_properties_str({"KEYS": digest, "UNIQ_KEY": uniq_key})
+        fields = {"KEYS": digest, "UNIQ_KEY": uniq_key}
+        if rng.random() < 0.2:
+            fields["note"] = "a\0b"  # Java strings may hold NUL; it must never look torn
+        properties = encode_properties_str(fields)
         message = MessageToStore(TOPIC, queue_id, body, properties=properties)
         records.append(bytes(encode_record(message)))
         hashes.append(digest)
@@ -99,13 +103,26 @@ def append_batch(store, rng, serial):
     return placed
 
 
+class SteppingClock:
+    # The wall clock, stepped back now and then as NTP or a restored VM snapshot would.
+
+    def __init__(self):
+        self.offset_ms = 0
+
+    def __call__(self):
+        return time.time_ns() // 1_000_000 + self.offset_ms
+
+
 def write_forever(seed):
-    store, report = open_store_with_recovery(ROOT, CONFIG)
+    clock = SteppingClock()
+    store, report = open_store_with_recovery(ROOT, CONFIG, clock_ms=clock)
     say(f"recovered {report.write_log_offset_bytes} {int(report.was_clean)}\n")
     rng = random.Random(seed)
     pending, batch = [], 0
     while True:
         batch += 1
+        if batch % 7 == 0:
+            clock.offset_ms -= rng.choice((0, 5_000, 60_000))
         pending.extend(append_batch(store, rng, f"{seed}-{batch}"))
         if batch % 3 == 0:
             store.dispatch()

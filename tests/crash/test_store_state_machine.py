@@ -12,13 +12,16 @@ flushed position is torn at a chosen byte (zeros after it), optionally with junk
 was finished and with trailing segments whose directory entries were lost; each consume-queue
 file and the newest index file become a chunk-by-chunk mix of their last flushed and their newest
 content (chunk sizes from 4 bytes to a page, so entries tear inside their fields); the checkpoint
-may be lost or have a half-written temp file beside it. After recovery `check_store` compares the
-whole store with the model. Marked `crash`.
+may be lost or have a half-written temp file beside it. The wall clock may step back (NTP at
+boot, a VM snapshot restored) and properties may hold NUL bytes, as Java strings may: neither
+may decide what recovery cuts. After recovery `check_store` compares the whole store with the
+model. Marked `crash`; `TestStoreMachineMany` runs many more examples behind the `slow` marker.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import shutil
 import tempfile
@@ -69,7 +72,8 @@ CHUNK_SIZES_BYTES = (4, 6, 20, 64, 512, 4096)
 
 
 class Clock:
-    """Store time: 400 ms more at every reading, so checkpoint margins cover a few records."""
+    """Store time: 400 ms more at every reading, so checkpoint margins cover a few records;
+    `step_ms` moves it like an NTP correction would."""
 
     def __init__(self) -> None:
         self.now_ms = 1_700_000_000_000
@@ -77,6 +81,9 @@ class Clock:
     def __call__(self) -> int:
         self.now_ms += 400
         return self.now_ms
+
+    def step(self, step_ms: int) -> None:
+        self.now_ms += step_ms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,20 +201,28 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(
         queue=st.sampled_from(QUEUES),
         bodies=st.lists(
-            st.tuples(st.binary(max_size=120), st.sampled_from([None, "TagA", "TagB"])),
+            st.tuples(
+                st.binary(max_size=120),
+                st.sampled_from([None, "TagA", "TagB"]),
+                st.sampled_from([None, "\0", "a\0", "\0\0\0"]),
+            ),
             min_size=1,
             max_size=4,
         ),
     )
-    def append(self, queue: tuple[str, int], bodies: list[tuple[bytes, str | None]]) -> None:
+    def append(
+        self, queue: tuple[str, int], bodies: list[tuple[bytes, str | None, str | None]]
+    ) -> None:
         topic, queue_id = queue
         encoded = []
         serials = []
-        for body, tags in bodies:
+        for body, tags, nul_value in bodies:
             self.serial += 1
             properties = {"KEYS": f"k{self.serial}", "UNIQ_KEY": f"u{self.serial}"}
             if tags is not None:
                 properties["TAGS"] = tags
+            if nul_value is not None:  # Java strings may hold NUL; it must not look torn
+                properties["zz"] = nul_value
             message = MessageToStore(
                 topic, queue_id, body, properties=encode_properties_str(properties)
             )
@@ -238,6 +253,10 @@ class StoreMachine(RuleBasedStateMachine):
     @rule()
     def dispatch(self) -> None:
         self.store.dispatch()
+
+    @rule(step_ms=st.sampled_from([-60_000, -3_500, 5_000]))
+    def step_clock(self, step_ms: int) -> None:
+        self.clock.step(step_ms)
 
     @rule(dispatch_first=st.booleans())
     def flush(self, dispatch_first: bool) -> None:
@@ -383,3 +402,15 @@ TestStoreMachine.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+@pytest.mark.slow
+class TestStoreMachineMany(StoreMachine.TestCase):  # type: ignore[valid-type,misc]
+    """The same machine with many more examples, run before a submission (`-m slow`)."""
+
+    settings = settings(
+        max_examples=int(os.environ.get("MQBOX_STORE_MACHINE_EXAMPLES", "3000")),
+        stateful_step_count=60,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )

@@ -19,6 +19,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -29,9 +30,9 @@ from mqbox.message import decode_record, encode_properties_str
 from mqbox.protocol import RemotingCommand
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.headers import SendMessageRequestHeader
-from mqbox.store.checkpoint import CheckpointTimestamps, read_checkpoint
+from mqbox.store.checkpoint import CheckpointState, read_checkpoint
 from mqbox.store.layout import abort_path, checkpoint_path
-from tests.support.appliance import running_appliance
+from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient
 from tests.support.pull_requests import pull_everything_header
 
@@ -51,8 +52,9 @@ MESSAGE_COUNT: Final = 300
 WAIT_S: Final = 30.0
 
 
-def send(client: FrontClient, number: int) -> int:
+def send(client: FrontClient, number: int, extra_properties: dict[str, str] | None = None) -> int:
     """Send message `number` to queue 0 with key k<number>; its store time comes back later."""
+    properties = {"KEYS": f"k{number}", **(extra_properties or {})}
     header = SendMessageRequestHeader(
         producer_group="PG",
         topic=TOPIC,
@@ -62,7 +64,7 @@ def send(client: FrontClient, number: int) -> int:
         sys_flag=0,
         born_timestamp_ms=int(time.time() * 1000),
         flag=0,
-        properties=encode_properties_str({"KEYS": f"k{number}"}).decode(),
+        properties=encode_properties_str(properties).decode(),
     )
     response = client.call(RequestCode.SEND_MESSAGE, header.to_ext(), f"body {number}".encode())
     assert response.code == ResponseCode.SUCCESS, response.remark
@@ -95,23 +97,59 @@ def pull_everything(client: FrontClient, end: int) -> list[tuple[int, bytes, int
     return found
 
 
-def wait_checkpoint(path: Path, newest_ms: int) -> CheckpointTimestamps:
-    """The checkpoint once all three of its times reached `newest_ms`."""
+def wait_checkpoint_state(path: Path, done: Callable[[CheckpointState], bool]) -> CheckpointState:
+    """The checkpoint once `done` says it is what the test waits for."""
     deadline = time.monotonic() + WAIT_S
     while True:
         stored = read_checkpoint(path)
-        if (
-            stored is not None
-            and min(
-                stored.physic_msg_timestamp_ms,
-                stored.logics_msg_timestamp_ms,
-                stored.index_msg_timestamp_ms,
+        if stored is not None and done(stored):
+            return stored
+        assert time.monotonic() < deadline, f"checkpoint {stored}"
+        time.sleep(0.05)
+
+
+def wait_checkpoint(path: Path, newest_ms: int) -> CheckpointState:
+    """The checkpoint once all three of its times reached `newest_ms`."""
+    return wait_checkpoint_state(
+        path,
+        lambda state: (
+            min(
+                state.physic_msg_timestamp_ms,
+                state.logics_msg_timestamp_ms,
+                state.index_msg_timestamp_ms,
             )
             >= newest_ms
-        ):
-            return stored
-        assert time.monotonic() < deadline, f"checkpoint {stored}, newest message {newest_ms}"
-        time.sleep(0.05)
+        ),
+    )
+
+
+def wait_checkpoint_offsets(path: Path) -> int:
+    """The checkpoint's flushed log offset once all three offsets are equal and not zero: the
+    commit log, the consume queues and the index all flushed up to the same record."""
+
+    def offsets(state: CheckpointState) -> set[int | None]:
+        return {
+            state.physic_log_offset_bytes,
+            state.logics_log_offset_bytes,
+            state.index_log_offset_bytes,
+        }
+
+    state = wait_checkpoint_state(
+        path, lambda state: len(offsets(state)) == 1 and bool(state.physic_log_offset_bytes)
+    )
+    assert state.physic_log_offset_bytes is not None
+    return state.physic_log_offset_bytes
+
+
+def kill_whole_broker(appliance: Appliance) -> None:
+    """SIGKILL the supervisor, its name server and every role, by PID."""
+    family = {appliance.process.pid, *appliance.role_pids}
+    with contextlib.suppress(psutil.NoSuchProcess):
+        family |= {child.pid for child in psutil.Process(appliance.process.pid).children(True)}
+    for pid in family:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    appliance.process.wait(WAIT_S)
 
 
 def last_recovery_line(home: Path) -> str:
@@ -138,14 +176,11 @@ def test_the_store_writer_checkpoints_what_an_unclean_restart_needs(
         assert checkpoint.physic_msg_timestamp_ms == newest_ms
         assert checkpoint.logics_msg_timestamp_ms == newest_ms
         assert checkpoint.index_msg_timestamp_ms == newest_ms
-        # SIGKILL the whole broker: the supervisor, its name server and every role.
-        family = {appliance.process.pid, *appliance.role_pids}
-        with contextlib.suppress(psutil.NoSuchProcess):
-            family |= {child.pid for child in psutil.Process(appliance.process.pid).children(True)}
-        for pid in family:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        appliance.process.wait(WAIT_S)
+        end_bytes = wait_checkpoint_offsets(checkpoint_path(store_root))
+        assert end_bytes == sum(len(body) for _index, body, _ms in stored) + MESSAGE_COUNT * (
+            91 + len(TOPIC)
+        ) + sum(len(encode_properties_str({"KEYS": f"k{n}"})) for n in range(MESSAGE_COUNT))
+        kill_whole_broker(appliance)
         assert abort_path(store_root).exists()
 
     with running_appliance(home, reap_pids, BROKER_CONF) as appliance:
@@ -174,3 +209,38 @@ def test_the_store_writer_checkpoints_what_an_unclean_restart_needs(
             client.close()
         assert appliance.stop() == 0
     assert not abort_path(store_root).exists()
+
+
+@pytest.mark.parametrize("wait_for_flush", [True, False])
+def test_a_nul_byte_in_a_property_loses_nothing_across_a_sigkill(
+    tmp_path: Path, reap_pids: list[int], wait_for_flush: bool
+) -> None:
+    """The issue's reproduction: a message whose property holds NUL (Java strings may), then
+    more, all acknowledged; SIGKILL of the whole broker, flushed or not yet (a process kill
+    keeps the page cache); after the restart all of them are there, in order, once."""
+    home = tmp_path / "home"
+    count = 26
+    with running_appliance(home, reap_pids, BROKER_CONF) as appliance:
+        client = appliance.client()
+        try:
+            for number in range(count):
+                extra = {"note": "a\0b"} if number == 4 else None
+                assert send(client, number, extra) == number
+            stored = pull_everything(client, count)
+        finally:
+            client.close()
+        if wait_for_flush:
+            wait_checkpoint_offsets(checkpoint_path(home / "store" / "broker-a"))
+        kill_whole_broker(appliance)
+
+    with running_appliance(home, reap_pids, BROKER_CONF) as appliance:
+        recovery = last_recovery_line(home)
+        assert "was_clean=False" in recovery
+        assert "truncated_at_log_offset_bytes=None" in recovery
+        client = appliance.client()
+        try:
+            assert pull_everything(client, count) == stored
+            assert pull(client, count).code == ResponseCode.PULL_NOT_FOUND
+        finally:
+            client.close()
+        assert appliance.stop() == 0

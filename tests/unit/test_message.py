@@ -156,7 +156,8 @@ def test_record_round_trips(
     assert decoded.topic == message.topic
     assert decoded.queue_id == message.queue_id
     assert decoded.body == message.body
-    assert decoded.properties == message.properties
+    assert decoded.properties == m.terminate_properties(message.properties)
+    assert m.decode_properties(decoded.properties) == m.decode_properties(message.properties)
     assert decoded.flag == message.flag
     assert decoded.sysflag == message.sysflag
     assert decoded.born_timestamp_ms == message.born_timestamp_ms
@@ -295,12 +296,26 @@ def test_encode_refuses_what_breaks_a_limit(
 
 
 def test_encode_accepts_the_limits_themselves() -> None:
-    record = encode_sample(topic="T" * 127, properties=b"x" * 32767, body=b"b" * 10)
+    record = encode_sample(topic="T" * 127, properties=b"x" * 32766 + b"\x02", body=b"b" * 10)
     decoded = m.decode_record(record)
     assert decoded.topic == "T" * 127
     assert len(decoded.properties) == 32767
     with pytest.raises(MessageTooLargeError):
         m.encode_record(m.MessageToStore("T", 0, b"b" * 11), body_size_bytes_max=10)
+
+
+def test_stored_properties_always_end_with_their_separator() -> None:
+    """Recovery trusts that a whole record's last byte is not zero (store/recovery.py)."""
+    for properties, stored in (
+        (b"", b""),
+        (b"a\x01b", b"a\x01b\x02"),
+        (b"a\x01b\x02", b"a\x01b\x02"),
+        (b"a\x01\x00", b"a\x01\x00\x02"),
+    ):
+        assert m.terminate_properties(properties) == stored
+        assert m.decode_record(encode_sample(properties=properties)).properties == stored
+    with pytest.raises(MessageIllegalError, match="32768 bytes"):
+        encode_sample(properties=b"x" * 32767)
 
 
 def test_blank_is_eight_bytes_of_size_and_magic() -> None:

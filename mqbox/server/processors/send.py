@@ -85,6 +85,7 @@ from mqbox.message import (
     PHYSICALOFFSET_POSITION_BYTES,
     PREPARED_TRANSACTION_OFFSET_POSITION_BYTES,
     PROPERTIES_SIZE_BYTES_MAX,
+    PROPERTY_SEPARATOR,
     QUEUEID_POSITION_BYTES,
     QUEUEOFFSET_POSITION_BYTES,
     RECONSUMETIMES_POSITION_BYTES,
@@ -103,6 +104,7 @@ from mqbox.message import (
     encode_record,
     inflate,
     pack_host,
+    terminate_properties,
 )
 from mqbox.message_kernels import (
     SPLIT_BATCH_BODY_TOO_LARGE,
@@ -188,6 +190,30 @@ def _copy(
 
 
 @kernel
+def count_unterminated_properties(
+    batch: NDArray[np.uint8],
+    element_offsets_bytes: NDArray[np.int64],
+    element_sizes_bytes: NDArray[np.int32],
+    element_count: int,
+) -> int:
+    """How many elements have properties that are not empty and lack the final 0x02 (each
+    record of those is one byte longer than its element says); -1 if one of them already holds
+    32767 bytes, so that the byte would put it over the limit. Elements as split_batch found
+    them."""
+    count = 0
+    for element in range(element_count):
+        element_at = int(element_offsets_bytes[element])
+        end_at = element_at + int(element_sizes_bytes[element])
+        body_size = read_s32_be(batch, element_at + BATCH_BODY_LENGTH_POSITION_BYTES)
+        properties_size = read_s16_be(batch, element_at + BATCH_BODY_POSITION_BYTES + body_size)
+        if properties_size > 0 and batch[end_at - 1] != PROPERTY_SEPARATOR:
+            if properties_size >= PROPERTIES_SIZE_BYTES_MAX:
+                return -1
+            count += 1
+    return count
+
+
+@kernel
 def encode_batch_records(
     batch: NDArray[np.uint8],
     element_offsets_bytes: NDArray[np.int64],
@@ -210,9 +236,11 @@ def encode_batch_records(
     body, element properties, element flag, sysflag, born_timestamp_ms, born_host,
     reconsume_times): BODYCRC computed here, QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP,
     STOREHOST and the prepared-transaction offset zero (the store writer patches the first
-    four). out_sizes_bytes[i] gets record i's size. out_records must hold the sum of
-    element_sizes_bytes[i] + 69 + topic.size (record = 91 + body + topic + properties bytes;
-    element = 22 + body + properties bytes).
+    four). Properties that are not empty and lack the final 0x02 get it (the stored form,
+    message.terminate_properties). out_sizes_bytes[i] gets record i's size. out_records must
+    hold the sum of element_sizes_bytes[i] + 69 + topic.size (record = 91 + body + topic +
+    properties bytes; element = 22 + body + properties bytes), plus
+    count_unterminated_properties(...) bytes.
     """
     assert born_host.size == HOST_SIZE_BYTES
     assert element_count <= element_offsets_bytes.size
@@ -226,7 +254,12 @@ def encode_batch_records(
         body_at = element_at + BATCH_BODY_POSITION_BYTES
         properties_size = read_s16_be(batch, body_at + body_size)
         assert element_size == BATCH_ELEMENT_SIZE_BYTES_MIN + body_size + properties_size
-        record_size = RECORD_SIZE_BYTES_MIN + body_size + topic_size + properties_size
+        terminate = properties_size > 0 and batch[element_at + element_size - 1] != (
+            PROPERTY_SEPARATOR
+        )
+        stored_properties_size = properties_size + 1 if terminate else properties_size
+        assert stored_properties_size <= PROPERTIES_SIZE_BYTES_MAX
+        record_size = RECORD_SIZE_BYTES_MIN + body_size + topic_size + stored_properties_size
         assert at + record_size <= out_records.size
         _write_u32_be(out_records, at + TOTALSIZE_POSITION_BYTES, record_size)
         _write_u32_be(out_records, at + MAGICCODE_POSITION_BYTES, MESSAGE_MAGIC)
@@ -250,11 +283,13 @@ def encode_batch_records(
         out_records[topic_length_at] = topic_size
         _copy(out_records, topic_length_at + 1, topic, 0, topic_size)
         properties_length_at = topic_length_at + 1 + topic_size
-        out_records[properties_length_at] = (properties_size >> 8) & 0xFF
-        out_records[properties_length_at + 1] = properties_size & 0xFF
+        out_records[properties_length_at] = (stored_properties_size >> 8) & 0xFF
+        out_records[properties_length_at + 1] = stored_properties_size & 0xFF
         _copy(
             out_records, properties_length_at + 2, batch, body_at + body_size + 2, properties_size
         )
+        if terminate:
+            out_records[properties_length_at + 2 + properties_size] = PROPERTY_SEPARATOR
         out_sizes_bytes[element] = record_size
         at += record_size
     return at
@@ -267,6 +302,7 @@ def warm_up() -> None:
     offsets = np.zeros(1, dtype=np.int64)
     sizes = np.zeros(1, dtype=np.int32)
     assert split_batch(batch, 16, offsets, sizes) == 1
+    assert count_unterminated_properties(batch, offsets, sizes, 1) == 0
     topic = np.frombuffer(b"T", dtype=np.uint8)
     out = np.zeros(RECORD_SIZE_BYTES_MIN + 2, dtype=np.uint8)
     out_sizes = np.zeros(1, dtype=np.int32)
@@ -536,7 +572,7 @@ class SendProcessor(Processor):
                 f"the message body is {len(body)} bytes, over maxMessageSize "
                 f"{self.max_message_size_bytes}",
             )
-        properties = header.properties.encode("utf-8", "surrogateescape")
+        properties = terminate_properties(header.properties.encode("utf-8", "surrogateescape"))
         if len(properties) > PROPERTIES_SIZE_BYTES_MAX:
             raise _RefusedError(
                 ResponseCode.MESSAGE_ILLEGAL,
@@ -806,9 +842,20 @@ class SendProcessor(Processor):
             raise _RefusedError(ResponseCode.MESSAGE_ILLEGAL, "the batch body is malformed")
         if count == 0:
             raise _RefusedError(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
+        unterminated_count = count_unterminated_properties(
+            batch, self._split_offsets, self._split_sizes, count
+        )
+        if unterminated_count < 0:
+            raise _RefusedError(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"a batch element's properties are over {PROPERTIES_SIZE_BYTES_MAX - 1} bytes "
+                "without their final 0x02",
+            )
         topic_bytes, topic_array = self._topic_of(topic)
-        records_size = len(plain) + count * (
-            RECORD_SIZE_BYTES_MIN - BATCH_ELEMENT_SIZE_BYTES_MIN + len(topic_bytes)
+        records_size = (
+            len(plain)
+            + count * (RECORD_SIZE_BYTES_MIN - BATCH_ELEMENT_SIZE_BYTES_MIN + len(topic_bytes))
+            + unterminated_count
         )
         payload, sizes_at, records_at = self._append_payload(topic_bytes, count, records_size)
         written = encode_batch_records(

@@ -54,6 +54,7 @@ from mqbox.server.processors import Request
 from mqbox.server.processors.pull import PullProcessor
 from mqbox.server.processors.send import (
     SendProcessor,
+    count_unterminated_properties,
     encode_batch_records,
     offset_msg_ids,
 )
@@ -475,7 +476,12 @@ def test_the_batch_kernel_makes_what_encode_record_makes(
     assert split_batch(batch, 1 << 20, offsets, sizes) == len(elements)
     born_host = bytes([192, 168, 0, 7]) + struct.pack(">i", 1234)
     topic_bytes = topic.encode()
-    out = np.full(batch.size + len(elements) * (69 + len(topic_bytes)), 0xEE, dtype=np.uint8)
+    unterminated_count = count_unterminated_properties(batch, offsets, sizes, len(elements))
+    assert unterminated_count == sum(
+        1 for element in elements if element.properties and element.properties[-1] != 0x02
+    )
+    out_size_bytes = batch.size + len(elements) * (69 + len(topic_bytes)) + unterminated_count
+    out = np.full(out_size_bytes, 0xEE, dtype=np.uint8)
     out_sizes = np.zeros(len(elements), dtype=np.int32)
     written = encode_batch_records(
         batch,

@@ -11,8 +11,8 @@ index) in tmp_path, a fake clock that moves 1 s per record, and crashes simulate
 store without closing it (tests/support/faulty_file.py) and then damaging files as a crash can:
 zeros past a byte, garbage, flipped bits, lost consume-queue sectors, stale index slots. After
 each recovery `check_store` compares every record, queue entry and key with the records the test
-appended. The two recovery kernels (find_torn_record, index_slot_heads) are held to plain-Python
-twins on hypothesis-built input.
+appended. The two recovery kernels (find_unfinished_record, index_slot_heads) are held to
+plain-Python twins on hypothesis-built input.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from mqbox.store.recovery import (
     RecoveryReport,
     abort_file_exists,
     create_abort_file,
-    find_torn_record,
+    find_unfinished_record,
     index_slot_heads,
     recover_scan,
     remove_abort_file,
@@ -621,11 +621,16 @@ def test_recover_scan_joins_segments_scanned_in_parallel(harness: Harness) -> No
 # --- Kernels against their plain-Python twins ---------------------------------------------------
 
 
-def find_torn_record_ref(
-    segment: bytes, start_bytes: int, check_from_bytes: int, end_bytes: int
+def find_unfinished_record_ref(
+    segment: bytes,
+    start_bytes: int,
+    check_from_bytes: int,
+    end_bytes: int,
+    check_properties_end: bool,
 ) -> tuple[int, int, int]:
-    """find_torn_record restated with decode_record: the first record at or after check_from
-    whose topic or properties hold a zero byte, or whose store time is not positive."""
+    """find_unfinished_record restated with decode_record: the first record at or after
+    check_from whose store time is not positive, whose topic holds a zero byte, or (when
+    asked) whose properties are not empty and do not end with 0x02."""
     position_bytes = start_bytes
     good_count = 0
     last_ms = -1
@@ -636,12 +641,16 @@ def find_torn_record_ref(
         message = decode_record(
             segment[position_bytes : position_bytes + size_bytes], check_crc=False
         )
-        torn = (
+        unfinished = (
             message.store_timestamp_ms <= 0
             or b"\0" in message.topic.encode("utf-8", "surrogateescape")
-            or b"\0" in message.properties
+            or (
+                check_properties_end
+                and message.properties != b""
+                and not message.properties.endswith(b"\x02")
+            )
         )
-        if position_bytes >= check_from_bytes and torn:
+        if position_bytes >= check_from_bytes and unfinished:
             return position_bytes, good_count, last_ms
         good_count += 1
         last_ms = message.store_timestamp_ms
@@ -653,7 +662,9 @@ record_specs = st.lists(
     st.tuples(
         st.binary(max_size=40),
         st.sampled_from(["T", "Topic", "T\0p"]),
-        st.binary(max_size=30),
+        # NUL inside a value is a client's choice and must not count; a missing final 0x02 or a
+        # zero last byte is what a lost last page leaves.
+        st.sampled_from([b"", b"a\x01b\x02", b"a\x01\x00\x02", b"a\x01b", b"a\x01\x00", b"\x00"]),
         st.sampled_from([0, -5, 1, 1_700_000_000_000]),
     ),
     min_size=1,
@@ -661,30 +672,52 @@ record_specs = st.lists(
 )
 
 
-@settings(max_examples=60)
-@given(specs=record_specs, check_from_position=st.integers(0, 8), with_blank=st.booleans())
-def test_find_torn_record_agrees_with_its_twin(
-    specs: list[tuple[bytes, str, bytes, int]], check_from_position: int, with_blank: bool
+def encode_raw_record(
+    topic: str, body: bytes, properties: bytes, log_offset_bytes: int, store_timestamp_ms: int
+) -> bytearray:
+    """A record with any properties bytes, even ones encode_record refuses (as damage makes)."""
+    placeholder = properties[:-1] + b"\x02" if properties else b""
+    record = encode_record(
+        MessageToStore(topic, 0, body, properties=placeholder),
+        log_offset_bytes=log_offset_bytes,
+        store_timestamp_ms=max(store_timestamp_ms, 0),
+    )
+    if properties:
+        record[-1] = properties[-1]
+    if store_timestamp_ms < 0:  # a negative time can only come from damage
+        struct.pack_into(">q", record, 56, store_timestamp_ms)
+    return record
+
+
+@settings(max_examples=80)
+@given(
+    specs=record_specs,
+    check_from_position=st.integers(0, 8),
+    with_blank=st.booleans(),
+    check_properties_end=st.booleans(),
+)
+def test_find_unfinished_record_agrees_with_its_twin(
+    specs: list[tuple[bytes, str, bytes, int]],
+    check_from_position: int,
+    with_blank: bool,
+    check_properties_end: bool,
 ) -> None:
     data = bytearray()
     starts = []
     for body, topic, properties, store_timestamp_ms in specs:
         starts.append(len(data))
-        data += encode_record(
-            MessageToStore(topic, 0, body, properties=properties),
-            log_offset_bytes=len(data),
-            store_timestamp_ms=max(store_timestamp_ms, 0),
-        )
-        if store_timestamp_ms < 0:  # a negative time can only come from damage
-            struct.pack_into(">q", data, starts[-1] + 56, store_timestamp_ms)
+        data += encode_raw_record(topic, body, properties, len(data), store_timestamp_ms)
     end_bytes = len(data)
     if with_blank:
         data += struct.pack(">iI", 16, BLANK_MAGIC) + bytes(8)
         end_bytes = len(data)
     check_from_bytes = starts[min(check_from_position, len(starts) - 1)]
     segment = np.frombuffer(bytes(data), dtype=np.uint8)
-    expected = find_torn_record_ref(bytes(data), 0, check_from_bytes, end_bytes)
-    assert find_torn_record(segment, 0, check_from_bytes, end_bytes) == expected
+    expected = find_unfinished_record_ref(
+        bytes(data), 0, check_from_bytes, end_bytes, check_properties_end
+    )
+    found = find_unfinished_record(segment, 0, check_from_bytes, end_bytes, check_properties_end)
+    assert found == expected
 
 
 @settings(max_examples=40)
