@@ -29,12 +29,12 @@ import pytest
 from mqbox.message import decode_record, encode_properties_str
 from mqbox.protocol import RemotingCommand
 from mqbox.protocol.codes import RequestCode, ResponseCode
-from mqbox.protocol.headers import SendMessageRequestHeader
 from mqbox.store.checkpoint import CheckpointState, read_checkpoint
 from mqbox.store.layout import abort_path, checkpoint_path
 from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient
 from tests.support.pull_requests import pull_everything_header
+from tests.support.send_requests import send_to_queue_header
 
 pytestmark = pytest.mark.integration
 
@@ -54,17 +54,8 @@ WAIT_S: Final = 30.0
 
 def send(client: FrontClient, number: int, extra_properties: dict[str, str] | None = None) -> int:
     """Send message `number` to queue 0 with key k<number>; its store time comes back later."""
-    properties = {"KEYS": f"k{number}", **(extra_properties or {})}
-    header = SendMessageRequestHeader(
-        producer_group="PG",
-        topic=TOPIC,
-        default_topic="TBW102",
-        default_topic_queue_nums=1,
-        queue_id=0,
-        sys_flag=0,
-        born_timestamp_ms=int(time.time() * 1000),
-        flag=0,
-        properties=encode_properties_str(properties).decode(),
+    header = send_to_queue_header(
+        TOPIC, properties={"KEYS": f"k{number}", **(extra_properties or {})}
     )
     response = client.call(RequestCode.SEND_MESSAGE, header.to_ext(), f"body {number}".encode())
     assert response.code == ResponseCode.SUCCESS, response.remark

@@ -31,10 +31,10 @@ import pytest
 
 from mqbox.message import decode_record
 from mqbox.protocol.codes import RequestCode, ResponseCode
-from mqbox.protocol.headers import SendMessageRequestHeader
 from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient
 from tests.support.pull_requests import pull_everything_header
+from tests.support.send_requests import send_to_queue_header
 
 pytestmark = pytest.mark.integration
 
@@ -78,17 +78,7 @@ def broker_conf(store_root: Path, segment_size_bytes: int) -> str:
 
 def send(client: FrontClient, number: int) -> tuple[int, str]:
     """(response code, remark) of one send of message `number` to queue 0."""
-    header = SendMessageRequestHeader(
-        producer_group="PG",
-        topic=TOPIC,
-        default_topic="TBW102",
-        default_topic_queue_nums=1,
-        queue_id=0,
-        sys_flag=0,
-        born_timestamp_ms=int(time.time() * 1000),
-        flag=0,
-        properties="",
-    )
+    header = send_to_queue_header(TOPIC)
     body = f"{number:08}".encode() * (BODY_SIZE_BYTES // 8)
     response = client.call(RequestCode.SEND_MESSAGE, header.to_ext(), body)
     return response.code, response.remark or ""

@@ -26,14 +26,14 @@ from typing import Final, TypeVar
 import psutil
 import pytest
 
-from mqbox.message import decode_offset_msg_id, decode_record, encode_properties_str
+from mqbox.message import decode_offset_msg_id, decode_record
 from mqbox.protocol import RemotingCommand
 from mqbox.protocol.codes import RequestCode, ResponseCode
-from mqbox.protocol.headers import SendMessageRequestHeader
 from mqbox.store.layout import abort_path, commit_log_dir, consume_queue_dir, parse_segment_name
 from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient
 from tests.support.pull_requests import pull_everything_header
+from tests.support.send_requests import send_to_queue_header
 
 pytestmark = pytest.mark.integration
 
@@ -77,17 +77,7 @@ def body_of(number: int) -> bytes:
 
 def send(client: FrontClient, number: int) -> tuple[int, int]:
     """Send message `number` to queue 0; (its queue index, its commit-log offset)."""
-    header = SendMessageRequestHeader(
-        producer_group="PG",
-        topic=TOPIC,
-        default_topic="TBW102",
-        default_topic_queue_nums=1,
-        queue_id=0,
-        sys_flag=0,
-        born_timestamp_ms=int(time.time() * 1000),
-        flag=0,
-        properties=encode_properties_str({"KEYS": f"key{number}"}).decode(),
-    )
+    header = send_to_queue_header(TOPIC, properties={"KEYS": f"key{number}"})
     response = client.call(RequestCode.SEND_MESSAGE, header.to_ext(), body_of(number))
     assert response.code == ResponseCode.SUCCESS, response.remark
     _host, log_offset_bytes = decode_offset_msg_id(response.ext_fields["msgId"])
