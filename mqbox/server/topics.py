@@ -38,7 +38,7 @@ from mqbox.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
 from mqbox.protocol.headers import validate_topic
 from mqbox.store import config_files
 from mqbox.store.config_files import DataVersion, TopicConfig, TopicConfigTable
-from mqbox.store.layout import TOPICS_FILE_NAME, config_dir
+from mqbox.store.layout import DIRECTORY_MODE, FILE_MODE, TOPICS_FILE_NAME, config_dir
 
 RELOAD_CHECK_INTERVAL_NS: Final = 100_000_000  # a reader stats topics.json at most this often
 LOCK_FILE_SUFFIX: Final = ".lock"
@@ -178,8 +178,8 @@ class TopicConfigStore:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """The exclusive lock of topics.json, with the table re-read inside it."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.directory.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self.reload_if_changed()

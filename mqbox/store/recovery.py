@@ -217,7 +217,7 @@ def create_abort_file(store_root: Path) -> bool:
     path = abort_path(store_root)
     existed = path.exists()
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             os.fsync(fd)
         finally:
