@@ -101,6 +101,13 @@ class NamesrvConfig:
     scan_not_active_broker_interval_ms: int = 10_000  # scanNotActiveBrokerInterval
     broker_channel_expired_time_ms: int = 120_000  # brokerChannelExpiredTime (RocketMQ constant)
     order_message_enable: bool = False  # orderMessageEnable
+    # Bounds on what clients can make the name server hold (issue 9; namesrv/server.py).
+    connection_count_max: int = 4096  # mqboxConnectionCountMax: more are closed at accept
+    connection_idle_time_s: int = 120  # serverChannelMaxIdleTimeSeconds (RocketMQ's Netty key)
+    kv_entry_count_max: int = 10_000  # mqboxKvEntryCountMax: KV entries in all namespaces
+    kv_namespace_entry_count_max: int = 1000  # mqboxKvNamespaceEntryCountMax
+    kv_key_size_bytes_max: int = 1024  # mqboxKvKeyBytesMax: namespace and key, UTF-8
+    kv_value_size_bytes_max: int = 16 * 1024  # mqboxKvValueBytesMax: UTF-8
     unknown_keys: tuple[str, ...] = ()
 
 
@@ -172,6 +179,12 @@ _NAMESRV_KEYS: dict[str, tuple[str, Any]] = {
     "scanNotActiveBrokerInterval": ("scan_not_active_broker_interval_ms", _POSITIVE),
     "brokerChannelExpiredTime": ("broker_channel_expired_time_ms", _POSITIVE),
     "orderMessageEnable": ("order_message_enable", _parse_bool),
+    "mqboxConnectionCountMax": ("connection_count_max", _int_in(1, 1 << 20)),
+    "serverChannelMaxIdleTimeSeconds": ("connection_idle_time_s", _int_in(1, 1 << 20)),
+    "mqboxKvEntryCountMax": ("kv_entry_count_max", _int_in(1, 1 << 24)),
+    "mqboxKvNamespaceEntryCountMax": ("kv_namespace_entry_count_max", _int_in(1, 1 << 24)),
+    "mqboxKvKeyBytesMax": ("kv_key_size_bytes_max", _int_in(1, 1 << 20)),
+    "mqboxKvValueBytesMax": ("kv_value_size_bytes_max", _int_in(1, 1 << 24)),
 }
 
 CQ_ENTRY_SIZE_BYTES = 20

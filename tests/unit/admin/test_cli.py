@@ -30,6 +30,21 @@ def test_config_json_shows_the_defaults() -> None:
     assert document["namesrv"]["listen_port"] == 9876
 
 
+def test_config_shows_the_resource_limits() -> None:
+    """Issue 9: every limit is a config key whose value `mqbox config` prints."""
+    result = runner.invoke(app, ["config"])
+    assert result.exit_code == 0, result.output
+    for shown in (
+        "connection_count_max = 4096",
+        "connection_idle_time_s = 120",
+        "kv_entry_count_max = 10000",
+        "kv_namespace_entry_count_max = 1000",
+        "kv_key_size_bytes_max = 1024",
+        "kv_value_size_bytes_max = 16384",
+    ):
+        assert shown in result.output
+
+
 def test_bad_config_file_is_one_line_and_nonzero(tmp_path: Path) -> None:
     path = tmp_path / "broker.conf"
     path.write_text("listenPort = many\n")
