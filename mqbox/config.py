@@ -58,6 +58,16 @@ class PoolConfig:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class LimitConfig:
+    """Bounds on what clients can make one broker hold (issue 9): `mqbox*` keys, and RocketMQ's
+    Netty key for the idle time. ARCHITECTURE.md says which role enforces each and what a
+    client sees past it."""
+
+    connection_count_max: int = 4096  # mqboxConnectionCountMax: all reactors together
+    connection_idle_time_s: int = 120  # serverChannelMaxIdleTimeSeconds
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class BrokerConfig:
     """One broker's settings; RocketMQ key in the comment where the field name differs."""
 
@@ -92,6 +102,7 @@ class BrokerConfig:
         "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     )
     pools: PoolConfig = dataclasses.field(default_factory=PoolConfig)
+    limits: LimitConfig = dataclasses.field(default_factory=LimitConfig)
     unknown_keys: tuple[str, ...] = ()
 
 
@@ -111,7 +122,7 @@ class NamesrvConfig:
     unknown_keys: tuple[str, ...] = ()
 
 
-# RocketMQ key -> (field name, parser). Pool keys map to "pools.<field>".
+# RocketMQ key -> (field name, parser). Pool keys map to "pools.<field>", limits to "limits.<x>".
 def _parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("true", "1", "yes"):
@@ -172,6 +183,8 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "mqboxSendProcessorCount": ("pools.send_processor_count", _POOL),
     "mqboxPullProcessorCount": ("pools.pull_processor_count", _POOL),
     "mqboxAdminProcessorCount": ("pools.admin_processor_count", _POOL),
+    "mqboxConnectionCountMax": ("limits.connection_count_max", _int_in(1, 1 << 20)),
+    "serverChannelMaxIdleTimeSeconds": ("limits.connection_idle_time_s", _int_in(1, 1 << 20)),
 }
 
 _NAMESRV_KEYS: dict[str, tuple[str, Any]] = {

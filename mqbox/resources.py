@@ -2,12 +2,13 @@
 
 Owns: raising the soft RLIMIT_NOFILE to the hard limit at start (`raise_file_limit`), the rule
 for an accept that failed for lack of resources (`accept_out_of_resources`: EMFILE, ENFILE,
-ENOBUFS, ENOMEM; the caller then leaves its listening socket alone for ACCEPT_BACKOFF_NS instead
-of polling it again at once, because a level-triggered poll of a listener with a full backlog
-returns at once, forever, which is a loop at 100 % of a core), and `RateLimitedLog`, one warning
-line per interval for a condition that may recur thousands of times a second (refused
-connections). Never: sockets, selectors or policy about which connection to close; it imports
-only the standard library, so both the broker and the name server use it.
+ENOBUFS, ENOMEM) and what follows it (`AcceptBackoff`: the caller takes its listening socket out
+of its poll for ACCEPT_BACKOFF_NS instead of polling it again at once, because a level-triggered
+poll of a listener with a full backlog returns at once, forever, which is a loop at 100 % of a
+core), and `RateLimitedLog`, one warning line per interval for a condition that may recur
+thousands of times a second (refused connections). Never: sockets, selectors or policy about
+which connection to close; it imports only the standard library, so both the broker and the
+name server use it.
 """
 
 from __future__ import annotations
@@ -74,3 +75,42 @@ class RateLimitedLog:
             args = (*args, self._held_back_count)
             self._held_back_count = 0
         self.logger.warning(message, *args)
+
+
+class AcceptBackoff:
+    """When a listening socket rests after an accept failed for lack of resources. The owner
+    unregisters the socket from its poll after `rest`, registers it again once `resume_due`
+    says so, and bounds its poll's timeout by `resume_in_ms`."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.resume_ns: int | None = None
+        self.rest_count = 0
+        self._log = RateLimitedLog(logger)
+
+    @property
+    def resting(self) -> bool:
+        return self.resume_ns is not None
+
+    def rest(self, error: OSError, connection_count: int) -> None:
+        assert accept_out_of_resources(error)
+        self._log.warning(
+            "accept failed (%s) with %d connections open: not accepting for %d ms",
+            error.strerror,
+            connection_count,
+            ACCEPT_BACKOFF_NS // 1_000_000,
+        )
+        self.rest_count += 1
+        self.resume_ns = time.monotonic_ns() + ACCEPT_BACKOFF_NS
+
+    def resume_due(self, now_ns: int) -> bool:
+        """True once, when the rest is over: the owner polls its listener again."""
+        if self.resume_ns is None or now_ns < self.resume_ns:
+            return False
+        self.resume_ns = None
+        return True
+
+    def resume_in_ms(self, now_ns: int) -> int | None:
+        """Milliseconds until the rest is over (rounded up), or None when not resting."""
+        if self.resume_ns is None:
+            return None
+        return max(0, -(-(self.resume_ns - now_ns) // 1_000_000))

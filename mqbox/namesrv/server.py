@@ -86,7 +86,7 @@ from mqbox.protocol.headers import (
     WipeWritePermOfBrokerResponseHeader,
 )
 from mqbox.resources import (
-    ACCEPT_BACKOFF_NS,
+    AcceptBackoff,
     RateLimitedLog,
     accept_out_of_resources,
     raise_file_limit,
@@ -431,9 +431,8 @@ class NamesrvServer:
         # Idle connections are looked for four times per idle period, so one is closed between
         # one and one and a quarter periods after its last request.
         self.idle_check_interval_ms = max(1, self.connection_idle_ms // 4)
-        self._accept_resume_ms: int | None = None  # the listener rests until then (EMFILE)
+        self._accept_backoff = AcceptBackoff(log)
         self._refused_log = RateLimitedLog(log)
-        self._accept_failed_log = RateLimitedLog(log)
         self._peers: dict[int, _Peer] = {}
         self._connection_ids = itertools.count(1)
         self._stopping = False
@@ -443,7 +442,6 @@ class NamesrvServer:
         self._protocol_error_close_count = 0
         self._slow_reader_close_count = 0
         self._idle_close_count = 0
-        self._accept_backoff_count = 0
         self._broker_evicted_count = 0
         self._broker_closed_count = 0
 
@@ -495,7 +493,7 @@ class NamesrvServer:
             protocol_error_close_count=self._protocol_error_close_count,
             slow_reader_close_count=self._slow_reader_close_count,
             idle_close_count=self._idle_close_count,
-            accept_backoff_count=self._accept_backoff_count,
+            accept_backoff_count=self._accept_backoff.rest_count,
             broker_evicted_count=self._broker_evicted_count,
             broker_closed_count=self._broker_closed_count,
             broker_registered_count=self.routes.broker_count(),
@@ -511,15 +509,15 @@ class NamesrvServer:
         next_idle_check_ms = monotonic_ms() + self.idle_check_interval_ms
         try:
             while not self._stopping:
-                due_ms = min(next_scan_ms, next_idle_check_ms)
-                if self._accept_resume_ms is not None:
-                    due_ms = min(due_ms, self._accept_resume_ms)
-                wait_ms = max(0, due_ms - monotonic_ms())
+                now_ms = monotonic_ms()
+                wait_ms = max(0, min(next_scan_ms, next_idle_check_ms) - now_ms)
+                resume_in_ms = self._accept_backoff.resume_in_ms(now_ms * 1_000_000)
+                if resume_in_ms is not None:
+                    wait_ms = min(wait_ms, resume_in_ms)
                 for key, mask in self._selector.select(wait_ms / 1000):
                     self._dispatch(key, mask)
                 now_ms = monotonic_ms()
-                if self._accept_resume_ms is not None and now_ms >= self._accept_resume_ms:
-                    self._accept_resume_ms = None
+                if self._accept_backoff.resume_due(time.monotonic_ns()):
                     self._selector.register(self._listener, selectors.EVENT_READ, _LISTENER)
                 if now_ms >= next_idle_check_ms:
                     self.close_idle_connections(now_ms)
@@ -586,7 +584,8 @@ class NamesrvServer:
                 return
             except OSError as error:
                 if accept_out_of_resources(error):
-                    self._rest_listener(error)
+                    self._accept_backoff.rest(error, len(self._peers))
+                    self._selector.unregister(self._listener)  # module docstring
                     return
                 continue  # a connection reset before accept: skip it, keep serving
             if len(self._peers) >= self.connection_count_max:
@@ -612,18 +611,6 @@ class NamesrvServer:
             self._peers[peer.connection_id] = peer
             self._connection_accepted_count += 1
             self._selector.register(sock, selectors.EVENT_READ, peer)
-
-    def _rest_listener(self, error: OSError) -> None:
-        """Stop polling the listener for ACCEPT_BACKOFF_NS (module docstring)."""
-        self._accept_failed_log.warning(
-            "accept failed (%s) with %d connections open: not accepting for %d ms",
-            error.strerror,
-            len(self._peers),
-            ACCEPT_BACKOFF_NS // 1_000_000,
-        )
-        self._accept_backoff_count += 1
-        self._selector.unregister(self._listener)
-        self._accept_resume_ms = monotonic_ms() + ACCEPT_BACKOFF_NS // 1_000_000
 
     def _receive(self, peer: _Peer) -> None:
         try:
@@ -702,7 +689,7 @@ class NamesrvServer:
         self._closed = True
         for peer in list(self._peers.values()):
             self._close_peer(peer)
-        if self._accept_resume_ms is None:
+        if not self._accept_backoff.resting:
             self._selector.unregister(self._listener)
         self._listener.close()
         self._selector.close()

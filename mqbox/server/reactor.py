@@ -19,6 +19,12 @@ Invariants:
 - Every closed connection produces exactly one CONNECTION_CLOSED, which the codec forwards to
   the worker; a CLOSE_CONNECTION for an id this reactor does not know produces one too, so the
   tables of a reactor's predecessor drain away.
+- It holds at most its share of mqboxConnectionCountMax (the key divided by the reactor count,
+  rounded up): a connection past it is accepted and closed at once, never registered, and the
+  log says so at most every 10 s. Out of descriptors (accept fails with EMFILE, ENFILE, ENOBUFS
+  or ENOMEM) the listening socket leaves the epoll for ACCEPT_BACKOFF_NS (mqbox/resources.py):
+  with a full backlog it stays readable, and polling it again at once is a loop at 100 % of a
+  core that serves nobody. The supervisor raised the soft descriptor limit to the hard one.
 
 Theory of operation: one loop; each turn drains the response rings (at most BATCH_COUNT_MAX
 records each), writes what it can, handles the epoll events of the sockets, then writes the
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import os
 import select
 import socket
@@ -48,10 +55,13 @@ from mqbox.protocol.frame import (
     FRAME_SIZE_BYTES_MAX_DEFAULT,
     check_frame_length,
 )
+from mqbox.resources import AcceptBackoff, RateLimitedLog, accept_out_of_resources
 from mqbox.server import records, runtime
 from mqbox.server.records import Buffer, Inbox, Outbox, Sleeper, SpillWriter
 from mqbox.server.topology import RoleContext, RoleKind
 from mqbox.store import layout as store_layout
+
+log = logging.getLogger("mqbox.reactor")
 
 READ_SIZE_BYTES: Final = 256 * 1024  # one recv per readable socket per turn
 ACCEPT_COUNT_MAX: Final = 64  # accepts per turn, so a connection storm cannot starve responses
@@ -65,6 +75,9 @@ IOV_COUNT_MAX: Final = 512  # well below IOV_MAX (1024 on Linux)
 _EPOLL_READ: Final = select.EPOLLIN | select.EPOLLRDHUP
 _EPOLL_READ_WRITE: Final = _EPOLL_READ | select.EPOLLOUT
 _EPOLL_BROKEN: Final = select.EPOLLERR | select.EPOLLHUP
+# EPOLLEXCLUSIVE: when several reactors wait on the one listening socket, a new connection wakes
+# one of them, not all (Linux 4.5; the others' accept would only fail).
+_EPOLL_LISTEN: Final = select.EPOLLIN | select.EPOLLEXCLUSIVE
 
 
 @dataclasses.dataclass(slots=True)
@@ -112,6 +125,8 @@ class _Connection:
 @dataclasses.dataclass(frozen=True, slots=True)
 class ReactorStatistics:
     connections_accepted: int
+    connections_refused: int  # past the connection cap: closed at accept
+    accept_backoffs: int  # rests of the listening socket after EMFILE and friends
     connections_open: int
     connections_closed: int
     protocol_closes: int
@@ -160,13 +175,16 @@ class Reactor:
         self.inboxes = [
             Inbox(Ring.attach(spec.name), spec.producer) for spec in topology.rings_to(self.role_id)
         ]
+        limits = ctx.broker.limits
+        reactor_count = len(topology.roles_of(RoleKind.REACTOR))
+        self.connection_count_max = -(-limits.connection_count_max // reactor_count)
         self.listen_socket: socket.socket = ctx.listen_socket
         self.listen_socket.setblocking(False)
         self.listen_fd = self.listen_socket.fileno()
         self.epoll = select.epoll()
-        # EPOLLEXCLUSIVE: when several reactors wait on the one listening socket, a new
-        # connection wakes one of them, not all (Linux 4.5; the others' accept would only fail).
-        self.epoll.register(self.listen_fd, select.EPOLLIN | select.EPOLLEXCLUSIVE)
+        self.epoll.register(self.listen_fd, _EPOLL_LISTEN)
+        self._accept_backoff = AcceptBackoff(log)
+        self._refused_log = RateLimitedLog(log)
         self.sleeper = Sleeper(
             self.epoll, self.inboxes, spin_ns_max, poll_sockets_while_spinning=True
         )
@@ -181,6 +199,7 @@ class Reactor:
         self._touched: dict[int, _Connection] = {}
         self._housekeeping_due_ns = time.monotonic_ns() + HOUSEKEEPING_INTERVAL_NS
         self._connections_accepted = 0
+        self._connections_refused = 0
         self._connections_closed = 0
         self._protocol_closes = 0
         self._slow_reader_closes = 0
@@ -217,6 +236,11 @@ class Reactor:
             self._close_deleted_segments()
         if wait_ms < 0 or wait_ms > 1000:
             wait_ms = 1000  # wake at least once a second for housekeeping
+        if self._accept_backoff.resume_due(now_ns):
+            self.epoll.register(self.listen_fd, _EPOLL_LISTEN)
+        resume_in_ms = self._accept_backoff.resume_in_ms(now_ns)
+        if resume_in_ms is not None:
+            wait_ms = min(wait_ms, resume_in_ms)
         # Frames read from sockets are work the Sleeper's rings do not count: many of them mean
         # batch mode, where spinning before a sleep only takes a core from the codecs.
         frame_count = self._frames_received - self._frames_received_at_wait
@@ -249,10 +273,24 @@ class Reactor:
                 sock, address = self.listen_socket.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
-                # ECONNABORTED and friends: the peer left before we accepted; EMFILE: out of
-                # descriptors, which the next turn retries. Both are operating conditions.
+            except OSError as error:
+                if accept_out_of_resources(error):
+                    self._accept_backoff.rest(error, len(self.connections))
+                    self.epoll.unregister(self.listen_fd)  # module docstring
+                # ECONNABORTED and friends: the peer left before we accepted. Both are
+                # operating conditions.
                 return
+            if len(self.connections) >= self.connection_count_max:
+                self._connections_refused += 1
+                self._refused_log.warning(
+                    "refusing %s: %d connections open, this reactor's share of "
+                    "mqboxConnectionCountMax is %d",
+                    address,
+                    len(self.connections),
+                    self.connection_count_max,
+                )
+                sock.close()
+                continue
             sock.setblocking(False)
             if sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -550,6 +588,8 @@ class Reactor:
     def statistics(self) -> ReactorStatistics:
         return ReactorStatistics(
             connections_accepted=self._connections_accepted,
+            connections_refused=self._connections_refused,
+            accept_backoffs=self._accept_backoff.rest_count,
             connections_open=len(self.connections),
             connections_closed=self._connections_closed,
             protocol_closes=self._protocol_closes,

@@ -82,6 +82,7 @@ from mqbox.config import BrokerConfig, load_broker_config, load_namesrv_config
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
+from mqbox.resources import raise_file_limit
 from mqbox.server import runtime
 from mqbox.server.topology import (
     START_ORDER,
@@ -487,6 +488,10 @@ class Supervisor:
             stderr_level=logging.WARNING if options.log_to_stderr else None,
         )
         log.info("starting in %s (pid %d)", self.layout.home, os.getpid())
+        # Every role and the name server inherit the limit: each connection is a descriptor, and
+        # the usual soft limit (1024) is far below what mqboxConnectionCountMax allows.
+        soft_before, soft_now = raise_file_limit()
+        log.info("descriptor limit: soft %d (was %d)", soft_now, soft_before)
         self.instance = instance_name(self.layout.home, broker.broker_name)
         self._sweep_stale(self.instance)
         self.store_root = store_root_of(self.layout.home, broker)

@@ -16,19 +16,18 @@ the back-off this measured about 100 % of a core).
 from __future__ import annotations
 
 import contextlib
-import resource
 import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-import psutil
 import pytest
 
 from mqbox.client.remoting import RemotingClient
 from mqbox.protocol.codes import DELETE_KV_CONFIG, GET_KV_CONFIG, PUT_KV_CONFIG, ResponseCode
 from tests.support.namesrv_process import NamesrvProcess, running_namesrv
+from tests.support.raw_sockets import closed_by_peer, cpu_percent_over, soft_file_limit
 
 pytestmark = pytest.mark.integration
 
@@ -52,17 +51,6 @@ def limited_namesrv(tmp_path: Path, reap_pids: list[int], conf: str) -> Iterator
 
 def connect(namesrv: NamesrvProcess) -> socket.socket:
     return socket.create_connection((namesrv.host, namesrv.port), timeout=WAIT_S)
-
-
-def closed_by_peer(sock: socket.socket, timeout_s: float) -> bool:
-    """True if the server closes `sock` (EOF or reset) within timeout_s; it sends nothing."""
-    sock.settimeout(timeout_s)
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
 
 
 def test_connections_past_the_cap_are_closed_at_once(tmp_path: Path, reap_pids: list[int]) -> None:
@@ -137,11 +125,6 @@ def test_the_kv_table_is_bounded_per_namespace_in_total_and_in_sizes(
         assert put(client, "c", "k0") == (0, "")  # room again
 
 
-def soft_file_limit(pid: int) -> int:
-    soft, _hard = psutil.Process(pid).rlimit(resource.RLIMIT_NOFILE)
-    return int(soft)
-
-
 def test_the_soft_descriptor_limit_is_raised_to_the_hard_one(
     tmp_path: Path, reap_pids: list[int]
 ) -> None:
@@ -157,10 +140,7 @@ def test_out_of_descriptors_the_loop_backs_off_instead_of_spinning(
         # name server's accept fails with EMFILE once its table is full.
         sockets = [connect(namesrv) for _ in range(80)]
         try:
-            process = psutil.Process(namesrv.process.pid)
-            process.cpu_percent(None)
-            time.sleep(1.0)
-            cpu_percent = process.cpu_percent(None)
+            cpu_percent = cpu_percent_over(namesrv.process.pid, 1.0)
             assert cpu_percent < CPU_PERCENT_MAX, f"{cpu_percent:.0f} % of a core"
             # Freeing descriptors lets the waiting connections in.
             for sock in sockets[:40]:

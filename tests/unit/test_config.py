@@ -12,6 +12,7 @@ import pytest
 from mqbox.config import (
     BrokerRole,
     FlushDiskType,
+    LimitConfig,
     NamesrvConfig,
     delay_level_durations_ms,
     load_broker_config,
@@ -50,6 +51,7 @@ def test_shipped_defaults_load() -> None:
     assert namesrv.broker_channel_expired_time_ms == 120_000
     # etc/namesrv.conf documents every key with its default value.
     assert namesrv == NamesrvConfig()
+    assert broker.limits == LimitConfig()
 
 
 def test_namesrv_limit_keys_load_and_are_bounded() -> None:

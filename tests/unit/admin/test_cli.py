@@ -41,6 +41,8 @@ def test_config_shows_the_resource_limits() -> None:
         "kv_namespace_entry_count_max = 1000",
         "kv_key_size_bytes_max = 1024",
         "kv_value_size_bytes_max = 16384",
+        "limits.connection_count_max = 4096",
+        "limits.connection_idle_time_s = 120",
     ):
         assert shown in result.output
 
