@@ -65,6 +65,10 @@ class LimitConfig:
 
     connection_count_max: int = 4096  # mqboxConnectionCountMax: all reactors together
     connection_idle_time_s: int = 120  # serverChannelMaxIdleTimeSeconds
+    heartbeat_group_count_max: int = 256  # mqboxHeartbeatGroupCountMax: producer + consumer
+    heartbeat_subscription_count_max: int = 256  # mqboxHeartbeatSubscriptionCountMax: per group
+    auto_create_topic_count_max: int = 10_000  # mqboxAutoCreateTopicCountMax: topics.json size
+    auto_create_group_count_max: int = 10_000  # mqboxAutoCreateGroupCountMax: groups file size
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -185,6 +189,13 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "mqboxAdminProcessorCount": ("pools.admin_processor_count", _POOL),
     "mqboxConnectionCountMax": ("limits.connection_count_max", _int_in(1, 1 << 20)),
     "serverChannelMaxIdleTimeSeconds": ("limits.connection_idle_time_s", _int_in(1, 1 << 20)),
+    "mqboxHeartbeatGroupCountMax": ("limits.heartbeat_group_count_max", _int_in(1, 1 << 20)),
+    "mqboxHeartbeatSubscriptionCountMax": (
+        "limits.heartbeat_subscription_count_max",
+        _int_in(1, 1 << 20),
+    ),
+    "mqboxAutoCreateTopicCountMax": ("limits.auto_create_topic_count_max", _int_in(1, 1 << 24)),
+    "mqboxAutoCreateGroupCountMax": ("limits.auto_create_group_count_max", _int_in(1, 1 << 24)),
 }
 
 _NAMESRV_KEYS: dict[str, tuple[str, Any]] = {

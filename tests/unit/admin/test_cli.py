@@ -43,6 +43,10 @@ def test_config_shows_the_resource_limits() -> None:
         "kv_value_size_bytes_max = 16384",
         "limits.connection_count_max = 4096",
         "limits.connection_idle_time_s = 120",
+        "limits.heartbeat_group_count_max = 256",
+        "limits.heartbeat_subscription_count_max = 256",
+        "limits.auto_create_topic_count_max = 10000",
+        "limits.auto_create_group_count_max = 10000",
     ):
         assert shown in result.output
 
