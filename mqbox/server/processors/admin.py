@@ -183,7 +183,7 @@ from mqbox.server.queue_counters import (
     queue_counters_name,
     store_positions_name,
 )
-from mqbox.server.records import ConnectionEvent
+from mqbox.server.records import ConnectionEvent, Run
 from mqbox.server.store_writer import store_config_of
 from mqbox.server.topics import (
     PERM_READ_WRITE,
@@ -989,7 +989,17 @@ class AdminProcessor(Processor):
             ResponseCode.SUCCESS, GetEarliestMsgStoretimeResponseHeader(timestamp_ms).to_ext()
         )
 
-    def _view_message(self, request: Request) -> RemotingCommand:
+    def _record_run(self, log_offset_bytes: int, size_bytes: int) -> Run:
+        """Where a stored record lies in its commit-log segment: the reactor sends it from there
+        with os.sendfile, as a pull's body. A copy in the reply would travel as spill files and
+        sit in the reactor's memory for a client that does not read (issue 9: 3.3 GB of spill
+        files for 24 such clients asking 40 times each for a 3.9 MB message)."""
+        segment_size_bytes = self.ctx.broker.commit_log_segment_size_bytes
+        file_offset_bytes = log_offset_bytes % segment_size_bytes
+        assert file_offset_bytes + size_bytes <= segment_size_bytes, "records never span segments"
+        return Run(log_offset_bytes - file_offset_bytes, file_offset_bytes, size_bytes)
+
+    def _view_message(self, request: Request) -> RemotingCommand | None:
         header = ViewMessageRequestHeader.from_ext(request.command.ext_fields)
         reader = self.store.for_log()
         if reader is None:
@@ -1001,9 +1011,11 @@ class AdminProcessor(Processor):
                 {},
                 remark=f"no message at commit log offset {header.log_offset_bytes}",
             )
-        return request.make_response(ResponseCode.SUCCESS, {}, body=record)
+        run = self._record_run(header.log_offset_bytes, len(record))
+        self.reply_with_runs(request, request.make_response(ResponseCode.SUCCESS, {}), [run])
+        return None
 
-    def _query_message(self, request: Request) -> RemotingCommand:
+    def _query_message(self, request: Request) -> RemotingCommand | None:
         header = QueryMessageRequestHeader.from_ext(request.command.ext_fields)
         error = self._unknown_topic(request, header.topic)
         if error is not None:
@@ -1022,19 +1034,19 @@ class AdminProcessor(Processor):
             header.end_timestamp_ms,
             count_max,
         )
-        parts: list[bytes] = []
+        runs: list[Run] = []
         size_bytes = 0
         newest_ms = 0
         newest_log_offset_bytes = 0
         for log_offset_bytes, record in found:
-            if parts and size_bytes + len(record) > QUERY_MESSAGE_BODY_SIZE_BYTES_MAX:
+            if runs and size_bytes + len(record) > QUERY_MESSAGE_BODY_SIZE_BYTES_MAX:
                 break
-            parts.append(record)
+            runs.append(self._record_run(log_offset_bytes, len(record)))
             size_bytes += len(record)
             store_ms: int = _STORE_TIMESTAMP.unpack_from(record, STORETIMESTAMP_POSITION_BYTES)[0]
             newest_ms = max(newest_ms, store_ms)
             newest_log_offset_bytes = max(newest_log_offset_bytes, log_offset_bytes)
-        if not parts:
+        if not runs:
             return request.make_response(
                 ResponseCode.QUERY_NOT_FOUND,
                 {},
@@ -1043,7 +1055,8 @@ class AdminProcessor(Processor):
         # Java answers with the index file's newest entry; mqbox with the newest record found,
         # which is what a client merging answers from several brokers compares.
         ext = QueryMessageResponseHeader(newest_ms, newest_log_offset_bytes).to_ext()
-        return request.make_response(ResponseCode.SUCCESS, ext, body=b"".join(parts))
+        self.reply_with_runs(request, request.make_response(ResponseCode.SUCCESS, ext), runs)
+        return None
 
     # -- orderly consumers ------------------------------------------------------------------------
 

@@ -1,0 +1,154 @@
+"""Goal (issue 9, part 3): what clients make the broker buffer is bounded, and one greedy or
+slow client cannot starve the others. Measured from outside before: 24 clients that never read,
+each asking 40 times for a 3.9 MB message, pushed /dev/shm spill files to 3.3 GB and the reactor
+to 306 MiB while another client's SEND timed out; 8 clients pipelining 3 MB sends pushed the
+spill files to about 200 MiB.
+
+- Reads of stored messages (PULL, VIEW_MESSAGE_BY_ID, QUERY_MESSAGE) leave by sendfile from the
+  commit log: however many are asked for and never read, nothing piles up in spill files or in
+  the reactor, and another client's SEND is answered at once.
+
+Method: the real appliance (tests/support/appliance.py) with small limits in its broker.conf.
+Raw sockets pipeline requests and do not read (a small receive buffer); a sampler lists the
+instance's spill files in /dev/shm and reads the reactor's unique memory (psutil USS) every
+10 ms; a probe client times a SEND meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Final
+
+import psutil
+import pytest
+
+from mqbox.ipc import names
+from mqbox.protocol import Connection, Role, make_request
+from mqbox.protocol.codes import RequestCode, ResponseCode
+from mqbox.protocol.headers import SendMessageRequestHeader
+from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
+from tests.support.pull_requests import pull_everything_header
+
+pytestmark = pytest.mark.integration
+
+MiB: Final = 1 << 20
+BIG_BODY_SIZE_BYTES: Final = 3_900_000
+BIG_CONF: Final = BROKER_CONF + "mapedFileSizeCommitLog=67108864\n"
+PROBE_S_MAX: Final = 1.0
+
+
+def send_ext(topic: str, keys: str = "") -> dict[str, str]:
+    properties = f"KEYS\x01{keys}\x02" if keys else ""
+    header = SendMessageRequestHeader(
+        "PG", topic, "TBW102", 1, 0, 0, int(time.time() * 1000), 0, properties
+    )
+    return header.to_ext()
+
+
+def spill_size_bytes(instance: str) -> int:
+    total = 0
+    prefix = f"mqbox.{instance}.spill"
+    for path in names.SHM_DIRECTORY.iterdir():
+        if path.name.startswith(prefix):
+            with contextlib.suppress(FileNotFoundError):
+                total += path.stat().st_size
+    return total
+
+
+class Sampler:
+    """Peaks of the instance's spill bytes and of the reactor's USS growth, every 10 ms."""
+
+    def __init__(self, appliance: Appliance) -> None:
+        self.appliance = appliance
+        self.reactor = psutil.Process(appliance.roles["reactor.0"])
+        self.reactor_uss_start = self.reactor.memory_full_info().uss
+        self.spill_peak_bytes = 0
+        self.reactor_growth_peak_bytes = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            spilled = spill_size_bytes(self.appliance.instance)
+            growth = self.reactor.memory_full_info().uss - self.reactor_uss_start
+            self.spill_peak_bytes = max(self.spill_peak_bytes, spilled)
+            self.reactor_growth_peak_bytes = max(self.reactor_growth_peak_bytes, growth)
+            time.sleep(0.01)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Sampler]:
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self._done.set()
+            self._thread.join()
+
+
+def probe_send_s(appliance: Appliance) -> float:
+    """Seconds one small SEND of a fresh client takes."""
+    with contextlib.closing(appliance.client()) as client:
+        started = time.monotonic()
+        response = client.call(RequestCode.SEND_MESSAGE, send_ext("ProbeTopic"), b"probe")
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        return time.monotonic() - started
+
+
+def non_reader(
+    appliance: Appliance, requests: Sequence[tuple[int, dict[str, str]]]
+) -> socket.socket:
+    """A connection that sends `requests` pipelined and never reads an answer."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", appliance.broker_port))
+    codec = Connection(Role.CLIENT)
+    frames = b"".join(
+        codec.send(make_request(code, codec.next_opaque(), ext)) for code, ext in requests
+    )
+    sock.sendall(frames)
+    return sock
+
+
+def test_reads_of_a_big_message_by_clients_that_never_read_pile_up_nowhere(
+    tmp_path: Path,
+) -> None:
+    pids: list[int] = []
+    with running_appliance(tmp_path / "home", pids, BIG_CONF) as appliance:
+        with contextlib.closing(appliance.client()) as client:
+            stored = client.call(
+                RequestCode.SEND_MESSAGE, send_ext("BigTopic", "big"), b"b" * BIG_BODY_SIZE_BYTES
+            )
+        assert stored.code == ResponseCode.SUCCESS, stored.remark
+        view = (RequestCode.VIEW_MESSAGE_BY_ID, {"offset": "0"})
+        query = (
+            RequestCode.QUERY_MESSAGE,
+            {"topic": "BigTopic", "key": "big", "maxNum": "32", "beginTimestamp": "0"}
+            | {"endTimestamp": str(1 << 62)},
+        )
+        pull = (RequestCode.PULL_MESSAGE, pull_everything_header("BigTopic", 0).to_ext())
+        sampler = Sampler(appliance)
+        sockets: list[socket.socket] = []
+        with sampler.running():
+            try:
+                sockets.extend(
+                    non_reader(appliance, requests)
+                    for requests in ([view] * 20, [query] * 20, [pull] * 20) * 4
+                )
+                time.sleep(2.0)
+                probe_s = probe_send_s(appliance)
+            finally:
+                for sock in sockets:
+                    sock.close()
+        spill_mib = sampler.spill_peak_bytes / MiB
+        growth_mib = sampler.reactor_growth_peak_bytes / MiB
+        measured = (
+            f"probe {probe_s:.2f} s, spill {spill_mib:.0f} MiB, reactor +{growth_mib:.0f} MiB"
+        )
+        assert probe_s < PROBE_S_MAX, measured
+        assert spill_mib < 4, measured
+        assert growth_mib < 32, measured
