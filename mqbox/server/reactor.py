@@ -57,7 +57,7 @@ from mqbox.protocol.frame import (
 )
 from mqbox.resources import AcceptBackoff, RateLimitedLog, accept_out_of_resources
 from mqbox.server import records, runtime
-from mqbox.server.records import Buffer, Inbox, Outbox, Sleeper, SpillWriter
+from mqbox.server.records import Buffer, Inbox, Outbox, Sleeper, SpillBudget, SpillWriter
 from mqbox.server.topology import RoleContext, RoleKind
 from mqbox.store import layout as store_layout
 
@@ -70,10 +70,12 @@ OUTPUT_SIZE_BYTES_MAX_DEFAULT: Final = 64 * 1024 * 1024
 # rings take them: TCP flow control then pushes back on the clients.
 STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
 BACKED_UP_RETRY_MS: Final = 1
+SPILL_RETRY_INTERVAL_NS: Final = 2_000_000  # a frame waiting for spill room looks this often
+# Why a connection's socket is not read now (_Connection.read_blocks, bits); 0 means read it.
+BLOCK_SPILL: Final = 1  # a whole frame waits in `pending` for room in the spill budget
 HOUSEKEEPING_INTERVAL_NS: Final = 1_000_000_000
 IOV_COUNT_MAX: Final = 512  # well below IOV_MAX (1024 on Linux)
 _EPOLL_READ: Final = select.EPOLLIN | select.EPOLLRDHUP
-_EPOLL_READ_WRITE: Final = _EPOLL_READ | select.EPOLLOUT
 _EPOLL_BROKEN: Final = select.EPOLLERR | select.EPOLLHUP
 # EPOLLEXCLUSIVE: when several reactors wait on the one listening socket, a new connection wakes
 # one of them, not all (Linux 4.5; the others' accept would only fail).
@@ -102,7 +104,9 @@ class _Connection:
         "peer_host",
         "peer_port",
         "pending",
+        "read_blocks",
         "sock",
+        "wants_write",
     )
 
     def __init__(
@@ -118,7 +122,9 @@ class _Connection:
         self.pending = bytearray()  # the start of a frame whose end has not arrived
         self.output: collections.deque[Buffer | _FileRun] = collections.deque()
         self.output_size_bytes = 0
-        self.events = _EPOLL_READ
+        self.events = _EPOLL_READ  # as registered in the epoll: _Reactor._update_events
+        self.read_blocks = 0  # BLOCK_* bits: why the socket is not read now
+        self.wants_write = False  # the socket took less than offered: wait for EPOLLOUT
         self.close_reason: int | None = None  # set: close once the output is written
 
 
@@ -131,6 +137,7 @@ class ReactorStatistics:
     connections_closed: int
     protocol_closes: int
     slow_reader_closes: int
+    spill_waits: int  # frames that waited for room in the spill budget
     frames_received: int
     bytes_received: int
     responses_written: int
@@ -166,6 +173,11 @@ class Reactor:
         topology = ctx.topology
         spill_writer = SpillWriter(ctx.instance, self.role_id)
         self.spill_writer = spill_writer
+        self.spill_budget = SpillBudget(ctx.instance, ctx.broker.limits.spill_size_bytes_max)
+        # Connections whose next frame waits for spill room, in the order they began to wait.
+        self._spill_waiters: dict[int, _Connection] = {}
+        self._spill_retry_due_ns = 0
+        self._spill_waits = 0
         codec_ids = [role.role_id for role in topology.roles_of(RoleKind.CODEC)]
         assert codec_ids, "a broker has at least one codec"
         self.outboxes = [
@@ -236,6 +248,11 @@ class Reactor:
             self._close_deleted_segments()
         if wait_ms < 0 or wait_ms > 1000:
             wait_ms = 1000  # wake at least once a second for housekeeping
+        if self._spill_waiters and not backed_up:
+            if now_ns >= self._spill_retry_due_ns:
+                self._spill_retry_due_ns = now_ns + SPILL_RETRY_INTERVAL_NS
+                self._retry_spill_waiters()
+            wait_ms = min(wait_ms, -(-SPILL_RETRY_INTERVAL_NS // 1_000_000))
         if self._accept_backoff.resume_due(now_ns):
             self.epoll.register(self.listen_fd, _EPOLL_LISTEN)
         resume_in_ms = self._accept_backoff.resume_in_ms(now_ns)
@@ -260,6 +277,12 @@ class Reactor:
                 self._write(connection)
                 if connection.fd < 0:
                     continue
+            if connection.read_blocks:
+                if mask & _EPOLL_BROKEN:
+                    # Hung up or failed while not being read: nothing more can be done for it,
+                    # and a level-triggered hang-up would wake every turn.
+                    self._close(connection, records.CLOSE_REASON_PEER)
+                continue
             if mask & (_EPOLL_READ | _EPOLL_BROKEN) and not backed_up:
                 self._read(connection)
         self._flush_outboxes()
@@ -337,10 +360,33 @@ class Reactor:
         if end < 0:
             self._protocol_closes += 1
             self._close(connection, records.CLOSE_REASON_PROTOCOL)
+            return
+        if connection.read_blocks:
+            self._update_events(connection)
+
+    def _retry_spill_waiters(self) -> None:
+        """Forward the frames that waited for spill room, oldest waiter first, until one must
+        wait again (the budget is full); those forwarded read their sockets again."""
+        for conn_id, connection in list(self._spill_waiters.items()):
+            del self._spill_waiters[conn_id]
+            connection.read_blocks &= ~BLOCK_SPILL
+            pending = connection.pending
+            with memoryview(pending) as view:
+                end = self._forward_frames(connection, view)
+            if end < 0:  # a bad length after the frame that waited
+                self._protocol_closes += 1
+                self._close(connection, records.CLOSE_REASON_PROTOCOL)
+                continue
+            del pending[:end]
+            self._update_events(connection)
+            if connection.read_blocks & BLOCK_SPILL:
+                return
 
     def _forward_frames(self, connection: _Connection, view: memoryview) -> int:
         """Stage a FRAME record for each complete frame at the start of `view`; returns the
-        bytes consumed, or -1 if a length prefix is bad (the frames before it are staged)."""
+        bytes consumed, or -1 if a length prefix is bad (the frames before it are staged). A
+        frame that would spill waits for room in the spill budget: it is not consumed, and the
+        connection is blocked (BLOCK_SPILL) until `_retry_spill_waiters` forwards it."""
         position = 0
         available = len(view)
         outbox = connection.outbox
@@ -359,6 +405,14 @@ class Reactor:
                     return -1
                 raise AssertionError("check_frame_length accepted a refused length")
             if end > available:
+                break
+            record_size_bytes = records.CONN_ID_SIZE_BYTES + end - position
+            if record_size_bytes > outbox.payload_size_bytes_max and not (
+                self.spill_budget.has_room_nowait(record_size_bytes)
+            ):
+                connection.read_blocks |= BLOCK_SPILL
+                self._spill_waiters[connection.conn_id] = connection
+                self._spill_waits += 1
                 break
             outbox.append(records.FRAME, conn_id_bytes, view[position:end])
             frame_count += 1
@@ -478,18 +532,28 @@ class Reactor:
         assert connection.output_size_bytes == 0
         if connection.close_reason is not None:
             self._close(connection, connection.close_reason)
-        elif connection.events != _EPOLL_READ:
-            connection.events = _EPOLL_READ
-            self.epoll.modify(connection.fd, _EPOLL_READ)
+        elif connection.wants_write:
+            connection.wants_write = False
+            self._update_events(connection)
 
     def _want_write(self, connection: _Connection) -> None:
         if connection.output_size_bytes > self.output_size_bytes_max:
             self._slow_reader_closes += 1
             self._close(connection, records.CLOSE_REASON_SLOW_READER)
             return
-        if connection.events != _EPOLL_READ_WRITE:
-            connection.events = _EPOLL_READ_WRITE
-            self.epoll.modify(connection.fd, _EPOLL_READ_WRITE)
+        if not connection.wants_write:
+            connection.wants_write = True
+            self._update_events(connection)
+
+    def _update_events(self, connection: _Connection) -> None:
+        """Register what the connection waits for: readable unless a BLOCK_* bit is set,
+        writable while output waits. Hang-ups and errors are reported either way."""
+        events = 0 if connection.read_blocks else _EPOLL_READ
+        if connection.wants_write:
+            events |= select.EPOLLOUT
+        if events != connection.events:
+            connection.events = events
+            self.epoll.modify(connection.fd, events)
 
     def _sendfile(self, connection: _Connection, run: _FileRun) -> bool:
         """Send what the socket takes of `run`; True when it is all sent."""
@@ -547,6 +611,7 @@ class Reactor:
         self.epoll.unregister(connection.fd)
         del self._by_fd[connection.fd]
         del self.connections[connection.conn_id]
+        self._spill_waiters.pop(connection.conn_id, None)
         connection.sock.close()
         connection.fd = -1
         connection.output.clear()
@@ -594,6 +659,7 @@ class Reactor:
             connections_closed=self._connections_closed,
             protocol_closes=self._protocol_closes,
             slow_reader_closes=self._slow_reader_closes,
+            spill_waits=self._spill_waits,
             frames_received=self._frames_received,
             bytes_received=self._bytes_received,
             responses_written=self._responses_written,

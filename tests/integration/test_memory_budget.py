@@ -7,6 +7,9 @@ spill files to about 200 MiB.
 - Reads of stored messages (PULL, VIEW_MESSAGE_BY_ID, QUERY_MESSAGE) leave by sendfile from the
   commit log: however many are asked for and never read, nothing piles up in spill files or in
   the reactor, and another client's SEND is answered at once.
+- Spill files of the instance stay within `mqboxSpillBytesMax` (up to twice it while a hop copies
+  a payload into the next hop's file): a big frame waits in the reactor for room, and every send
+  is answered.
 
 Method: the real appliance (tests/support/appliance.py) with small limits in its broker.conf.
 Raw sockets pipeline requests and do not read (a small receive buffer); a sampler lists the
@@ -152,3 +155,69 @@ def test_reads_of_a_big_message_by_clients_that_never_read_pile_up_nowhere(
         assert probe_s < PROBE_S_MAX, measured
         assert spill_mib < 4, measured
         assert growth_mib < 32, measured
+
+
+def test_spill_files_stay_within_the_budget_and_every_big_send_is_answered(
+    tmp_path: Path,
+) -> None:
+    pids: list[int] = []
+    budget_bytes = 16 * MiB
+    conf = BIG_CONF.replace("67108864", "268435456") + f"mqboxSpillBytesMax={budget_bytes}\n"
+    connection_count = 8
+    send_count = 5
+    with running_appliance(tmp_path / "home", pids, conf) as appliance:
+        sampler = Sampler(appliance)
+        codecs = [Connection(Role.CLIENT) for _ in range(connection_count)]
+        sockets = [
+            socket.create_connection(("127.0.0.1", appliance.broker_port))
+            for _ in range(connection_count)
+        ]
+
+        def flood(sock: socket.socket, codec: Connection) -> None:
+            for _ in range(send_count):
+                request = make_request(
+                    RequestCode.SEND_MESSAGE,
+                    codec.next_opaque(),
+                    send_ext("BigTopic"),
+                    body=b"s" * 3_000_000,
+                )
+                sock.sendall(codec.send(request))
+
+        with sampler.running():
+            threads = [
+                threading.Thread(target=flood, args=pair)
+                for pair in zip(sockets, codecs, strict=True)
+            ]
+            for thread in threads:
+                thread.start()
+            try:
+                for thread in threads:
+                    thread.join()
+                codes = [
+                    read_codes(sock, codec, send_count)
+                    for sock, codec in zip(sockets, codecs, strict=True)
+                ]
+            finally:
+                for sock in sockets:
+                    sock.close()
+        assert codes == [[0] * send_count] * connection_count
+        peak_mib = sampler.spill_peak_bytes / MiB
+        assert peak_mib <= 2 * budget_bytes / MiB + 3, f"spill files peaked at {peak_mib:.0f} MiB"
+
+
+def read_codes(sock: socket.socket, codec: Connection, count: int) -> list[int]:
+    """The codes of the next `count` responses on a connection."""
+    from mqbox.protocol import NEED_DATA, RemotingCommand
+
+    sock.settimeout(30)
+    codes: list[int] = []
+    while len(codes) < count:
+        command = codec.next_command()
+        if isinstance(command, RemotingCommand):
+            codes.append(command.code)
+            continue
+        assert command is NEED_DATA
+        data = sock.recv(1 << 16)
+        assert data, f"closed after {len(codes)} responses"
+        codec.receive_data(data)
+    return codes

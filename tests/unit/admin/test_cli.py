@@ -47,6 +47,7 @@ def test_config_shows_the_resource_limits() -> None:
         "limits.heartbeat_subscription_count_max = 256",
         "limits.auto_create_topic_count_max = 10000",
         "limits.auto_create_group_count_max = 10000",
+        "limits.spill_size_bytes_max = 268435456",
     ):
         assert shown in result.output
 

@@ -341,6 +341,33 @@ def test_request_decodes_its_command_only_when_asked() -> None:
     assert Request.of(command).command is command
 
 
+def test_a_reply_that_would_spill_past_the_budget_is_answered_system_busy(
+    front: FrontInProcess,
+) -> None:
+    """Issue 9: a processor's reply over the ring's inline maximum needs room in the instance's
+    spill budget; without it the client gets SYSTEM_BUSY (2) and a remark, not the bytes."""
+    client = connect(front)
+    admin = front.admins[0]
+    admin.spill_budget = records.SpillBudget(front.instance, 1 << 20)
+    body = b"r" * (admin.inline_size_bytes_max + 1)
+    other = records.SpillWriter(front.instance, "test.0")
+    try:
+        (conn_id,) = front.reactor.connections
+        full = other.write([b"o" * (1 << 20)])
+        request = Request.of(make_request(MQBOX_NOOP, 7), conn_id)
+        admin.reply(request, request.make_response(0, {}, body=body))
+        (busy,) = client.responses(1)
+        assert (busy.opaque, busy.code) == (7, ResponseCode.SYSTEM_BUSY)
+        assert "mqboxSpillBytesMax" in (busy.remark or "")
+        (names.SHM_DIRECTORY / full).unlink()
+        request = Request.of(make_request(MQBOX_NOOP, 8), conn_id)
+        admin.reply(request, request.make_response(0, {}, body=body))
+        (whole,) = client.responses(1)
+        assert (whole.opaque, whole.code, whole.body) == (8, 0, body)
+    finally:
+        client.close()
+
+
 def test_a_read_plan_of_a_missing_segment_closes_the_connection(front: FrontInProcess) -> None:
     client = connect(front)
     try:
