@@ -70,6 +70,7 @@ class LimitConfig:
     auto_create_topic_count_max: int = 10_000  # mqboxAutoCreateTopicCountMax: topics.json size
     auto_create_group_count_max: int = 10_000  # mqboxAutoCreateGroupCountMax: groups file size
     spill_size_bytes_max: int = 256 * 1024 * 1024  # mqboxSpillBytesMax: /dev/shm spill files
+    partial_frame_size_bytes_max: int = 64 * 1024 * 1024  # mqboxPartialFrameBytesMax: reactors
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -198,6 +199,10 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "mqboxAutoCreateTopicCountMax": ("limits.auto_create_topic_count_max", _int_in(1, 1 << 24)),
     "mqboxAutoCreateGroupCountMax": ("limits.auto_create_group_count_max", _int_in(1, 1 << 24)),
     "mqboxSpillBytesMax": ("limits.spill_size_bytes_max", _int_in(1 << 20, 1 << 40)),
+    "mqboxPartialFrameBytesMax": (
+        "limits.partial_frame_size_bytes_max",
+        _int_in(1 << 20, 1 << 40),
+    ),
 }
 
 _NAMESRV_KEYS: dict[str, tuple[str, Any]] = {

@@ -14,6 +14,15 @@ Invariants:
 - A connection's buffered input never exceeds one maximal frame plus one read: the length
   prefix is checked (protocol.frame.check_frame_length) before the rest of a frame is awaited.
   A bad length closes that connection only, after the frames before it were forwarded.
+- All connections' buffered input together stays within this reactor's share of
+  mqboxPartialFrameBytesMax plus one read (READ_SIZE_BYTES) per connection: a frame longer
+  than one read is buffered only under a reservation of its whole length, granted while the
+  reservations fit the share (or when none is held, so any one frame can complete); without it
+  the connection is not read (BLOCK_PARTIAL) until reservations are released, and waiting
+  connections are granted in the order they began to wait. A reservation is released when its
+  frame is forwarded or its connection closes. Before, each connection could hold 16 MiB: 16
+  connections that sent most of a 12 MB frame and stopped grew the reactor by 193 MiB. Such a
+  connection sends no request, so the worker's idle close ends it.
 - Its queued output never exceeds `output_size_bytes_max` for long: a peer that stops reading is
   closed (CLOSE_REASON_SLOW_READER), so it cannot make the broker hold unbounded responses.
 - Every closed connection produces exactly one CONNECTION_CLOSED, which the codec forwards to
@@ -73,6 +82,7 @@ BACKED_UP_RETRY_MS: Final = 1
 SPILL_RETRY_INTERVAL_NS: Final = 2_000_000  # a frame waiting for spill room looks this often
 # Why a connection's socket is not read now (_Connection.read_blocks, bits); 0 means read it.
 BLOCK_SPILL: Final = 1  # a whole frame waits in `pending` for room in the spill budget
+BLOCK_PARTIAL: Final = 2  # a frame longer than one read waits for a reservation of its length
 HOUSEKEEPING_INTERVAL_NS: Final = 1_000_000_000
 IOV_COUNT_MAX: Final = 512  # well below IOV_MAX (1024 on Linux)
 _EPOLL_READ: Final = select.EPOLLIN | select.EPOLLRDHUP
@@ -105,6 +115,7 @@ class _Connection:
         "peer_port",
         "pending",
         "read_blocks",
+        "reserved_size_bytes",
         "sock",
         "wants_write",
     )
@@ -124,6 +135,7 @@ class _Connection:
         self.output_size_bytes = 0
         self.events = _EPOLL_READ  # as registered in the epoll: _Reactor._update_events
         self.read_blocks = 0  # BLOCK_* bits: why the socket is not read now
+        self.reserved_size_bytes = 0  # of the partial-frame budget, for the frame `pending` begins
         self.wants_write = False  # the socket took less than offered: wait for EPOLLOUT
         self.close_reason: int | None = None  # set: close once the output is written
 
@@ -138,6 +150,8 @@ class ReactorStatistics:
     protocol_closes: int
     slow_reader_closes: int
     spill_waits: int  # frames that waited for room in the spill budget
+    partial_frame_waits: int  # frames that waited for a reservation of the partial-frame budget
+    partial_frame_reserved_bytes: int  # reserved now
     frames_received: int
     bytes_received: int
     responses_written: int
@@ -171,13 +185,22 @@ class Reactor:
         self.generation = os.getpid()
         self._conn_counter = 0
         topology = ctx.topology
+        # The broker's limits (config.LimitConfig); per-reactor ones are this reactor's share.
+        limits = ctx.broker.limits
+        reactor_count = len(topology.roles_of(RoleKind.REACTOR))
+        self.connection_count_max = -(-limits.connection_count_max // reactor_count)
         spill_writer = SpillWriter(ctx.instance, self.role_id)
         self.spill_writer = spill_writer
-        self.spill_budget = SpillBudget(ctx.instance, ctx.broker.limits.spill_size_bytes_max)
+        self.spill_budget = SpillBudget(ctx.instance, limits.spill_size_bytes_max)
         # Connections whose next frame waits for spill room, in the order they began to wait.
         self._spill_waiters: dict[int, _Connection] = {}
         self._spill_retry_due_ns = 0
         self._spill_waits = 0
+        self.partial_frame_size_bytes_max = -(-limits.partial_frame_size_bytes_max // reactor_count)
+        self._reserved_size_bytes = 0
+        # Connections waiting for a reservation, in the order they began to wait.
+        self._reservation_waiters: dict[int, _Connection] = {}
+        self._partial_frame_waits = 0
         codec_ids = [role.role_id for role in topology.roles_of(RoleKind.CODEC)]
         assert codec_ids, "a broker has at least one codec"
         self.outboxes = [
@@ -187,9 +210,6 @@ class Reactor:
         self.inboxes = [
             Inbox(Ring.attach(spec.name), spec.producer) for spec in topology.rings_to(self.role_id)
         ]
-        limits = ctx.broker.limits
-        reactor_count = len(topology.roles_of(RoleKind.REACTOR))
-        self.connection_count_max = -(-limits.connection_count_max // reactor_count)
         self.listen_socket: socket.socket = ctx.listen_socket
         self.listen_socket.setblocking(False)
         self.listen_fd = self.listen_socket.fileno()
@@ -361,7 +381,46 @@ class Reactor:
             self._protocol_closes += 1
             self._close(connection, records.CLOSE_REASON_PROTOCOL)
             return
+        self._reserve(connection)
         if connection.read_blocks:
+            self._update_events(connection)
+
+    def _reserve(self, connection: _Connection) -> None:
+        """Hold the partial-frame budget for the frame `pending` begins, or block reading the
+        connection until it can be held (module docstring); release what is no longer needed."""
+        pending = connection.pending
+        needed_bytes = 0
+        if len(pending) >= FRAME_LENGTH_SIZE_BYTES:
+            (frame_length,) = FRAME_LENGTH.unpack_from(pending, 0)
+            frame_size_bytes = FRAME_LENGTH_SIZE_BYTES + frame_length
+            if frame_size_bytes > READ_SIZE_BYTES:
+                needed_bytes = frame_size_bytes
+        held_bytes = connection.reserved_size_bytes
+        if needed_bytes <= held_bytes:
+            if needed_bytes < held_bytes:
+                connection.reserved_size_bytes = needed_bytes
+                self._reserved_size_bytes -= held_bytes - needed_bytes
+                self._grant_reservations()
+            return
+        others_bytes = self._reserved_size_bytes - held_bytes
+        if others_bytes and others_bytes + needed_bytes > self.partial_frame_size_bytes_max:
+            if connection.conn_id not in self._reservation_waiters:
+                self._reservation_waiters[connection.conn_id] = connection
+                self._partial_frame_waits += 1
+            connection.read_blocks |= BLOCK_PARTIAL
+            return
+        connection.reserved_size_bytes = needed_bytes
+        self._reserved_size_bytes = others_bytes + needed_bytes
+
+    def _grant_reservations(self) -> None:
+        """Give released budget to the waiting connections, oldest first; the first that does
+        not fit waits on, and so do those after it (a big frame is not overtaken forever)."""
+        for conn_id, connection in list(self._reservation_waiters.items()):
+            connection.read_blocks &= ~BLOCK_PARTIAL
+            self._reserve(connection)  # sets the bit again if it still does not fit
+            if connection.read_blocks & BLOCK_PARTIAL:
+                return
+            del self._reservation_waiters[conn_id]
             self._update_events(connection)
 
     def _retry_spill_waiters(self) -> None:
@@ -378,6 +437,7 @@ class Reactor:
                 self._close(connection, records.CLOSE_REASON_PROTOCOL)
                 continue
             del pending[:end]
+            self._reserve(connection)
             self._update_events(connection)
             if connection.read_blocks & BLOCK_SPILL:
                 return
@@ -612,11 +672,16 @@ class Reactor:
         del self._by_fd[connection.fd]
         del self.connections[connection.conn_id]
         self._spill_waiters.pop(connection.conn_id, None)
+        self._reservation_waiters.pop(connection.conn_id, None)
         connection.sock.close()
         connection.fd = -1
         connection.output.clear()
         connection.output_size_bytes = 0
         connection.pending = bytearray()
+        if connection.reserved_size_bytes:
+            self._reserved_size_bytes -= connection.reserved_size_bytes
+            connection.reserved_size_bytes = 0
+            self._grant_reservations()
         self._connections_closed += 1
         event = records.ConnectionEvent(
             connection.conn_id,
@@ -660,6 +725,8 @@ class Reactor:
             protocol_closes=self._protocol_closes,
             slow_reader_closes=self._slow_reader_closes,
             spill_waits=self._spill_waits,
+            partial_frame_waits=self._partial_frame_waits,
+            partial_frame_reserved_bytes=self._reserved_size_bytes,
             frames_received=self._frames_received,
             bytes_received=self._bytes_received,
             responses_written=self._responses_written,

@@ -221,3 +221,52 @@ def read_codes(sock: socket.socket, codec: Connection, count: int) -> list[int]:
         assert data, f"closed after {len(codes)} responses"
         codec.receive_data(data)
     return codes
+
+
+def test_partial_frames_stay_within_the_budget_and_others_are_served(tmp_path: Path) -> None:
+    """Connections that send most of a big frame and stop (16 of them with 12 MB each held
+    192 MB in the reactor before) hold no more than mqboxPartialFrameBytesMax plus one read
+    each; other clients are served meanwhile, and a closed one makes room for a big SEND."""
+    pids: list[int] = []
+    budget_bytes = 32 * MiB
+    conf = BIG_CONF + f"mqboxPartialFrameBytesMax={budget_bytes}\n"
+    frame_size_bytes = 12 * MiB
+    with running_appliance(tmp_path / "home", pids, conf) as appliance:
+        sampler = Sampler(appliance)
+        codec = Connection(Role.CLIENT)
+        whole = codec.send(
+            make_request(
+                RequestCode.SEND_MESSAGE,
+                1,
+                send_ext("BigTopic"),
+                body=b"p" * (frame_size_bytes - 1000),
+            )
+        )
+        stalled: list[socket.socket] = []
+
+        def stall() -> None:
+            sock = socket.create_connection(("127.0.0.1", appliance.broker_port))
+            stalled.append(sock)
+            sock.settimeout(3.0)
+            with contextlib.suppress(TimeoutError):
+                sock.sendall(whole[:-1])  # all but the last byte, never sent
+
+        with sampler.running():
+            threads = [threading.Thread(target=stall) for _ in range(16)]
+            try:
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                time.sleep(0.5)
+                with contextlib.closing(appliance.client()) as client:
+                    assert client.call(RequestCode.SEND_MESSAGE, send_ext("T"), b"m").code == 0
+                    for sock in stalled[:2]:
+                        sock.close()
+                    big = client.call(RequestCode.SEND_MESSAGE, send_ext("T"), b"b" * 3_000_000)
+                    assert big.code == ResponseCode.SUCCESS, big.remark
+            finally:
+                for sock in stalled:
+                    sock.close()
+        growth_mib = sampler.reactor_growth_peak_bytes / MiB
+        assert growth_mib < budget_bytes / MiB + 24, f"the reactor grew by {growth_mib:.0f} MiB"

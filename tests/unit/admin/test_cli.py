@@ -48,6 +48,7 @@ def test_config_shows_the_resource_limits() -> None:
         "limits.auto_create_topic_count_max = 10000",
         "limits.auto_create_group_count_max = 10000",
         "limits.spill_size_bytes_max = 268435456",
+        "limits.partial_frame_size_bytes_max = 67108864",
     ):
         assert shown in result.output
 

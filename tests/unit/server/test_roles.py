@@ -236,6 +236,39 @@ def test_a_frame_over_the_ring_inline_maximum_goes_through_spill_files(
         client.close()
 
 
+def test_partial_frames_wait_in_turn_for_the_reactors_budget(front: FrontInProcess) -> None:
+    """Issue 9: a frame longer than one read is buffered under a reservation of its length; the
+    second of two such frames that do not fit together waits, unread, for the first."""
+    reactor = front.reactor
+    reactor.partial_frame_size_bytes_max = 1 << 20
+    first = connect(front)
+    second = connect(front)
+    small = connect(front)
+    try:
+        body = b"p" * 700_000
+        frames = [
+            client.connection.send(make_request(MQBOX_NOOP, 1, body=body))
+            for client in (first, second)
+        ]
+        first.send_raw(frames[0][:400_000])
+        front.pump_until(lambda: reactor.statistics().partial_frame_reserved_bytes > 0)
+        second.send_raw(frames[1][:400_000])
+        front.pump_until(lambda: reactor.statistics().partial_frame_waits == 1)
+        assert small.call(MQBOX_NOOP).code == 0  # frames within one read need no reservation
+        assert reactor.statistics().partial_frame_reserved_bytes == len(frames[0])
+        first.send_raw(frames[0][400_000:])
+        (answer,) = first.responses(1)
+        assert answer.code == 0
+        second.send_raw(frames[1][400_000:])
+        (answer,) = second.responses(1)
+        assert answer.code == 0
+        front.pump(3)
+        assert reactor.statistics().partial_frame_reserved_bytes == 0
+    finally:
+        for client in (first, second, small):
+            client.close()
+
+
 def write_segment(store_root: Path, segment_start: int, content: bytes) -> Path:
     path = store_layout.commit_log_dir(store_root) / store_layout.segment_name(segment_start)
     path.parent.mkdir(parents=True, exist_ok=True)
