@@ -71,6 +71,9 @@ class LimitConfig:
     auto_create_group_count_max: int = 10_000  # mqboxAutoCreateGroupCountMax: groups file size
     spill_size_bytes_max: int = 256 * 1024 * 1024  # mqboxSpillBytesMax: /dev/shm spill files
     partial_frame_size_bytes_max: int = 64 * 1024 * 1024  # mqboxPartialFrameBytesMax: reactors
+    connection_in_flight_count_max: int = 1024  # mqboxConnectionInFlightCountMax
+    connection_output_size_bytes_max: int = 16 * 1024 * 1024  # mqboxConnectionOutputBytesMax
+    response_buffer_size_bytes_max: int = 256 * 1024 * 1024  # mqboxResponseBufferBytesMax
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -199,6 +202,18 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "mqboxAutoCreateTopicCountMax": ("limits.auto_create_topic_count_max", _int_in(1, 1 << 24)),
     "mqboxAutoCreateGroupCountMax": ("limits.auto_create_group_count_max", _int_in(1, 1 << 24)),
     "mqboxSpillBytesMax": ("limits.spill_size_bytes_max", _int_in(1 << 20, 1 << 40)),
+    "mqboxConnectionInFlightCountMax": (
+        "limits.connection_in_flight_count_max",
+        _int_in(2, 1 << 20),
+    ),
+    "mqboxConnectionOutputBytesMax": (
+        "limits.connection_output_size_bytes_max",
+        _int_in(1 << 16, 1 << 40),
+    ),
+    "mqboxResponseBufferBytesMax": (
+        "limits.response_buffer_size_bytes_max",
+        _int_in(1 << 20, 1 << 40),
+    ),
     "mqboxPartialFrameBytesMax": (
         "limits.partial_frame_size_bytes_max",
         _int_in(1 << 20, 1 << 40),

@@ -23,8 +23,25 @@ Invariants:
   frame is forwarded or its connection closes. Before, each connection could hold 16 MiB: 16
   connections that sent most of a 12 MB frame and stopped grew the reactor by 193 MiB. Such a
   connection sends no request, so the worker's idle close ends it.
-- Its queued output never exceeds `output_size_bytes_max` for long: a peer that stops reading is
-  closed (CLOSE_REASON_SLOW_READER), so it cannot make the broker hold unbounded responses.
+- A connection has at most mqboxConnectionInFlightCountMax requests in flight: frames
+  forwarded minus answers (RESPONSE records not flagged REPLY_FLAG_REQUEST) minus the frames the
+  codec reported nobody answers (NO_ANSWER). At the limit the next frame stays in `pending` and
+  the socket is not read (BLOCK_IN_FLIGHT); forwarding resumes once half of them are answered.
+  So a client that pipelines without waiting has at most that many requests in the rings and
+  processors, and others' requests wait behind that many of its own, not behind all it sent (a
+  thousand pipelined heartbeats kept another client's request waiting 2.1 s). A request lost
+  without an answer (its spill file gone in a crash) keeps the count one higher; a connection
+  stuck at the limit that way sends no request, and the worker's idle close ends it.
+- Output: once a connection's queued output (inline bytes and sendfile runs) passes
+  mqboxConnectionOutputBytesMax its socket is not read (BLOCK_OUTPUT) until the output is back
+  under it, so a client that does not read its answers stops getting new requests served; with
+  the in-flight limit, what it can still be owed is bounded. The inline bytes of all its
+  connections (the memory; runs are only descriptors of the commit log) stay within this
+  reactor's share of mqboxResponseBufferBytesMax: past it, the connections holding the most are
+  closed (CLOSE_REASON_SLOW_READER, a warning every 10 s at most). Before, each connection could
+  hold 64 MiB: six that never read grew the reactor by 231 MiB. An idle close
+  (CLOSE_REASON_IDLE) of a connection with output still queued closes it at once: a client
+  that read nothing for serverChannelMaxIdleTimeSeconds will not read it.
 - Every closed connection produces exactly one CONNECTION_CLOSED, which the codec forwards to
   the worker; a CLOSE_CONNECTION for an id this reactor does not know produces one too, so the
   tables of a reactor's predecessor drain away.
@@ -74,7 +91,6 @@ log = logging.getLogger("mqbox.reactor")
 
 READ_SIZE_BYTES: Final = 256 * 1024  # one recv per readable socket per turn
 ACCEPT_COUNT_MAX: Final = 64  # accepts per turn, so a connection storm cannot starve responses
-OUTPUT_SIZE_BYTES_MAX_DEFAULT: Final = 64 * 1024 * 1024
 # Above this many staged bytes toward the codecs the reactor stops reading sockets until the
 # rings take them: TCP flow control then pushes back on the clients.
 STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
@@ -83,6 +99,8 @@ SPILL_RETRY_INTERVAL_NS: Final = 2_000_000  # a frame waiting for spill room loo
 # Why a connection's socket is not read now (_Connection.read_blocks, bits); 0 means read it.
 BLOCK_SPILL: Final = 1  # a whole frame waits in `pending` for room in the spill budget
 BLOCK_PARTIAL: Final = 2  # a frame longer than one read waits for a reservation of its length
+BLOCK_IN_FLIGHT: Final = 4  # mqboxConnectionInFlightCountMax requests are in flight
+BLOCK_OUTPUT: Final = 8  # more than mqboxConnectionOutputBytesMax is queued for sending
 HOUSEKEEPING_INTERVAL_NS: Final = 1_000_000_000
 IOV_COUNT_MAX: Final = 512  # well below IOV_MAX (1024 on Linux)
 _EPOLL_READ: Final = select.EPOLLIN | select.EPOLLRDHUP
@@ -108,8 +126,10 @@ class _Connection:
         "conn_id_bytes",
         "events",
         "fd",
+        "in_flight_count",
         "outbox",
         "output",
+        "output_inline_size_bytes",
         "output_size_bytes",
         "peer_host",
         "peer_port",
@@ -132,10 +152,12 @@ class _Connection:
         self.outbox = outbox  # toward codec.(conn % C)
         self.pending = bytearray()  # the start of a frame whose end has not arrived
         self.output: collections.deque[Buffer | _FileRun] = collections.deque()
-        self.output_size_bytes = 0
+        self.output_size_bytes = 0  # queued: inline bytes and sendfile runs
+        self.output_inline_size_bytes = 0  # queued bytes held in memory
         self.events = _EPOLL_READ  # as registered in the epoll: _Reactor._update_events
         self.read_blocks = 0  # BLOCK_* bits: why the socket is not read now
         self.reserved_size_bytes = 0  # of the partial-frame budget, for the frame `pending` begins
+        self.in_flight_count = 0  # frames forwarded that await an answer (module docstring)
         self.wants_write = False  # the socket took less than offered: wait for EPOLLOUT
         self.close_reason: int | None = None  # set: close once the output is written
 
@@ -152,6 +174,7 @@ class ReactorStatistics:
     spill_waits: int  # frames that waited for room in the spill budget
     partial_frame_waits: int  # frames that waited for a reservation of the partial-frame budget
     partial_frame_reserved_bytes: int  # reserved now
+    in_flight_waits: int  # times a connection reached its in-flight limit
     frames_received: int
     bytes_received: int
     responses_written: int
@@ -170,7 +193,8 @@ class Reactor:
         self,
         ctx: RoleContext,
         *,
-        output_size_bytes_max: int = OUTPUT_SIZE_BYTES_MAX_DEFAULT,
+        connection_output_size_bytes_max: int | None = None,
+        response_buffer_size_bytes_max: int | None = None,
         frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
         spin_ns_max: int = records.REQUEST_SPIN_NS_MAX,
         wakeup_fd: int | None = None,
@@ -179,7 +203,6 @@ class Reactor:
         assert ctx.role.index < records.REACTOR_COUNT_MAX
         self.role_id = ctx.role.role_id
         self.index = ctx.role.index
-        self.output_size_bytes_max = output_size_bytes_max
         self.frame_size_bytes_max = frame_size_bytes_max
         self.commit_log_dir = store_layout.commit_log_dir(ctx.store_root)
         self.generation = os.getpid()
@@ -189,6 +212,14 @@ class Reactor:
         limits = ctx.broker.limits
         reactor_count = len(topology.roles_of(RoleKind.REACTOR))
         self.connection_count_max = -(-limits.connection_count_max // reactor_count)
+        self.connection_output_size_bytes_max = (
+            connection_output_size_bytes_max or limits.connection_output_size_bytes_max
+        )
+        self.response_buffer_size_bytes_max = response_buffer_size_bytes_max or -(
+            -limits.response_buffer_size_bytes_max // reactor_count
+        )
+        self._output_inline_size_bytes = 0  # of every connection
+        self._slow_reader_log = RateLimitedLog(log)
         spill_writer = SpillWriter(ctx.instance, self.role_id)
         self.spill_writer = spill_writer
         self.spill_budget = SpillBudget(ctx.instance, limits.spill_size_bytes_max)
@@ -201,6 +232,10 @@ class Reactor:
         # Connections waiting for a reservation, in the order they began to wait.
         self._reservation_waiters: dict[int, _Connection] = {}
         self._partial_frame_waits = 0
+        self.in_flight_count_max = limits.connection_in_flight_count_max
+        # Connections blocked at the in-flight limit that may forward again (half answered).
+        self._in_flight_ready: dict[int, _Connection] = {}
+        self._in_flight_waits = 0
         codec_ids = [role.role_id for role in topology.roles_of(RoleKind.CODEC)]
         assert codec_ids, "a broker has at least one codec"
         self.outboxes = [
@@ -428,31 +463,48 @@ class Reactor:
         wait again (the budget is full); those forwarded read their sockets again."""
         for conn_id, connection in list(self._spill_waiters.items()):
             del self._spill_waiters[conn_id]
-            connection.read_blocks &= ~BLOCK_SPILL
-            pending = connection.pending
-            with memoryview(pending) as view:
-                end = self._forward_frames(connection, view)
-            if end < 0:  # a bad length after the frame that waited
-                self._protocol_closes += 1
-                self._close(connection, records.CLOSE_REASON_PROTOCOL)
-                continue
-            del pending[:end]
-            self._reserve(connection)
-            self._update_events(connection)
+            self._resume_forwarding(connection, BLOCK_SPILL)
             if connection.read_blocks & BLOCK_SPILL:
                 return
+
+    def _resume_forwarding(self, connection: _Connection, block: int) -> None:
+        """Clear `block` and forward the whole frames `pending` holds; the socket is read again
+        if nothing else blocks it."""
+        connection.read_blocks &= ~block
+        pending = connection.pending
+        with memoryview(pending) as view:
+            end = self._forward_frames(connection, view)
+        if end < 0:  # a bad length after the frame that waited
+            self._protocol_closes += 1
+            self._close(connection, records.CLOSE_REASON_PROTOCOL)
+            return
+        del pending[:end]
+        self._reserve(connection)
+        self._update_events(connection)
+
+    def _answered(self, connection: _Connection, count: int) -> None:
+        """`count` of the connection's requests in flight were answered (or need no answer)."""
+        in_flight_count = max(0, connection.in_flight_count - count)
+        connection.in_flight_count = in_flight_count
+        if (
+            connection.read_blocks & BLOCK_IN_FLIGHT
+            and in_flight_count <= self.in_flight_count_max // 2
+        ):
+            self._in_flight_ready[connection.conn_id] = connection
 
     def _forward_frames(self, connection: _Connection, view: memoryview) -> int:
         """Stage a FRAME record for each complete frame at the start of `view`; returns the
         bytes consumed, or -1 if a length prefix is bad (the frames before it are staged). A
         frame that would spill waits for room in the spill budget: it is not consumed, and the
-        connection is blocked (BLOCK_SPILL) until `_retry_spill_waiters` forwards it."""
+        connection is blocked (BLOCK_SPILL) until `_retry_spill_waiters` forwards it. Likewise
+        a frame past the in-flight limit (BLOCK_IN_FLIGHT), until half of them are answered."""
         position = 0
         available = len(view)
         outbox = connection.outbox
         conn_id_bytes = connection.conn_id_bytes
         frame_size_bytes_max = self.frame_size_bytes_max
         frame_count = 0
+        frame_count_max = self.in_flight_count_max - connection.in_flight_count
         while available - position >= FRAME_LENGTH_SIZE_BYTES:
             (frame_length,) = FRAME_LENGTH.unpack_from(view, position)
             end = position + FRAME_LENGTH_SIZE_BYTES + frame_length
@@ -462,9 +514,14 @@ class Reactor:
                     check_frame_length(frame_length, frame_size_bytes_max)
                 except RemoteProtocolError:
                     self._frames_received += frame_count
+                    connection.in_flight_count += frame_count
                     return -1
                 raise AssertionError("check_frame_length accepted a refused length")
             if end > available:
+                break
+            if frame_count >= frame_count_max:
+                connection.read_blocks |= BLOCK_IN_FLIGHT
+                self._in_flight_waits += 1
                 break
             record_size_bytes = records.CONN_ID_SIZE_BYTES + end - position
             if record_size_bytes > outbox.payload_size_bytes_max and not (
@@ -478,6 +535,7 @@ class Reactor:
             frame_count += 1
             position = end
         self._frames_received += frame_count
+        connection.in_flight_count += frame_count
         return position
 
     # -- writing ----------------------------------------------------------------------------------
@@ -495,6 +553,11 @@ class Reactor:
                 handled += 1
                 if record_type == records.RESPONSE:
                     self._queue_response(buffer, offset, size, touched)
+                elif record_type == records.NO_ANSWER:
+                    conn_id, count = records.unpack_no_answer(buffer, offset)
+                    connection = self.connections.get(conn_id)
+                    if connection is not None:
+                        self._answered(connection, count)
                 elif record_type == records.CLOSE_CONNECTION:
                     conn_id, reason = records.unpack_close_connection(buffer, offset)
                     self._close_requested(conn_id, reason, touched)
@@ -503,6 +566,13 @@ class Reactor:
             for connection in touched.values():
                 if connection.fd >= 0:
                     self._write(connection)
+                if (
+                    connection.output_size_bytes > self.connection_output_size_bytes_max
+                    and connection.fd >= 0
+                    and not connection.read_blocks & BLOCK_OUTPUT
+                ):
+                    connection.read_blocks |= BLOCK_OUTPUT
+                    self._update_events(connection)
                 if connection.output:
                     connection.output = collections.deque(
                         bytes(item) if isinstance(item, memoryview) else item
@@ -510,7 +580,37 @@ class Reactor:
                     )
             touched.clear()
             inbox.release(batch)
+        if self._in_flight_ready:
+            for connection in self._in_flight_ready.values():
+                if connection.fd >= 0:
+                    self._resume_forwarding(connection, BLOCK_IN_FLIGHT)
+            self._in_flight_ready.clear()
+        if self._output_inline_size_bytes > self.response_buffer_size_bytes_max:
+            self._close_greediest()
         return handled
+
+    def _close_greediest(self) -> None:
+        """Past this reactor's response budget: close the connections that hold the most
+        unsent answers until the rest fit (module docstring)."""
+        greediest_first = sorted(
+            self.connections.values(),
+            key=lambda connection: connection.output_inline_size_bytes,
+            reverse=True,
+        )
+        for connection in greediest_first:
+            if self._output_inline_size_bytes <= self.response_buffer_size_bytes_max:
+                return
+            self._slow_reader_log.warning(
+                "closing %s:%d: %d bytes of answers unread, %d for all connections, more than "
+                "this reactor's share of mqboxResponseBufferBytesMax (%d)",
+                connection.peer_host,
+                connection.peer_port,
+                connection.output_inline_size_bytes,
+                self._output_inline_size_bytes,
+                self.response_buffer_size_bytes_max,
+            )
+            self._slow_reader_closes += 1
+            self._close(connection, records.CLOSE_REASON_SLOW_READER)
 
     def _queue_response(
         self, buffer: Buffer, offset: int, size: int, touched: dict[int, _Connection]
@@ -520,6 +620,12 @@ class Reactor:
         if connection is None or connection.close_reason is not None:
             self._responses_dropped += 1
             return
+        if not flags & records.REPLY_FLAG_REQUEST:
+            # _answered(connection, 1), inline: once per response.
+            in_flight_count = connection.in_flight_count - 1
+            connection.in_flight_count = in_flight_count if in_flight_count > 0 else 0
+            if connection.read_blocks & BLOCK_IN_FLIGHT:
+                self._answered(connection, 0)
         runs_offset = offset + records.RESPONSE_HEAD_SIZE_BYTES
         bytes_offset = runs_offset + run_count * records.RUN_SIZE_BYTES
         end = offset + size
@@ -527,6 +633,8 @@ class Reactor:
         view = memoryview(buffer)[bytes_offset:end]
         connection.output.append(view)
         connection.output_size_bytes += len(view)
+        connection.output_inline_size_bytes += len(view)
+        self._output_inline_size_bytes += len(view)
         if run_count:
             for run in records.unpack_runs(buffer, runs_offset, run_count):
                 connection.output.append(_FileRun(run.segment_start, run.file_offset, run.size))
@@ -545,6 +653,9 @@ class Reactor:
             )
             outbox = self.outboxes[conn_id % len(self.outboxes)]
             outbox.append(records.CONNECTION_CLOSED, records.pack_connection_event(event))
+            return
+        if reason == records.CLOSE_REASON_IDLE and connection.output:
+            self._close(connection, reason)  # idle that long, it will not read (module docstring)
             return
         if connection.close_reason is None:
             connection.close_reason = reason
@@ -576,6 +687,8 @@ class Reactor:
                 return
             self._bytes_written += sent
             connection.output_size_bytes -= sent
+            connection.output_inline_size_bytes -= sent
+            self._output_inline_size_bytes -= sent
             while sent:
                 head = output[0]
                 assert not isinstance(head, _FileRun)
@@ -590,19 +703,27 @@ class Reactor:
                 return
         # Everything is written.
         assert connection.output_size_bytes == 0
+        assert connection.output_inline_size_bytes == 0
         if connection.close_reason is not None:
             self._close(connection, connection.close_reason)
-        elif connection.wants_write:
+            return
+        if connection.wants_write or connection.read_blocks & BLOCK_OUTPUT:
             connection.wants_write = False
+            connection.read_blocks &= ~BLOCK_OUTPUT
             self._update_events(connection)
 
     def _want_write(self, connection: _Connection) -> None:
-        if connection.output_size_bytes > self.output_size_bytes_max:
-            self._slow_reader_closes += 1
-            self._close(connection, records.CLOSE_REASON_SLOW_READER)
-            return
-        if not connection.wants_write:
-            connection.wants_write = True
+        """The socket took less than offered: wait until it is writable, and read requests
+        again if the output fell back under mqboxConnectionOutputBytesMax."""
+        events_changed = not connection.wants_write
+        connection.wants_write = True
+        if (
+            connection.read_blocks & BLOCK_OUTPUT
+            and connection.output_size_bytes <= self.connection_output_size_bytes_max
+        ):
+            connection.read_blocks &= ~BLOCK_OUTPUT
+            events_changed = True
+        if events_changed:
             self._update_events(connection)
 
     def _update_events(self, connection: _Connection) -> None:
@@ -677,6 +798,8 @@ class Reactor:
         connection.fd = -1
         connection.output.clear()
         connection.output_size_bytes = 0
+        self._output_inline_size_bytes -= connection.output_inline_size_bytes
+        connection.output_inline_size_bytes = 0
         connection.pending = bytearray()
         if connection.reserved_size_bytes:
             self._reserved_size_bytes -= connection.reserved_size_bytes
@@ -727,6 +850,7 @@ class Reactor:
             spill_waits=self._spill_waits,
             partial_frame_waits=self._partial_frame_waits,
             partial_frame_reserved_bytes=self._reserved_size_bytes,
+            in_flight_waits=self._in_flight_waits,
             frames_received=self._frames_received,
             bytes_received=self._bytes_received,
             responses_written=self._responses_written,

@@ -22,7 +22,7 @@ Who writes what (topology.py draws the graph):
     worker  --COMMAND--> send / pull / admin
     worker  --CONNECTION_OPENED, CONNECTION_CLOSED, CLOSE_CONNECTION, REQUEST_FAILED--> admin
     send / pull / admin --REPLY, CLOSE_CONNECTION--> codec
-    codec   --RESPONSE, CLOSE_CONNECTION--> reactor
+    codec   --RESPONSE, CLOSE_CONNECTION, NO_ANSWER--> reactor
     send    --APPEND--> store_writer --APPEND_ACK--> send
     store_writer --WRITTEN--> dispatcher --QUEUES_GREW--> pull
     schedule --APPEND--> store_writer --APPEND_ACK--> schedule   (due delayed messages)
@@ -90,11 +90,20 @@ whose first byte is at log offset segment_start (store/layout.py names the file)
     +0                +8                 +16            +24
     | segment_start i64 | file_offset i64 | size i64    |
 
-CLOSE_CONNECTION: close this connection once its queued output is written.
+CLOSE_CONNECTION: close this connection once its queued output is written (at once when the
+reason is CLOSE_REASON_IDLE: a connection idle that long with output queued does not read).
 
     +0        +8       +12
     | conn_id | reason | pad |
     | u64     | u32    | u32 |
+
+NO_ANSWER: `count` frames of the connection that nobody answers (ONEWAY requests, the client's
+responses to broker requests), so the reactor's count of its requests in flight (reactor.py)
+drops by them; the codec sends at most one per connection per batch of frames.
+
+    +0        +8      +12
+    | conn_id | count | pad |
+    | u64     | u32   | u32 |
 
 COMPLETED: requests the codec has answered, so the worker stops tracking them. Lazy: the codec
 sends these with other traffic to the same worker or after COMPLETED_FLUSH_INTERVAL_NS, never as
@@ -222,6 +231,7 @@ APPEND: Final = 10
 APPEND_ACK: Final = 11
 WRITTEN: Final = 12
 QUEUES_GREW: Final = 13
+NO_ANSWER: Final = 14
 SPILLED_FLAG: Final = 1 << 24
 RECORD_TYPE_NAMES: Final = {
     FRAME: "FRAME",
@@ -237,6 +247,7 @@ RECORD_TYPE_NAMES: Final = {
     APPEND_ACK: "APPEND_ACK",
     WRITTEN: "WRITTEN",
     QUEUES_GREW: "QUEUES_GREW",
+    NO_ANSWER: "NO_ANSWER",
 }
 
 # Why a connection closed (CONNECTION_CLOSED.reason, CLOSE_CONNECTION.reason).
@@ -250,6 +261,7 @@ CLOSE_REASON_UNKNOWN: Final = 6  # asked to close a connection the reactor does 
 
 # REPLY.flags and RESPONSE.flags.
 REPLY_FLAG_CLOSE_AFTER: Final = 1  # close the connection once this response is written
+REPLY_FLAG_REQUEST: Final = 2  # a broker request to the client (40, 220, 307), not an answer
 
 # APPEND.flags and QUEUES_GREW.flags.
 APPEND_FLAG_WAIT_FLUSH: Final = 1  # SYNC_FLUSH: acknowledge once a flush covers the records
@@ -362,6 +374,11 @@ CLOSE_CONNECTION_HEAD = np.dtype(
     {"names": ["conn_id", "reason"], "formats": ["<u8", "<u4"], "offsets": [0, 8], "itemsize": 16}
 )
 CLOSE_CONNECTION_STRUCT = struct.Struct("<QI4x")
+
+NO_ANSWER_HEAD = np.dtype(
+    {"names": ["conn_id", "count"], "formats": ["<u8", "<u4"], "offsets": [0, 8], "itemsize": 16}
+)
+NO_ANSWER_STRUCT = struct.Struct("<QI4x")
 
 COMPLETED_HEAD = np.dtype(
     {"names": ["count"], "formats": ["<u4"], "offsets": [0], "itemsize": 8},
@@ -477,6 +494,7 @@ for _dtype, _twin in (
     (RESPONSE_HEAD, RESPONSE_HEAD_STRUCT),
     (RUN, RUN_STRUCT),
     (CLOSE_CONNECTION_HEAD, CLOSE_CONNECTION_STRUCT),
+    (NO_ANSWER_HEAD, NO_ANSWER_STRUCT),
     (COMPLETED_HEAD, COMPLETED_HEAD_STRUCT),
     (COMPLETED_ENTRY, COMPLETED_ENTRY_STRUCT),
     (REQUEST_FAILED_HEAD, REQUEST_FAILED_HEAD_STRUCT),
@@ -674,6 +692,17 @@ def pack_close_connection(conn_id: int, reason: int) -> bytes:
 def unpack_close_connection(buffer: Buffer, offset: int = 0) -> tuple[int, int]:
     """(conn_id, reason) of a CLOSE_CONNECTION."""
     fields: tuple[int, int] = CLOSE_CONNECTION_STRUCT.unpack_from(buffer, offset)
+    return fields
+
+
+def pack_no_answer(conn_id: int, count: int) -> bytes:
+    assert count > 0
+    return NO_ANSWER_STRUCT.pack(conn_id, count)
+
+
+def unpack_no_answer(buffer: Buffer, offset: int = 0) -> tuple[int, int]:
+    """(conn_id, count) of a NO_ANSWER record."""
+    fields: tuple[int, int] = NO_ANSWER_STRUCT.unpack_from(buffer, offset)
     return fields
 
 

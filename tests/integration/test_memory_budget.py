@@ -20,6 +20,7 @@ instance's spill files in /dev/shm and reads the reactor's unique memory (psutil
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -34,6 +35,7 @@ from mqbox.ipc import names
 from mqbox.protocol import Connection, Role, make_request
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.headers import SendMessageRequestHeader
+from mqbox.server.admin_records import MQBOX_NOOP
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
 from tests.support.pull_requests import pull_everything_header
 
@@ -117,6 +119,23 @@ def non_reader(
     return sock
 
 
+def run_non_readers(
+    appliance: Appliance, request_lists: Sequence[Sequence[tuple[int, dict[str, str]]]]
+) -> tuple[Sampler, float]:
+    """A non-reader per list of requests; after 2 s, the peaks so far and a probe SEND's time."""
+    sampler = Sampler(appliance)
+    sockets: list[socket.socket] = []
+    with sampler.running():
+        try:
+            sockets.extend(non_reader(appliance, requests) for requests in request_lists)
+            time.sleep(2.0)
+            probe_s = probe_send_s(appliance)
+        finally:
+            for sock in sockets:
+                sock.close()
+    return sampler, probe_s
+
+
 def test_reads_of_a_big_message_by_clients_that_never_read_pile_up_nowhere(
     tmp_path: Path,
 ) -> None:
@@ -134,19 +153,7 @@ def test_reads_of_a_big_message_by_clients_that_never_read_pile_up_nowhere(
             | {"endTimestamp": str(1 << 62)},
         )
         pull = (RequestCode.PULL_MESSAGE, pull_everything_header("BigTopic", 0).to_ext())
-        sampler = Sampler(appliance)
-        sockets: list[socket.socket] = []
-        with sampler.running():
-            try:
-                sockets.extend(
-                    non_reader(appliance, requests)
-                    for requests in ([view] * 20, [query] * 20, [pull] * 20) * 4
-                )
-                time.sleep(2.0)
-                probe_s = probe_send_s(appliance)
-            finally:
-                for sock in sockets:
-                    sock.close()
+        sampler, probe_s = run_non_readers(appliance, ([view] * 20, [query] * 20, [pull] * 20) * 4)
         spill_mib = sampler.spill_peak_bytes / MiB
         growth_mib = sampler.reactor_growth_peak_bytes / MiB
         measured = (
@@ -270,3 +277,85 @@ def test_partial_frames_stay_within_the_budget_and_others_are_served(tmp_path: P
                     sock.close()
         growth_mib = sampler.reactor_growth_peak_bytes / MiB
         assert growth_mib < budget_bytes / MiB + 24, f"the reactor grew by {growth_mib:.0f} MiB"
+
+
+def test_a_greedy_client_cannot_starve_another(tmp_path: Path) -> None:
+    """A client that pipelines a thousand heartbeats of 256 groups each (about 3 s of admin.0's
+    time) without waiting for answers gets at most mqboxConnectionInFlightCountMax of them
+    into the broker at once; another client's requests to the same admin processor wait behind
+    those few, not behind the thousand."""
+    pids: list[int] = []
+    conf = BROKER_CONF + "mqboxConnectionInFlightCountMax=8\n"
+    groups = [f"Greedy{index}" for index in range(256)]
+    body = heartbeat_body(groups)
+    with running_appliance(tmp_path / "home", pids, conf) as appliance:
+        with contextlib.closing(appliance.client()) as warm:
+            warm.request(RequestCode.HEART_BEAT, {}, body)  # creates the groups once
+            warm.responses(1)
+        codec = Connection(Role.CLIENT)
+        flood = b"".join(
+            codec.send(make_request(RequestCode.HEART_BEAT, codec.next_opaque(), {}, body=body))
+            for _ in range(1000)
+        )
+        greedy = socket.create_connection(("127.0.0.1", appliance.broker_port))
+        sender = threading.Thread(target=greedy.sendall, args=(flood,))
+        sender.start()
+        try:
+            time.sleep(0.3)
+            waits_s = []
+            with contextlib.closing(appliance.client()) as other:
+                for _ in range(5):
+                    started = time.monotonic()
+                    assert other.call(MQBOX_NOOP).code == 0
+                    waits_s.append(time.monotonic() - started)
+                    time.sleep(0.05)
+        finally:
+            greedy.close()
+            sender.join()
+        assert max(waits_s) < 0.3, f"the other client waited up to {max(waits_s):.2f} s"
+
+
+def heartbeat_body(groups: list[str]) -> bytes:
+    document = {
+        "clientID": "1-127.0.0.1@GREEDY",
+        "consumerDataSet": [
+            {
+                "groupName": group,
+                "consumeType": 1,
+                "messageModel": 1,
+                "consumeFromWhere": 0,
+                "subscriptionDataSet": [{"topic": "T", "subString": "*", "subVersion": "1"}],
+            }
+            for group in groups
+        ],
+    }
+    return json.dumps(document).encode()
+
+
+def test_clients_that_never_read_hold_a_bounded_share_of_the_reactors_memory(
+    tmp_path: Path,
+) -> None:
+    """Six clients pipeline 3,000 requests with answers of about 40 KB each (the topic table of
+    300 topics) and read none: each may hold mqboxConnectionOutputBytesMax of answers before
+    its requests stop being read, and past mqboxResponseBufferBytesMax the reactor closes the
+    ones holding most, while others are served. Before, each could hold 64 MiB."""
+    pids: list[int] = []
+    conf = (
+        BROKER_CONF
+        + f"mqboxConnectionOutputBytesMax={2 * MiB}\n"
+        + f"mqboxResponseBufferBytesMax={8 * MiB}\n"
+    )
+    with running_appliance(tmp_path / "home", pids, conf) as appliance:
+        with contextlib.closing(appliance.client()) as client:
+            for index in range(300):
+                ext = {"topic": f"Topic{index:03}", "readQueueNums": "1", "writeQueueNums": "1"}
+                ext |= {"perm": "6", "defaultTopic": "TBW102", "topicFilterType": "SINGLE_TAG"}
+                response = client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
+                assert response.code == ResponseCode.SUCCESS, response.remark
+        request: tuple[int, dict[str, str]] = (RequestCode.GET_ALL_TOPIC_CONFIG, {})
+        sampler, probe_s = run_non_readers(appliance, [[request] * 3000] * 6)
+        growth_mib = sampler.reactor_growth_peak_bytes / MiB
+        assert probe_s < PROBE_S_MAX, f"another client's SEND took {probe_s:.1f} s"
+        assert growth_mib < 16, f"the reactor grew by {growth_mib:.0f} MiB"
+        log_text = (appliance.home / "logs" / "reactor.0.log").read_text()
+        assert "mqboxResponseBufferBytesMax" in log_text

@@ -390,9 +390,10 @@ class Processor:
         runs: bytes,
         body_size: int,
         body: bytes,
+        flags: int = 0,
     ) -> None:
         self._append_reply_header(
-            conn_id, response.opaque, response.serialize_type, header, runs, body_size, body
+            conn_id, response.opaque, response.serialize_type, header, runs, body_size, body, flags
         )
 
     def _append_reply_header(
@@ -404,10 +405,12 @@ class Processor:
         runs: bytes,
         body_size: int,
         body: bytes,
+        flags: int = 0,
     ) -> None:
+        """Stage one REPLY; `flags`: records.REPLY_FLAG_* (REQUEST for a broker request)."""
         run_count = len(runs) // records.RUN_SIZE_BYTES
         head = records.pack_reply_head(
-            conn_id, opaque, serialize_type, 0, len(header), run_count, body_size
+            conn_id, opaque, serialize_type, flags, len(header), run_count, body_size
         )
         outbox = self.codec_outboxes[conn_id % len(self.codec_outboxes)]
         outbox.append(records.REPLY, head, runs, header, body)

@@ -150,7 +150,7 @@ from mqbox.protocol.headers import (
     validate_topic,
 )
 from mqbox.protocol.headers import TopicConfig as WireTopicConfig
-from mqbox.server import admin_records
+from mqbox.server import admin_records, records
 from mqbox.server.admin_records import (
     ADMIN_ZERO_CODES,
     INVOKE_BROKER_TO_RESET_OFFSET,
@@ -735,7 +735,16 @@ class AdminProcessor(Processor):
         assert command.flag & FLAG_RESPONSE == 0
         assert NOTIFY_OPAQUE_FIRST <= command.opaque <= NOTIFY_OPAQUE_LAST
         header = encode_header(command)
-        self._append_reply(conn_id, command, header, b"", len(command.body), command.body)
+        # Marked as a request, so the codec does not count it as an answer (in-flight limit).
+        self._append_reply(
+            conn_id,
+            command,
+            header,
+            b"",
+            len(command.body),
+            command.body,
+            records.REPLY_FLAG_REQUEST,
+        )
 
     # -- calls to clients -------------------------------------------------------------------------
 

@@ -49,6 +49,9 @@ def test_config_shows_the_resource_limits() -> None:
         "limits.auto_create_group_count_max = 10000",
         "limits.spill_size_bytes_max = 268435456",
         "limits.partial_frame_size_bytes_max = 67108864",
+        "limits.connection_in_flight_count_max = 1024",
+        "limits.connection_output_size_bytes_max = 16777216",
+        "limits.response_buffer_size_bytes_max = 268435456",
     ):
         assert shown in result.output
 

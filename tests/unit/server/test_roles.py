@@ -269,6 +269,35 @@ def test_partial_frames_wait_in_turn_for_the_reactors_budget(front: FrontInProce
             client.close()
 
 
+def test_requests_in_flight_are_counted_true_through_oneway_frames(front: FrontInProcess) -> None:
+    """Issue 9: the reactor forwards at most in_flight_count_max requests awaiting an answer;
+    ONEWAY frames come back as NO_ANSWER from the codec, so they never hold a place."""
+    reactor = front.reactor
+    reactor.in_flight_count_max = 4
+    client = connect(front)
+    try:
+        (connection,) = reactor.connections.values()
+        oneway = [
+            client.connection.send(
+                make_request(MQBOX_NOOP, client.connection.next_opaque(), oneway=True)
+            )
+            for _ in range(20)
+        ]
+        client.send_raw(b"".join(oneway))
+        assert client.call(MQBOX_NOOP).code == 0
+        pipelined = [
+            client.connection.send(make_request(MQBOX_NOOP, client.connection.next_opaque()))
+            for _ in range(30)
+        ]
+        client.send_raw(b"".join(pipelined))
+        assert [response.code for response in client.responses(30)] == [0] * 30
+        assert reactor.statistics().in_flight_waits > 0
+        front.pump_until(lambda: connection.in_flight_count == 0)
+        assert connection.read_blocks == 0
+    finally:
+        client.close()
+
+
 def write_segment(store_root: Path, segment_start: int, content: bytes) -> Path:
     path = store_layout.commit_log_dir(store_root) / store_layout.segment_name(segment_start)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -416,10 +445,12 @@ def test_a_read_plan_of_a_missing_segment_closes_the_connection(front: FrontInPr
 def test_a_peer_that_stops_reading_is_closed_when_its_output_passes_the_limit(
     shm_instance: str, tmp_path: Path
 ) -> None:
+    """The reactor's response budget (mqboxResponseBufferBytesMax) closes the connection that
+    holds the most unsent answers."""
     front = FrontInProcess(
         shm_instance,
         tmp_path / "store",
-        reactor_options={"output_size_bytes_max": 256 * 1024},
+        reactor_options={"response_buffer_size_bytes_max": 256 * 1024},
     )
     client = connect(front, receive_buffer_size_bytes=4096)
     try:
