@@ -58,6 +58,25 @@ class PoolConfig:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class LimitConfig:
+    """Bounds on what clients can make one broker hold (issue 9): `mqbox*` keys, and RocketMQ's
+    Netty key for the idle time. ARCHITECTURE.md says which role enforces each and what a
+    client sees past it."""
+
+    connection_count_max: int = 4096  # mqboxConnectionCountMax: all reactors together
+    connection_idle_time_s: int = 120  # serverChannelMaxIdleTimeSeconds
+    heartbeat_group_count_max: int = 256  # mqboxHeartbeatGroupCountMax: producer + consumer
+    heartbeat_subscription_count_max: int = 256  # mqboxHeartbeatSubscriptionCountMax: per group
+    auto_create_topic_count_max: int = 10_000  # mqboxAutoCreateTopicCountMax: topics.json size
+    auto_create_group_count_max: int = 10_000  # mqboxAutoCreateGroupCountMax: groups file size
+    spill_size_bytes_max: int = 256 * 1024 * 1024  # mqboxSpillBytesMax: /dev/shm spill files
+    partial_frame_size_bytes_max: int = 64 * 1024 * 1024  # mqboxPartialFrameBytesMax: reactors
+    connection_in_flight_count_max: int = 1024  # mqboxConnectionInFlightCountMax
+    connection_output_size_bytes_max: int = 16 * 1024 * 1024  # mqboxConnectionOutputBytesMax
+    response_buffer_size_bytes_max: int = 256 * 1024 * 1024  # mqboxResponseBufferBytesMax
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class BrokerConfig:
     """One broker's settings; RocketMQ key in the comment where the field name differs."""
 
@@ -92,6 +111,7 @@ class BrokerConfig:
         "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     )
     pools: PoolConfig = dataclasses.field(default_factory=PoolConfig)
+    limits: LimitConfig = dataclasses.field(default_factory=LimitConfig)
     unknown_keys: tuple[str, ...] = ()
 
 
@@ -101,10 +121,17 @@ class NamesrvConfig:
     scan_not_active_broker_interval_ms: int = 10_000  # scanNotActiveBrokerInterval
     broker_channel_expired_time_ms: int = 120_000  # brokerChannelExpiredTime (RocketMQ constant)
     order_message_enable: bool = False  # orderMessageEnable
+    # Bounds on what clients can make the name server hold (issue 9; namesrv/server.py).
+    connection_count_max: int = 4096  # mqboxConnectionCountMax: more are closed at accept
+    connection_idle_time_s: int = 120  # serverChannelMaxIdleTimeSeconds (RocketMQ's Netty key)
+    kv_entry_count_max: int = 10_000  # mqboxKvEntryCountMax: KV entries in all namespaces
+    kv_namespace_entry_count_max: int = 1000  # mqboxKvNamespaceEntryCountMax
+    kv_key_size_bytes_max: int = 1024  # mqboxKvKeyBytesMax: namespace and key, UTF-8
+    kv_value_size_bytes_max: int = 16 * 1024  # mqboxKvValueBytesMax: UTF-8
     unknown_keys: tuple[str, ...] = ()
 
 
-# RocketMQ key -> (field name, parser). Pool keys map to "pools.<field>".
+# RocketMQ key -> (field name, parser). Pool keys map to "pools.<field>", limits to "limits.<x>".
 def _parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("true", "1", "yes"):
@@ -165,6 +192,32 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "mqboxSendProcessorCount": ("pools.send_processor_count", _POOL),
     "mqboxPullProcessorCount": ("pools.pull_processor_count", _POOL),
     "mqboxAdminProcessorCount": ("pools.admin_processor_count", _POOL),
+    "mqboxConnectionCountMax": ("limits.connection_count_max", _int_in(1, 1 << 20)),
+    "serverChannelMaxIdleTimeSeconds": ("limits.connection_idle_time_s", _int_in(1, 1 << 20)),
+    "mqboxHeartbeatGroupCountMax": ("limits.heartbeat_group_count_max", _int_in(1, 1 << 20)),
+    "mqboxHeartbeatSubscriptionCountMax": (
+        "limits.heartbeat_subscription_count_max",
+        _int_in(1, 1 << 20),
+    ),
+    "mqboxAutoCreateTopicCountMax": ("limits.auto_create_topic_count_max", _int_in(1, 1 << 24)),
+    "mqboxAutoCreateGroupCountMax": ("limits.auto_create_group_count_max", _int_in(1, 1 << 24)),
+    "mqboxSpillBytesMax": ("limits.spill_size_bytes_max", _int_in(1 << 20, 1 << 40)),
+    "mqboxConnectionInFlightCountMax": (
+        "limits.connection_in_flight_count_max",
+        _int_in(2, 1 << 20),
+    ),
+    "mqboxConnectionOutputBytesMax": (
+        "limits.connection_output_size_bytes_max",
+        _int_in(1 << 16, 1 << 40),
+    ),
+    "mqboxResponseBufferBytesMax": (
+        "limits.response_buffer_size_bytes_max",
+        _int_in(1 << 20, 1 << 40),
+    ),
+    "mqboxPartialFrameBytesMax": (
+        "limits.partial_frame_size_bytes_max",
+        _int_in(1 << 20, 1 << 40),
+    ),
 }
 
 _NAMESRV_KEYS: dict[str, tuple[str, Any]] = {
@@ -172,6 +225,12 @@ _NAMESRV_KEYS: dict[str, tuple[str, Any]] = {
     "scanNotActiveBrokerInterval": ("scan_not_active_broker_interval_ms", _POSITIVE),
     "brokerChannelExpiredTime": ("broker_channel_expired_time_ms", _POSITIVE),
     "orderMessageEnable": ("order_message_enable", _parse_bool),
+    "mqboxConnectionCountMax": ("connection_count_max", _int_in(1, 1 << 20)),
+    "serverChannelMaxIdleTimeSeconds": ("connection_idle_time_s", _int_in(1, 1 << 20)),
+    "mqboxKvEntryCountMax": ("kv_entry_count_max", _int_in(1, 1 << 24)),
+    "mqboxKvNamespaceEntryCountMax": ("kv_namespace_entry_count_max", _int_in(1, 1 << 24)),
+    "mqboxKvKeyBytesMax": ("kv_key_size_bytes_max", _int_in(1, 1 << 20)),
+    "mqboxKvValueBytesMax": ("kv_value_size_bytes_max", _int_in(1, 1 << 24)),
 }
 
 CQ_ENTRY_SIZE_BYTES = 20

@@ -28,5 +28,11 @@ class DiskFullError(StoreError):
     """Writes are refused because the disk is nearly full (RocketMQ's SERVICE_NOT_AVAILABLE, 14)."""
 
 
+class AutoCreateLimitError(MqboxError):
+    """A topic or a consumer group was not created automatically: its table holds the configured
+    maximum (mqboxAutoCreateTopicCountMax, mqboxAutoCreateGroupCountMax). Answered 17
+    TOPIC_NOT_EXIST or 26 SUBSCRIPTION_GROUP_NOT_EXIST with the message as the remark."""
+
+
 class MessageTooLargeError(MessageIllegalError):
     """A record is larger than maxMessageSize."""

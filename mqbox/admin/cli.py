@@ -178,7 +178,11 @@ def show_config(*, config: ConfigOption = None, as_json: JsonOption = False) -> 
     for section, values in document.items():
         print(f"[{section}]")
         for key, value in values.items():
-            print(f"  {key} = {value}")
+            if isinstance(value, dict):  # pools, limits: one line per field
+                for inner_key, inner_value in value.items():
+                    print(f"  {key}.{inner_key} = {inner_value}")
+            else:
+                print(f"  {key} = {value}")
 
 
 store_app = typer.Typer(

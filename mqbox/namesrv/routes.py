@@ -26,6 +26,9 @@ Invariants, checked by `check_invariants()` (tests call it after every operation
 2. Every topic in topic_queue_table has at least one QueueData, keyed by its own brokerName,
    and every such brokerName is in broker_addr_table: a route never names an unknown broker.
 3. No address appears under two broker ids of one broker (a slave promoted to master moves).
+4. The KV table holds at most `KvLimits.entry_count_max` entries, at most
+   `namespace_entry_count_max` in one namespace, none of them empty; its entry count is kept
+   exactly. Keys and values are within their sizes (checked at `kv_put`).
 
 Semantics follow RocketMQ 4.5.2's RouteInfoManager (remoting-protocol.md section 4.1); where this
 file differs, the comment says so.
@@ -49,6 +52,26 @@ from mqbox.protocol.headers import (
 )
 
 MASTER_ID: Final = 0
+
+
+@dataclass(frozen=True, slots=True)
+class KvLimits:
+    """Bounds of the KV table (invariant 4). Java's name server has none: its table grows with
+    whatever clients put, which any client may do. Sizes are UTF-8 bytes; the config keys of
+    namesrv.conf are named in the remarks a refused PUT_KV_CONFIG gets."""
+
+    entry_count_max: int = 10_000  # mqboxKvEntryCountMax
+    namespace_entry_count_max: int = 1000  # mqboxKvNamespaceEntryCountMax
+    key_size_bytes_max: int = 1024  # mqboxKvKeyBytesMax: the namespace and the key
+    value_size_bytes_max: int = 16 * 1024  # mqboxKvValueBytesMax
+
+    def __post_init__(self) -> None:
+        assert self.entry_count_max > 0
+        assert self.namespace_entry_count_max > 0
+        assert self.key_size_bytes_max > 0
+        assert self.value_size_bytes_max > 0
+
+
 # The KV namespace whose entries ("topic" -> "brokerA:8;brokerB:8") become orderTopicConf in routes
 # when orderMessageEnable is set (Java's NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG).
 NAMESPACE_ORDER_TOPIC_CONFIG: Final = "ORDER_TOPIC_CONFIG"
@@ -103,12 +126,18 @@ class RouteTable:
         "_cluster_addr_table",
         "_filter_server_table",
         "_kv_config",
+        "_kv_entry_count",
         "_topic_queue_table",
+        "kv_limits",
         "order_message_enable",
     )
 
-    def __init__(self, *, order_message_enable: bool = False) -> None:
+    def __init__(
+        self, *, order_message_enable: bool = False, kv_limits: KvLimits = KvLimits()
+    ) -> None:
         self.order_message_enable = order_message_enable
+        self.kv_limits = kv_limits
+        self._kv_entry_count = 0
         self._topic_queue_table: dict[str, dict[str, QueueData]] = {}
         self._broker_addr_table: dict[str, _BrokerEntry] = {}
         self._cluster_addr_table: dict[str, set[str]] = {}
@@ -374,9 +403,39 @@ class RouteTable:
 
     # -- KV config: 100 / 101 / 102 ---------------------------------------------------------------
 
-    def kv_put(self, namespace: str, key: str, value: str) -> None:
-        """100 PUT_KV_CONFIG. Kept in memory only: mqbox does not persist kvConfig.json."""
+    def kv_put(self, namespace: str, key: str, value: str) -> str | None:
+        """100 PUT_KV_CONFIG: None when stored, else why not (the remark of the refusal; nothing
+        changed). Kept in memory only: mqbox does not persist kvConfig.json. Replacing a key the
+        table holds is always allowed: it does not grow the table."""
+        limits = self.kv_limits
+        for label, text in (("namespace", namespace), ("key", key)):
+            size_bytes = _utf8_size_bytes(text)
+            if size_bytes > limits.key_size_bytes_max:
+                return (
+                    f"the {label} has {size_bytes} bytes, more than "
+                    f"mqboxKvKeyBytesMax={limits.key_size_bytes_max}"
+                )
+        size_bytes = _utf8_size_bytes(value)
+        if size_bytes > limits.value_size_bytes_max:
+            return (
+                f"the value has {size_bytes} bytes, more than "
+                f"mqboxKvValueBytesMax={limits.value_size_bytes_max}"
+            )
+        table = self._kv_config.get(namespace)
+        if table is None or key not in table:
+            if table is not None and len(table) >= limits.namespace_entry_count_max:
+                return (
+                    f"namespace {namespace!r} holds {len(table)} keys: "
+                    f"mqboxKvNamespaceEntryCountMax={limits.namespace_entry_count_max}"
+                )
+            if self._kv_entry_count >= limits.entry_count_max:
+                return (
+                    f"the KV table holds {self._kv_entry_count} entries: "
+                    f"mqboxKvEntryCountMax={limits.entry_count_max}"
+                )
+            self._kv_entry_count += 1
         self._kv_config.setdefault(namespace, {})[key] = value
+        return None
 
     def kv_get(self, namespace: str, key: str) -> str | None:
         """101 GET_KV_CONFIG: the value, or None (answered 22 QUERY_NOT_FOUND)."""
@@ -388,6 +447,7 @@ class RouteTable:
         table = self._kv_config.get(namespace)
         if table is None or table.pop(key, None) is None:
             return False
+        self._kv_entry_count -= 1
         if not table:
             del self._kv_config[namespace]
         return True
@@ -415,3 +475,13 @@ class RouteTable:
             for broker_name, queue_data in queues.items():
                 assert queue_data.broker_name == broker_name
                 assert broker_name in self._broker_addr_table, (topic, broker_name)
+        kv_sizes = [len(table) for table in self._kv_config.values()]
+        assert sum(kv_sizes) == self._kv_entry_count
+        assert self._kv_entry_count <= self.kv_limits.entry_count_max
+        assert all(0 < size <= self.kv_limits.namespace_entry_count_max for size in kv_sizes)
+
+
+def _utf8_size_bytes(text: str) -> int:
+    """An upper bound of the bytes of `text` on the wire: a lone surrogate (an escaped byte the
+    client sent, or a JSON escape) counts 3 bytes, and encoding never fails."""
+    return len(text.encode("utf-8", "surrogatepass"))

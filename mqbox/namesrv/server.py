@@ -19,7 +19,16 @@ Bounds on everything from outside (STYLE.md section 3):
 - a peer breaking the protocol (garbage, an oversized length) is closed; nobody else notices;
 - a peer that sends requests but never reads is closed once its unsent output passes
   `outbox_size_bytes_max`;
-- at most `connection_count_max` connections; more are accepted and closed at once.
+- at most `connection_count_max` connections (mqboxConnectionCountMax); more are accepted and
+  closed at once, with a warning at most every 10 s;
+- a connection that sends nothing for serverChannelMaxIdleTimeSeconds is closed, as RocketMQ's
+  Netty server closes an idle channel (a broker's registrations, every 30 s, keep it alive);
+- out of descriptors (accept fails with EMFILE or ENFILE), the listener rests for
+  ACCEPT_BACKOFF_NS (mqbox/resources.py) instead of being polled again at once: a full backlog
+  keeps it readable, and polling it again is a loop at 100 % of a core that serves nobody;
+  `main` raises the soft descriptor limit to the hard one first;
+- the KV table's entries and sizes (routes.KvLimits, from namesrv.conf), refused with
+  SYSTEM_ERROR and a remark naming the key.
 
 Logging goes to stderr: one line per broker registration that changes something, per
 unregistration and per eviction; requests themselves are only counted (`statistics()`).
@@ -30,7 +39,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import errno
 import itertools
 import json
 import logging
@@ -49,7 +57,7 @@ from typing import Final, NoReturn
 
 from mqbox.config import NamesrvConfig
 from mqbox.errors import MqboxError
-from mqbox.namesrv.routes import NAMESPACE_ORDER_TOPIC_CONFIG, RemovedBroker, RouteTable
+from mqbox.namesrv.routes import NAMESPACE_ORDER_TOPIC_CONFIG, KvLimits, RemovedBroker, RouteTable
 from mqbox.protocol.codes import (
     DELETE_KV_CONFIG,
     GET_KV_CONFIG,
@@ -77,12 +85,17 @@ from mqbox.protocol.headers import (
     WipeWritePermOfBrokerRequestHeader,
     WipeWritePermOfBrokerResponseHeader,
 )
+from mqbox.resources import (
+    AcceptBackoff,
+    RateLimitedLog,
+    accept_out_of_resources,
+    raise_file_limit,
+)
 
 log = logging.getLogger("mqbox.namesrv")
 
 RECEIVE_SIZE_BYTES: Final = 256 * 1024
 OUTBOX_SIZE_BYTES_MAX_DEFAULT: Final = 8 * MiB
-CONNECTION_COUNT_MAX_DEFAULT: Final = 4096
 LISTEN_BACKLOG: Final = 1024
 # Accepting is bounded per wake-up so a connection storm cannot stall the answers to the others.
 ACCEPT_COUNT_PER_TURN_MAX: Final = 64
@@ -287,7 +300,9 @@ class NamesrvRequestHandler:
         self, request: RemotingCommand, connection_id: int, now_ms: int
     ) -> RemotingCommand:
         header = PutKvConfigRequestHeader.from_ext(request.ext_fields)
-        self.routes.kv_put(header.namespace, header.key, header.value)
+        problem = self.routes.kv_put(header.namespace, header.key, header.value)
+        if problem is not None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, remark=f"mqbox: {problem}")
         return request.make_response(_SUCCESS)
 
     def _get_kv_config(
@@ -335,6 +350,8 @@ class NamesrvStatistics:
     connection_open_count: int
     protocol_error_close_count: int  # closed for breaking the protocol
     slow_reader_close_count: int  # closed for letting the outbox pass its bound
+    idle_close_count: int  # closed after serverChannelMaxIdleTimeSeconds without a byte
+    accept_backoff_count: int  # rests of the listener after EMFILE and friends
     broker_evicted_count: int  # by the scan
     broker_closed_count: int  # because their registering connection closed
     broker_registered_count: int  # broker addresses registered now
@@ -344,10 +361,23 @@ class NamesrvStatistics:
 class _Peer:
     """One accepted socket and its codec; owned by the loop thread."""
 
-    __slots__ = ("address", "connection", "connection_id", "outbox", "sock", "writing")
+    __slots__ = (
+        "address",
+        "connection",
+        "connection_id",
+        "last_receive_ms",
+        "outbox",
+        "sock",
+        "writing",
+    )
 
     def __init__(
-        self, sock: socket.socket, connection_id: int, address: str, frame_size_bytes_max: int
+        self,
+        sock: socket.socket,
+        connection_id: int,
+        address: str,
+        frame_size_bytes_max: int,
+        now_ms: int,
     ) -> None:
         self.sock = sock
         self.connection_id = connection_id
@@ -355,6 +385,7 @@ class _Peer:
         self.connection = Connection(Role.BROKER, frame_size_bytes_max)
         self.outbox = bytearray()
         self.writing = False  # registered for EVENT_WRITE
+        self.last_receive_ms = now_ms  # monotonic_ms() of the last bytes received
 
 
 _LISTENER: Final = "listener"
@@ -376,18 +407,32 @@ class NamesrvServer:
         host: str = "127.0.0.1",
         frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
         outbox_size_bytes_max: int = OUTBOX_SIZE_BYTES_MAX_DEFAULT,
-        connection_count_max: int = CONNECTION_COUNT_MAX_DEFAULT,
     ) -> None:
         assert config.scan_not_active_broker_interval_ms > 0
         assert config.broker_channel_expired_time_ms > 0
         assert outbox_size_bytes_max > 0
-        assert connection_count_max > 0
+        assert config.connection_count_max > 0
+        assert config.connection_idle_time_s > 0
         self.config = config
-        self.routes = RouteTable(order_message_enable=config.order_message_enable)
+        kv_limits = KvLimits(
+            config.kv_entry_count_max,
+            config.kv_namespace_entry_count_max,
+            config.kv_key_size_bytes_max,
+            config.kv_value_size_bytes_max,
+        )
+        self.routes = RouteTable(
+            order_message_enable=config.order_message_enable, kv_limits=kv_limits
+        )
         self.handler = NamesrvRequestHandler(self.routes)
         self.frame_size_bytes_max = frame_size_bytes_max
         self.outbox_size_bytes_max = outbox_size_bytes_max
-        self.connection_count_max = connection_count_max
+        self.connection_count_max = config.connection_count_max
+        self.connection_idle_ms = config.connection_idle_time_s * 1000
+        # Idle connections are looked for four times per idle period, so one is closed between
+        # one and one and a quarter periods after its last request.
+        self.idle_check_interval_ms = max(1, self.connection_idle_ms // 4)
+        self._accept_backoff = AcceptBackoff(log)
+        self._refused_log = RateLimitedLog(log)
         self._peers: dict[int, _Peer] = {}
         self._connection_ids = itertools.count(1)
         self._stopping = False
@@ -396,6 +441,7 @@ class NamesrvServer:
         self._connection_refused_count = 0
         self._protocol_error_close_count = 0
         self._slow_reader_close_count = 0
+        self._idle_close_count = 0
         self._broker_evicted_count = 0
         self._broker_closed_count = 0
 
@@ -446,6 +492,8 @@ class NamesrvServer:
             connection_open_count=len(self._peers),
             protocol_error_close_count=self._protocol_error_close_count,
             slow_reader_close_count=self._slow_reader_close_count,
+            idle_close_count=self._idle_close_count,
+            accept_backoff_count=self._accept_backoff.rest_count,
             broker_evicted_count=self._broker_evicted_count,
             broker_closed_count=self._broker_closed_count,
             broker_registered_count=self.routes.broker_count(),
@@ -458,12 +506,22 @@ class NamesrvServer:
         """Run until `request_stop()`; then close every socket. `on_scan` runs after each scan."""
         interval_ms = self.config.scan_not_active_broker_interval_ms
         next_scan_ms = monotonic_ms() + interval_ms
+        next_idle_check_ms = monotonic_ms() + self.idle_check_interval_ms
         try:
             while not self._stopping:
-                wait_ms = max(0, next_scan_ms - monotonic_ms())
+                now_ms = monotonic_ms()
+                wait_ms = max(0, min(next_scan_ms, next_idle_check_ms) - now_ms)
+                resume_in_ms = self._accept_backoff.resume_in_ms(now_ms * 1_000_000)
+                if resume_in_ms is not None:
+                    wait_ms = min(wait_ms, resume_in_ms)
                 for key, mask in self._selector.select(wait_ms / 1000):
                     self._dispatch(key, mask)
                 now_ms = monotonic_ms()
+                if self._accept_backoff.resume_due(time.monotonic_ns()):
+                    self._selector.register(self._listener, selectors.EVENT_READ, _LISTENER)
+                if now_ms >= next_idle_check_ms:
+                    self.close_idle_connections(now_ms)
+                    next_idle_check_ms = now_ms + self.idle_check_interval_ms
                 if now_ms >= next_scan_ms:
                     self.scan(now_ms)
                     next_scan_ms = now_ms + interval_ms
@@ -501,6 +559,23 @@ class NamesrvServer:
                     self._close_peer(peer)
         return evicted
 
+    def close_idle_connections(self, now_ms: int) -> int:
+        """Close every connection that received nothing for serverChannelMaxIdleTimeSeconds;
+        returns how many (a broker registered on one is removed, as on any close)."""
+        deadline_ms = now_ms - self.connection_idle_ms
+        idle = [peer for peer in self._peers.values() if peer.last_receive_ms < deadline_ms]
+        for peer in idle:
+            self._close_peer(peer)
+        if idle:
+            log.info(
+                "closed %d connections idle for %d s (serverChannelMaxIdleTimeSeconds), %s first",
+                len(idle),
+                self.config.connection_idle_time_s,
+                idle[0].address,
+            )
+        self._idle_close_count += len(idle)
+        return len(idle)
+
     def _accept(self) -> None:
         for _ in range(ACCEPT_COUNT_PER_TURN_MAX):
             try:
@@ -508,13 +583,20 @@ class NamesrvServer:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as error:
-                # Out of descriptors or a connection reset before accept: skip it, keep serving.
-                if error.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    log.warning("accept failed: %s", error)
+                if accept_out_of_resources(error):
+                    self._accept_backoff.rest(error, len(self._peers))
+                    self._selector.unregister(self._listener)  # module docstring
                     return
-                continue
+                continue  # a connection reset before accept: skip it, keep serving
             if len(self._peers) >= self.connection_count_max:
                 self._connection_refused_count += 1
+                self._refused_log.warning(
+                    "refusing %s:%d: %d connections open, mqboxConnectionCountMax=%d",
+                    address[0],
+                    address[1],
+                    len(self._peers),
+                    self.connection_count_max,
+                )
                 sock.close()
                 continue
             sock.setblocking(False)
@@ -524,6 +606,7 @@ class NamesrvServer:
                 next(self._connection_ids),
                 f"{address[0]}:{address[1]}",
                 self.frame_size_bytes_max,
+                monotonic_ms(),
             )
             self._peers[peer.connection_id] = peer
             self._connection_accepted_count += 1
@@ -540,6 +623,7 @@ class NamesrvServer:
         connection = peer.connection
         connection.receive_data(chunk)
         now_ms = monotonic_ms()
+        peer.last_receive_ms = now_ms
         handle = self.handler.handle
         try:
             while True:
@@ -605,7 +689,8 @@ class NamesrvServer:
         self._closed = True
         for peer in list(self._peers.values()):
             self._close_peer(peer)
-        self._selector.unregister(self._listener)
+        if not self._accept_backoff.resting:
+            self._selector.unregister(self._listener)
         self._listener.close()
         self._selector.close()
         self._wakeup_reader.close()
@@ -657,6 +742,9 @@ def main(
     (the port is taken, the ready file cannot be written).
     """
     configure_logging()
+    soft_before, soft_now = raise_file_limit()
+    if soft_now != soft_before:
+        log.info("descriptor limit raised from %d to %d", soft_before, soft_now)
     try:
         server = NamesrvServer(config, host=host)
     except OSError as error:

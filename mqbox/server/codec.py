@@ -16,6 +16,10 @@ Invariants:
   CONNECTION_CLOSED: the reactor closes it once the error response is written.
 - Every REPLY becomes exactly one RESPONSE (or is dropped, counted, when its reactor index is
   unknown), and one COMPLETED entry toward the worker that routed the request.
+- Every frame that nobody will answer (flag ONEWAY, or a client's RESPONSE to a broker request)
+  is reported to its reactor in a NO_ANSWER record, at most one per connection and batch: the
+  reactor counts each connection's requests in flight as frames forwarded minus answers and
+  these (reactor.py, mqboxConnectionInFlightCountMax).
 
 The frame size limit is protocol.frame's default (16 MiB, Java's as well); the reactor checked
 each frame's length against the same limit before forwarding it.
@@ -33,7 +37,7 @@ from typing import Final, NoReturn
 import orjson
 
 from mqbox.ipc.ring import Ring
-from mqbox.protocol.codes import FLAG_RESPONSE, SerializeType
+from mqbox.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, SerializeType
 from mqbox.protocol.command import INT32_MAX, INT32_MIN, RemotingCommand, decode_command
 from mqbox.protocol.command import encode_command as encode_whole_command
 from mqbox.protocol.errors import RemoteProtocolError
@@ -64,6 +68,7 @@ _COMMAND_HEAD: Final = records.COMMAND_HEAD_STRUCT
 _CONN_ID: Final = records.CONN_ID_STRUCT
 # Where the opaque sits in a ROCKETMQ binary header: after code i16, language i8, version i16.
 _BINARY_OPAQUE_OFFSET: Final = 5
+_FLAG_NO_ANSWER: Final = FLAG_RESPONSE | FLAG_ONEWAY  # frames nobody answers
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -122,6 +127,7 @@ class Codec:
         self._replies_backed_up = False
         self.peers: dict[int, tuple[bytes, int]] = {}
         self.failed: set[int] = set()
+        self._no_answer_counts: dict[int, int] = {}  # conn id -> frames of this batch
         self._completed: list[list[tuple[int, int]]] = [[] for _ in worker_ids]
         self._completed_since_ns = [0] * len(worker_ids)
         self._frames_decoded = 0
@@ -211,7 +217,17 @@ class Codec:
             else:
                 raise AssertionError(f"codec got record type {record_type} from a reactor")
         inbox.release(batch)
+        if self._no_answer_counts:
+            self._send_no_answers()
         return handled
+
+    def _send_no_answers(self) -> None:
+        """One NO_ANSWER per connection for the frames of this batch nobody will answer."""
+        for conn_id, count in self._no_answer_counts.items():
+            reactor = self.reactor_outboxes.get(conn_id >> records.CONN_ID_REACTOR_SHIFT)
+            if reactor is not None:
+                reactor.append(records.NO_ANSWER, records.pack_no_answer(conn_id, count))
+        self._no_answer_counts.clear()
 
     def _on_opened(self, buffer: Buffer, offset: int, size: int) -> None:
         event = records.unpack_connection_event(buffer, offset)
@@ -262,6 +278,8 @@ class Codec:
         )
         outbox = self.worker_outboxes[conn_id % len(self.worker_outboxes)]
         outbox.append(records.COMMAND, head, view[header_start:frame_end])
+        if command.flag & _FLAG_NO_ANSWER:
+            self._no_answer_counts[conn_id] = self._no_answer_counts.get(conn_id, 0) + 1
 
     def _on_protocol_error(
         self, conn_id: int, serialize_type: int, header: memoryview, error: RemoteProtocolError

@@ -14,11 +14,43 @@ Invariants:
 - A connection's buffered input never exceeds one maximal frame plus one read: the length
   prefix is checked (protocol.frame.check_frame_length) before the rest of a frame is awaited.
   A bad length closes that connection only, after the frames before it were forwarded.
-- Its queued output never exceeds `output_size_bytes_max` for long: a peer that stops reading is
-  closed (CLOSE_REASON_SLOW_READER), so it cannot make the broker hold unbounded responses.
+- All connections' buffered input together stays within this reactor's share of
+  mqboxPartialFrameBytesMax plus one read (READ_SIZE_BYTES) per connection: a frame longer
+  than one read is buffered only under a reservation of its whole length, granted while the
+  reservations fit the share (or when none is held, so any one frame can complete); without it
+  the connection is not read (BLOCK_PARTIAL) until reservations are released, and waiting
+  connections are granted in the order they began to wait. A reservation is released when its
+  frame is forwarded or its connection closes. Before, each connection could hold 16 MiB: 16
+  connections that sent most of a 12 MB frame and stopped grew the reactor by 193 MiB. Such a
+  connection sends no request, so the worker's idle close ends it.
+- A connection has at most mqboxConnectionInFlightCountMax requests in flight: frames
+  forwarded minus answers (RESPONSE records not flagged REPLY_FLAG_REQUEST) minus the frames the
+  codec reported nobody answers (NO_ANSWER). At the limit the next frame stays in `pending` and
+  the socket is not read (BLOCK_IN_FLIGHT); forwarding resumes once half of them are answered.
+  So a client that pipelines without waiting has at most that many requests in the rings and
+  processors, and others' requests wait behind that many of its own, not behind all it sent (a
+  thousand pipelined heartbeats kept another client's request waiting 2.1 s). A request lost
+  without an answer (its spill file gone in a crash) keeps the count one higher; a connection
+  stuck at the limit that way sends no request, and the worker's idle close ends it.
+- Output: once a connection's queued output (inline bytes and sendfile runs) passes
+  mqboxConnectionOutputBytesMax its socket is not read (BLOCK_OUTPUT) until the output is back
+  under it, so a client that does not read its answers stops getting new requests served; with
+  the in-flight limit, what it can still be owed is bounded. The inline bytes of all its
+  connections (the memory; runs are only descriptors of the commit log) stay within this
+  reactor's share of mqboxResponseBufferBytesMax: past it, the connections holding the most are
+  closed (CLOSE_REASON_SLOW_READER, a warning every 10 s at most). Before, each connection could
+  hold 64 MiB: six that never read grew the reactor by 231 MiB. An idle close
+  (CLOSE_REASON_IDLE) of a connection with output still queued closes it at once: a client
+  that read nothing for serverChannelMaxIdleTimeSeconds will not read it.
 - Every closed connection produces exactly one CONNECTION_CLOSED, which the codec forwards to
   the worker; a CLOSE_CONNECTION for an id this reactor does not know produces one too, so the
   tables of a reactor's predecessor drain away.
+- It holds at most its share of mqboxConnectionCountMax (the key divided by the reactor count,
+  rounded up): a connection past it is accepted and closed at once, never registered, and the
+  log says so at most every 10 s. Out of descriptors (accept fails with EMFILE, ENFILE, ENOBUFS
+  or ENOMEM) the listening socket leaves the epoll for ACCEPT_BACKOFF_NS (mqbox/resources.py):
+  with a full backlog it stays readable, and polling it again at once is a loop at 100 % of a
+  core that serves nobody. The supervisor raised the soft descriptor limit to the hard one.
 
 Theory of operation: one loop; each turn drains the response rings (at most BATCH_COUNT_MAX
 records each), writes what it can, handles the epoll events of the sockets, then writes the
@@ -33,6 +65,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import os
 import select
 import socket
@@ -48,23 +81,33 @@ from mqbox.protocol.frame import (
     FRAME_SIZE_BYTES_MAX_DEFAULT,
     check_frame_length,
 )
+from mqbox.resources import AcceptBackoff, RateLimitedLog, accept_out_of_resources
 from mqbox.server import records, runtime
-from mqbox.server.records import Buffer, Inbox, Outbox, Sleeper, SpillWriter
+from mqbox.server.records import Buffer, Inbox, Outbox, Sleeper, SpillBudget, SpillWriter
 from mqbox.server.topology import RoleContext, RoleKind
 from mqbox.store import layout as store_layout
 
+log = logging.getLogger("mqbox.reactor")
+
 READ_SIZE_BYTES: Final = 256 * 1024  # one recv per readable socket per turn
 ACCEPT_COUNT_MAX: Final = 64  # accepts per turn, so a connection storm cannot starve responses
-OUTPUT_SIZE_BYTES_MAX_DEFAULT: Final = 64 * 1024 * 1024
 # Above this many staged bytes toward the codecs the reactor stops reading sockets until the
 # rings take them: TCP flow control then pushes back on the clients.
 STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
 BACKED_UP_RETRY_MS: Final = 1
+SPILL_RETRY_INTERVAL_NS: Final = 2_000_000  # a frame waiting for spill room looks this often
+# Why a connection's socket is not read now (_Connection.read_blocks, bits); 0 means read it.
+BLOCK_SPILL: Final = 1  # a whole frame waits in `pending` for room in the spill budget
+BLOCK_PARTIAL: Final = 2  # a frame longer than one read waits for a reservation of its length
+BLOCK_IN_FLIGHT: Final = 4  # mqboxConnectionInFlightCountMax requests are in flight
+BLOCK_OUTPUT: Final = 8  # more than mqboxConnectionOutputBytesMax is queued for sending
 HOUSEKEEPING_INTERVAL_NS: Final = 1_000_000_000
 IOV_COUNT_MAX: Final = 512  # well below IOV_MAX (1024 on Linux)
 _EPOLL_READ: Final = select.EPOLLIN | select.EPOLLRDHUP
-_EPOLL_READ_WRITE: Final = _EPOLL_READ | select.EPOLLOUT
 _EPOLL_BROKEN: Final = select.EPOLLERR | select.EPOLLHUP
+# EPOLLEXCLUSIVE: when several reactors wait on the one listening socket, a new connection wakes
+# one of them, not all (Linux 4.5; the others' accept would only fail).
+_EPOLL_LISTEN: Final = select.EPOLLIN | select.EPOLLEXCLUSIVE
 
 
 @dataclasses.dataclass(slots=True)
@@ -83,13 +126,18 @@ class _Connection:
         "conn_id_bytes",
         "events",
         "fd",
+        "in_flight_count",
         "outbox",
         "output",
+        "output_inline_size_bytes",
         "output_size_bytes",
         "peer_host",
         "peer_port",
         "pending",
+        "read_blocks",
+        "reserved_size_bytes",
         "sock",
+        "wants_write",
     )
 
     def __init__(
@@ -104,18 +152,29 @@ class _Connection:
         self.outbox = outbox  # toward codec.(conn % C)
         self.pending = bytearray()  # the start of a frame whose end has not arrived
         self.output: collections.deque[Buffer | _FileRun] = collections.deque()
-        self.output_size_bytes = 0
-        self.events = _EPOLL_READ
+        self.output_size_bytes = 0  # queued: inline bytes and sendfile runs
+        self.output_inline_size_bytes = 0  # queued bytes held in memory
+        self.events = _EPOLL_READ  # as registered in the epoll: _Reactor._update_events
+        self.read_blocks = 0  # BLOCK_* bits: why the socket is not read now
+        self.reserved_size_bytes = 0  # of the partial-frame budget, for the frame `pending` begins
+        self.in_flight_count = 0  # frames forwarded that await an answer (module docstring)
+        self.wants_write = False  # the socket took less than offered: wait for EPOLLOUT
         self.close_reason: int | None = None  # set: close once the output is written
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ReactorStatistics:
     connections_accepted: int
+    connections_refused: int  # past the connection cap: closed at accept
+    accept_backoffs: int  # rests of the listening socket after EMFILE and friends
     connections_open: int
     connections_closed: int
     protocol_closes: int
     slow_reader_closes: int
+    spill_waits: int  # frames that waited for room in the spill budget
+    partial_frame_waits: int  # frames that waited for a reservation of the partial-frame budget
+    partial_frame_reserved_bytes: int  # reserved now
+    in_flight_waits: int  # times a connection reached its in-flight limit
     frames_received: int
     bytes_received: int
     responses_written: int
@@ -134,7 +193,8 @@ class Reactor:
         self,
         ctx: RoleContext,
         *,
-        output_size_bytes_max: int = OUTPUT_SIZE_BYTES_MAX_DEFAULT,
+        connection_output_size_bytes_max: int | None = None,
+        response_buffer_size_bytes_max: int | None = None,
         frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
         spin_ns_max: int = records.REQUEST_SPIN_NS_MAX,
         wakeup_fd: int | None = None,
@@ -143,14 +203,39 @@ class Reactor:
         assert ctx.role.index < records.REACTOR_COUNT_MAX
         self.role_id = ctx.role.role_id
         self.index = ctx.role.index
-        self.output_size_bytes_max = output_size_bytes_max
         self.frame_size_bytes_max = frame_size_bytes_max
         self.commit_log_dir = store_layout.commit_log_dir(ctx.store_root)
         self.generation = os.getpid()
         self._conn_counter = 0
         topology = ctx.topology
+        # The broker's limits (config.LimitConfig); per-reactor ones are this reactor's share.
+        limits = ctx.broker.limits
+        reactor_count = len(topology.roles_of(RoleKind.REACTOR))
+        self.connection_count_max = -(-limits.connection_count_max // reactor_count)
+        self.connection_output_size_bytes_max = (
+            connection_output_size_bytes_max or limits.connection_output_size_bytes_max
+        )
+        self.response_buffer_size_bytes_max = response_buffer_size_bytes_max or -(
+            -limits.response_buffer_size_bytes_max // reactor_count
+        )
+        self._output_inline_size_bytes = 0  # of every connection
+        self._slow_reader_log = RateLimitedLog(log)
         spill_writer = SpillWriter(ctx.instance, self.role_id)
         self.spill_writer = spill_writer
+        self.spill_budget = SpillBudget(ctx.instance, limits.spill_size_bytes_max)
+        # Connections whose next frame waits for spill room, in the order they began to wait.
+        self._spill_waiters: dict[int, _Connection] = {}
+        self._spill_retry_due_ns = 0
+        self._spill_waits = 0
+        self.partial_frame_size_bytes_max = -(-limits.partial_frame_size_bytes_max // reactor_count)
+        self._reserved_size_bytes = 0
+        # Connections waiting for a reservation, in the order they began to wait.
+        self._reservation_waiters: dict[int, _Connection] = {}
+        self._partial_frame_waits = 0
+        self.in_flight_count_max = limits.connection_in_flight_count_max
+        # Connections blocked at the in-flight limit that may forward again (half answered).
+        self._in_flight_ready: dict[int, _Connection] = {}
+        self._in_flight_waits = 0
         codec_ids = [role.role_id for role in topology.roles_of(RoleKind.CODEC)]
         assert codec_ids, "a broker has at least one codec"
         self.outboxes = [
@@ -164,9 +249,9 @@ class Reactor:
         self.listen_socket.setblocking(False)
         self.listen_fd = self.listen_socket.fileno()
         self.epoll = select.epoll()
-        # EPOLLEXCLUSIVE: when several reactors wait on the one listening socket, a new
-        # connection wakes one of them, not all (Linux 4.5; the others' accept would only fail).
-        self.epoll.register(self.listen_fd, select.EPOLLIN | select.EPOLLEXCLUSIVE)
+        self.epoll.register(self.listen_fd, _EPOLL_LISTEN)
+        self._accept_backoff = AcceptBackoff(log)
+        self._refused_log = RateLimitedLog(log)
         self.sleeper = Sleeper(
             self.epoll, self.inboxes, spin_ns_max, poll_sockets_while_spinning=True
         )
@@ -181,6 +266,7 @@ class Reactor:
         self._touched: dict[int, _Connection] = {}
         self._housekeeping_due_ns = time.monotonic_ns() + HOUSEKEEPING_INTERVAL_NS
         self._connections_accepted = 0
+        self._connections_refused = 0
         self._connections_closed = 0
         self._protocol_closes = 0
         self._slow_reader_closes = 0
@@ -217,6 +303,16 @@ class Reactor:
             self._close_deleted_segments()
         if wait_ms < 0 or wait_ms > 1000:
             wait_ms = 1000  # wake at least once a second for housekeeping
+        if self._spill_waiters and not backed_up:
+            if now_ns >= self._spill_retry_due_ns:
+                self._spill_retry_due_ns = now_ns + SPILL_RETRY_INTERVAL_NS
+                self._retry_spill_waiters()
+            wait_ms = min(wait_ms, -(-SPILL_RETRY_INTERVAL_NS // 1_000_000))
+        if self._accept_backoff.resume_due(now_ns):
+            self.epoll.register(self.listen_fd, _EPOLL_LISTEN)
+        resume_in_ms = self._accept_backoff.resume_in_ms(now_ns)
+        if resume_in_ms is not None:
+            wait_ms = min(wait_ms, resume_in_ms)
         # Frames read from sockets are work the Sleeper's rings do not count: many of them mean
         # batch mode, where spinning before a sleep only takes a core from the codecs.
         frame_count = self._frames_received - self._frames_received_at_wait
@@ -236,6 +332,12 @@ class Reactor:
                 self._write(connection)
                 if connection.fd < 0:
                     continue
+            if connection.read_blocks:
+                if mask & _EPOLL_BROKEN:
+                    # Hung up or failed while not being read: nothing more can be done for it,
+                    # and a level-triggered hang-up would wake every turn.
+                    self._close(connection, records.CLOSE_REASON_PEER)
+                continue
             if mask & (_EPOLL_READ | _EPOLL_BROKEN) and not backed_up:
                 self._read(connection)
         self._flush_outboxes()
@@ -249,10 +351,24 @@ class Reactor:
                 sock, address = self.listen_socket.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
-                # ECONNABORTED and friends: the peer left before we accepted; EMFILE: out of
-                # descriptors, which the next turn retries. Both are operating conditions.
+            except OSError as error:
+                if accept_out_of_resources(error):
+                    self._accept_backoff.rest(error, len(self.connections))
+                    self.epoll.unregister(self.listen_fd)  # module docstring
+                # ECONNABORTED and friends: the peer left before we accepted. Both are
+                # operating conditions.
                 return
+            if len(self.connections) >= self.connection_count_max:
+                self._connections_refused += 1
+                self._refused_log.warning(
+                    "refusing %s: %d connections open, this reactor's share of "
+                    "mqboxConnectionCountMax is %d",
+                    address,
+                    len(self.connections),
+                    self.connection_count_max,
+                )
+                sock.close()
+                continue
             sock.setblocking(False)
             if sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -299,16 +415,96 @@ class Reactor:
         if end < 0:
             self._protocol_closes += 1
             self._close(connection, records.CLOSE_REASON_PROTOCOL)
+            return
+        self._reserve(connection)
+        if connection.read_blocks:
+            self._update_events(connection)
+
+    def _reserve(self, connection: _Connection) -> None:
+        """Hold the partial-frame budget for the frame `pending` begins, or block reading the
+        connection until it can be held (module docstring); release what is no longer needed."""
+        pending = connection.pending
+        needed_bytes = 0
+        if len(pending) >= FRAME_LENGTH_SIZE_BYTES:
+            (frame_length,) = FRAME_LENGTH.unpack_from(pending, 0)
+            frame_size_bytes = FRAME_LENGTH_SIZE_BYTES + frame_length
+            if frame_size_bytes > READ_SIZE_BYTES:
+                needed_bytes = frame_size_bytes
+        held_bytes = connection.reserved_size_bytes
+        if needed_bytes <= held_bytes:
+            if needed_bytes < held_bytes:
+                connection.reserved_size_bytes = needed_bytes
+                self._reserved_size_bytes -= held_bytes - needed_bytes
+                self._grant_reservations()
+            return
+        others_bytes = self._reserved_size_bytes - held_bytes
+        if others_bytes and others_bytes + needed_bytes > self.partial_frame_size_bytes_max:
+            if connection.conn_id not in self._reservation_waiters:
+                self._reservation_waiters[connection.conn_id] = connection
+                self._partial_frame_waits += 1
+            connection.read_blocks |= BLOCK_PARTIAL
+            return
+        connection.reserved_size_bytes = needed_bytes
+        self._reserved_size_bytes = others_bytes + needed_bytes
+
+    def _grant_reservations(self) -> None:
+        """Give released budget to the waiting connections, oldest first; the first that does
+        not fit waits on, and so do those after it (a big frame is not overtaken forever)."""
+        for conn_id, connection in list(self._reservation_waiters.items()):
+            connection.read_blocks &= ~BLOCK_PARTIAL
+            self._reserve(connection)  # sets the bit again if it still does not fit
+            if connection.read_blocks & BLOCK_PARTIAL:
+                return
+            del self._reservation_waiters[conn_id]
+            self._update_events(connection)
+
+    def _retry_spill_waiters(self) -> None:
+        """Forward the frames that waited for spill room, oldest waiter first, until one must
+        wait again (the budget is full); those forwarded read their sockets again."""
+        for conn_id, connection in list(self._spill_waiters.items()):
+            del self._spill_waiters[conn_id]
+            self._resume_forwarding(connection, BLOCK_SPILL)
+            if connection.read_blocks & BLOCK_SPILL:
+                return
+
+    def _resume_forwarding(self, connection: _Connection, block: int) -> None:
+        """Clear `block` and forward the whole frames `pending` holds; the socket is read again
+        if nothing else blocks it."""
+        connection.read_blocks &= ~block
+        pending = connection.pending
+        with memoryview(pending) as view:
+            end = self._forward_frames(connection, view)
+        if end < 0:  # a bad length after the frame that waited
+            self._protocol_closes += 1
+            self._close(connection, records.CLOSE_REASON_PROTOCOL)
+            return
+        del pending[:end]
+        self._reserve(connection)
+        self._update_events(connection)
+
+    def _answered(self, connection: _Connection, count: int) -> None:
+        """`count` of the connection's requests in flight were answered (or need no answer)."""
+        in_flight_count = max(0, connection.in_flight_count - count)
+        connection.in_flight_count = in_flight_count
+        if (
+            connection.read_blocks & BLOCK_IN_FLIGHT
+            and in_flight_count <= self.in_flight_count_max // 2
+        ):
+            self._in_flight_ready[connection.conn_id] = connection
 
     def _forward_frames(self, connection: _Connection, view: memoryview) -> int:
         """Stage a FRAME record for each complete frame at the start of `view`; returns the
-        bytes consumed, or -1 if a length prefix is bad (the frames before it are staged)."""
+        bytes consumed, or -1 if a length prefix is bad (the frames before it are staged). A
+        frame that would spill waits for room in the spill budget: it is not consumed, and the
+        connection is blocked (BLOCK_SPILL) until `_retry_spill_waiters` forwards it. Likewise
+        a frame past the in-flight limit (BLOCK_IN_FLIGHT), until half of them are answered."""
         position = 0
         available = len(view)
         outbox = connection.outbox
         conn_id_bytes = connection.conn_id_bytes
         frame_size_bytes_max = self.frame_size_bytes_max
         frame_count = 0
+        frame_count_max = self.in_flight_count_max - connection.in_flight_count
         while available - position >= FRAME_LENGTH_SIZE_BYTES:
             (frame_length,) = FRAME_LENGTH.unpack_from(view, position)
             end = position + FRAME_LENGTH_SIZE_BYTES + frame_length
@@ -318,14 +514,28 @@ class Reactor:
                     check_frame_length(frame_length, frame_size_bytes_max)
                 except RemoteProtocolError:
                     self._frames_received += frame_count
+                    connection.in_flight_count += frame_count
                     return -1
                 raise AssertionError("check_frame_length accepted a refused length")
             if end > available:
+                break
+            if frame_count >= frame_count_max:
+                connection.read_blocks |= BLOCK_IN_FLIGHT
+                self._in_flight_waits += 1
+                break
+            record_size_bytes = records.CONN_ID_SIZE_BYTES + end - position
+            if record_size_bytes > outbox.payload_size_bytes_max and not (
+                self.spill_budget.has_room_nowait(record_size_bytes)
+            ):
+                connection.read_blocks |= BLOCK_SPILL
+                self._spill_waiters[connection.conn_id] = connection
+                self._spill_waits += 1
                 break
             outbox.append(records.FRAME, conn_id_bytes, view[position:end])
             frame_count += 1
             position = end
         self._frames_received += frame_count
+        connection.in_flight_count += frame_count
         return position
 
     # -- writing ----------------------------------------------------------------------------------
@@ -343,6 +553,11 @@ class Reactor:
                 handled += 1
                 if record_type == records.RESPONSE:
                     self._queue_response(buffer, offset, size, touched)
+                elif record_type == records.NO_ANSWER:
+                    conn_id, count = records.unpack_no_answer(buffer, offset)
+                    connection = self.connections.get(conn_id)
+                    if connection is not None:
+                        self._answered(connection, count)
                 elif record_type == records.CLOSE_CONNECTION:
                     conn_id, reason = records.unpack_close_connection(buffer, offset)
                     self._close_requested(conn_id, reason, touched)
@@ -351,6 +566,13 @@ class Reactor:
             for connection in touched.values():
                 if connection.fd >= 0:
                     self._write(connection)
+                if (
+                    connection.output_size_bytes > self.connection_output_size_bytes_max
+                    and connection.fd >= 0
+                    and not connection.read_blocks & BLOCK_OUTPUT
+                ):
+                    connection.read_blocks |= BLOCK_OUTPUT
+                    self._update_events(connection)
                 if connection.output:
                     connection.output = collections.deque(
                         bytes(item) if isinstance(item, memoryview) else item
@@ -358,7 +580,37 @@ class Reactor:
                     )
             touched.clear()
             inbox.release(batch)
+        if self._in_flight_ready:
+            for connection in self._in_flight_ready.values():
+                if connection.fd >= 0:
+                    self._resume_forwarding(connection, BLOCK_IN_FLIGHT)
+            self._in_flight_ready.clear()
+        if self._output_inline_size_bytes > self.response_buffer_size_bytes_max:
+            self._close_greediest()
         return handled
+
+    def _close_greediest(self) -> None:
+        """Past this reactor's response budget: close the connections that hold the most
+        unsent answers until the rest fit (module docstring)."""
+        greediest_first = sorted(
+            self.connections.values(),
+            key=lambda connection: connection.output_inline_size_bytes,
+            reverse=True,
+        )
+        for connection in greediest_first:
+            if self._output_inline_size_bytes <= self.response_buffer_size_bytes_max:
+                return
+            self._slow_reader_log.warning(
+                "closing %s:%d: %d bytes of answers unread, %d for all connections, more than "
+                "this reactor's share of mqboxResponseBufferBytesMax (%d)",
+                connection.peer_host,
+                connection.peer_port,
+                connection.output_inline_size_bytes,
+                self._output_inline_size_bytes,
+                self.response_buffer_size_bytes_max,
+            )
+            self._slow_reader_closes += 1
+            self._close(connection, records.CLOSE_REASON_SLOW_READER)
 
     def _queue_response(
         self, buffer: Buffer, offset: int, size: int, touched: dict[int, _Connection]
@@ -368,6 +620,12 @@ class Reactor:
         if connection is None or connection.close_reason is not None:
             self._responses_dropped += 1
             return
+        if not flags & records.REPLY_FLAG_REQUEST:
+            # _answered(connection, 1), inline: once per response.
+            in_flight_count = connection.in_flight_count - 1
+            connection.in_flight_count = in_flight_count if in_flight_count > 0 else 0
+            if connection.read_blocks & BLOCK_IN_FLIGHT:
+                self._answered(connection, 0)
         runs_offset = offset + records.RESPONSE_HEAD_SIZE_BYTES
         bytes_offset = runs_offset + run_count * records.RUN_SIZE_BYTES
         end = offset + size
@@ -375,6 +633,8 @@ class Reactor:
         view = memoryview(buffer)[bytes_offset:end]
         connection.output.append(view)
         connection.output_size_bytes += len(view)
+        connection.output_inline_size_bytes += len(view)
+        self._output_inline_size_bytes += len(view)
         if run_count:
             for run in records.unpack_runs(buffer, runs_offset, run_count):
                 connection.output.append(_FileRun(run.segment_start, run.file_offset, run.size))
@@ -393,6 +653,9 @@ class Reactor:
             )
             outbox = self.outboxes[conn_id % len(self.outboxes)]
             outbox.append(records.CONNECTION_CLOSED, records.pack_connection_event(event))
+            return
+        if reason == records.CLOSE_REASON_IDLE and connection.output:
+            self._close(connection, reason)  # idle that long, it will not read (module docstring)
             return
         if connection.close_reason is None:
             connection.close_reason = reason
@@ -424,6 +687,8 @@ class Reactor:
                 return
             self._bytes_written += sent
             connection.output_size_bytes -= sent
+            connection.output_inline_size_bytes -= sent
+            self._output_inline_size_bytes -= sent
             while sent:
                 head = output[0]
                 assert not isinstance(head, _FileRun)
@@ -438,20 +703,38 @@ class Reactor:
                 return
         # Everything is written.
         assert connection.output_size_bytes == 0
+        assert connection.output_inline_size_bytes == 0
         if connection.close_reason is not None:
             self._close(connection, connection.close_reason)
-        elif connection.events != _EPOLL_READ:
-            connection.events = _EPOLL_READ
-            self.epoll.modify(connection.fd, _EPOLL_READ)
+            return
+        if connection.wants_write or connection.read_blocks & BLOCK_OUTPUT:
+            connection.wants_write = False
+            connection.read_blocks &= ~BLOCK_OUTPUT
+            self._update_events(connection)
 
     def _want_write(self, connection: _Connection) -> None:
-        if connection.output_size_bytes > self.output_size_bytes_max:
-            self._slow_reader_closes += 1
-            self._close(connection, records.CLOSE_REASON_SLOW_READER)
-            return
-        if connection.events != _EPOLL_READ_WRITE:
-            connection.events = _EPOLL_READ_WRITE
-            self.epoll.modify(connection.fd, _EPOLL_READ_WRITE)
+        """The socket took less than offered: wait until it is writable, and read requests
+        again if the output fell back under mqboxConnectionOutputBytesMax."""
+        events_changed = not connection.wants_write
+        connection.wants_write = True
+        if (
+            connection.read_blocks & BLOCK_OUTPUT
+            and connection.output_size_bytes <= self.connection_output_size_bytes_max
+        ):
+            connection.read_blocks &= ~BLOCK_OUTPUT
+            events_changed = True
+        if events_changed:
+            self._update_events(connection)
+
+    def _update_events(self, connection: _Connection) -> None:
+        """Register what the connection waits for: readable unless a BLOCK_* bit is set,
+        writable while output waits. Hang-ups and errors are reported either way."""
+        events = 0 if connection.read_blocks else _EPOLL_READ
+        if connection.wants_write:
+            events |= select.EPOLLOUT
+        if events != connection.events:
+            connection.events = events
+            self.epoll.modify(connection.fd, events)
 
     def _sendfile(self, connection: _Connection, run: _FileRun) -> bool:
         """Send what the socket takes of `run`; True when it is all sent."""
@@ -509,11 +792,19 @@ class Reactor:
         self.epoll.unregister(connection.fd)
         del self._by_fd[connection.fd]
         del self.connections[connection.conn_id]
+        self._spill_waiters.pop(connection.conn_id, None)
+        self._reservation_waiters.pop(connection.conn_id, None)
         connection.sock.close()
         connection.fd = -1
         connection.output.clear()
         connection.output_size_bytes = 0
+        self._output_inline_size_bytes -= connection.output_inline_size_bytes
+        connection.output_inline_size_bytes = 0
         connection.pending = bytearray()
+        if connection.reserved_size_bytes:
+            self._reserved_size_bytes -= connection.reserved_size_bytes
+            connection.reserved_size_bytes = 0
+            self._grant_reservations()
         self._connections_closed += 1
         event = records.ConnectionEvent(
             connection.conn_id,
@@ -550,10 +841,16 @@ class Reactor:
     def statistics(self) -> ReactorStatistics:
         return ReactorStatistics(
             connections_accepted=self._connections_accepted,
+            connections_refused=self._connections_refused,
+            accept_backoffs=self._accept_backoff.rest_count,
             connections_open=len(self.connections),
             connections_closed=self._connections_closed,
             protocol_closes=self._protocol_closes,
             slow_reader_closes=self._slow_reader_closes,
+            spill_waits=self._spill_waits,
+            partial_frame_waits=self._partial_frame_waits,
+            partial_frame_reserved_bytes=self._reserved_size_bytes,
+            in_flight_waits=self._in_flight_waits,
             frames_received=self._frames_received,
             bytes_received=self._bytes_received,
             responses_written=self._responses_written,

@@ -22,7 +22,7 @@ Who writes what (topology.py draws the graph):
     worker  --COMMAND--> send / pull / admin
     worker  --CONNECTION_OPENED, CONNECTION_CLOSED, CLOSE_CONNECTION, REQUEST_FAILED--> admin
     send / pull / admin --REPLY, CLOSE_CONNECTION--> codec
-    codec   --RESPONSE, CLOSE_CONNECTION--> reactor
+    codec   --RESPONSE, CLOSE_CONNECTION, NO_ANSWER--> reactor
     send    --APPEND--> store_writer --APPEND_ACK--> send
     store_writer --WRITTEN--> dispatcher --QUEUES_GREW--> pull
     schedule --APPEND--> store_writer --APPEND_ACK--> schedule   (due delayed messages)
@@ -90,11 +90,20 @@ whose first byte is at log offset segment_start (store/layout.py names the file)
     +0                +8                 +16            +24
     | segment_start i64 | file_offset i64 | size i64    |
 
-CLOSE_CONNECTION: close this connection once its queued output is written.
+CLOSE_CONNECTION: close this connection once its queued output is written (at once when the
+reason is CLOSE_REASON_IDLE: a connection idle that long with output queued does not read).
 
     +0        +8       +12
     | conn_id | reason | pad |
     | u64     | u32    | u32 |
+
+NO_ANSWER: `count` frames of the connection that nobody answers (ONEWAY requests, the client's
+responses to broker requests), so the reactor's count of its requests in flight (reactor.py)
+drops by them; the codec sends at most one per connection per batch of frames.
+
+    +0        +8      +12
+    | conn_id | count | pad |
+    | u64     | u32   | u32 |
 
 COMPLETED: requests the codec has answered, so the worker stops tracking them. Lazy: the codec
 sends these with other traffic to the same worker or after COMPLETED_FLUSH_INTERVAL_NS, never as
@@ -158,6 +167,23 @@ delivered again after a consumer crash still finds its file.
     +0          +4          +8           +16
     | head_size | name_size | file_size  | head (head_size) | name (name_size, file in /dev/shm) |
     | u32       | u32       | u64        |                  |                                    |
+
+Spill budget (issue 9). Spill files are memory (/dev/shm), and a SPILLED record is a few dozen
+bytes in its ring, so the rings' back-pressure alone let 96 clients that never read push them
+past 1 GB. Two rules bound them:
+- An Outbox counts the file bytes of the SPILLED records it has staged in `pending_size_bytes`,
+  so a role stops reading its inputs while big payloads wait for a ring, as for inline ones.
+- `SpillBudget` holds the instance's spill files to mqboxSpillBytesMax. It is asked where new
+  bytes would enter the pipeline as a spill file: the reactor, for a client's frame over the
+  inline maximum, keeps that frame (and stops reading its connection) until there is room; a
+  processor, for a reply over it, answers SYSTEM_BUSY (2) with a remark instead. A role that
+  only carries a payload on (the codec's COMMAND and RESPONSE, the send processor's APPEND)
+  never waits: blocking there could stall the pipeline that frees the room. Such a hop holds
+  the payload's old and new file until it releases its batch, so the files may reach twice the
+  budget for a moment. A payload larger than the whole budget spills when no other file exists.
+  The budget reads /dev/shm itself (a directory scan, only for payloads over the inline
+  maximum, whose copy costs far more): no shared counter to drift after a crash, and a file a
+  crash orphaned counts, since it holds memory too.
 """
 
 from __future__ import annotations
@@ -205,6 +231,7 @@ APPEND: Final = 10
 APPEND_ACK: Final = 11
 WRITTEN: Final = 12
 QUEUES_GREW: Final = 13
+NO_ANSWER: Final = 14
 SPILLED_FLAG: Final = 1 << 24
 RECORD_TYPE_NAMES: Final = {
     FRAME: "FRAME",
@@ -220,6 +247,7 @@ RECORD_TYPE_NAMES: Final = {
     APPEND_ACK: "APPEND_ACK",
     WRITTEN: "WRITTEN",
     QUEUES_GREW: "QUEUES_GREW",
+    NO_ANSWER: "NO_ANSWER",
 }
 
 # Why a connection closed (CONNECTION_CLOSED.reason, CLOSE_CONNECTION.reason).
@@ -233,6 +261,7 @@ CLOSE_REASON_UNKNOWN: Final = 6  # asked to close a connection the reactor does 
 
 # REPLY.flags and RESPONSE.flags.
 REPLY_FLAG_CLOSE_AFTER: Final = 1  # close the connection once this response is written
+REPLY_FLAG_REQUEST: Final = 2  # a broker request to the client (40, 220, 307), not an answer
 
 # APPEND.flags and QUEUES_GREW.flags.
 APPEND_FLAG_WAIT_FLUSH: Final = 1  # SYNC_FLUSH: acknowledge once a flush covers the records
@@ -345,6 +374,11 @@ CLOSE_CONNECTION_HEAD = np.dtype(
     {"names": ["conn_id", "reason"], "formats": ["<u8", "<u4"], "offsets": [0, 8], "itemsize": 16}
 )
 CLOSE_CONNECTION_STRUCT = struct.Struct("<QI4x")
+
+NO_ANSWER_HEAD = np.dtype(
+    {"names": ["conn_id", "count"], "formats": ["<u8", "<u4"], "offsets": [0, 8], "itemsize": 16}
+)
+NO_ANSWER_STRUCT = struct.Struct("<QI4x")
 
 COMPLETED_HEAD = np.dtype(
     {"names": ["count"], "formats": ["<u4"], "offsets": [0], "itemsize": 8},
@@ -460,6 +494,7 @@ for _dtype, _twin in (
     (RESPONSE_HEAD, RESPONSE_HEAD_STRUCT),
     (RUN, RUN_STRUCT),
     (CLOSE_CONNECTION_HEAD, CLOSE_CONNECTION_STRUCT),
+    (NO_ANSWER_HEAD, NO_ANSWER_STRUCT),
     (COMPLETED_HEAD, COMPLETED_HEAD_STRUCT),
     (COMPLETED_ENTRY, COMPLETED_ENTRY_STRUCT),
     (REQUEST_FAILED_HEAD, REQUEST_FAILED_HEAD_STRUCT),
@@ -660,6 +695,17 @@ def unpack_close_connection(buffer: Buffer, offset: int = 0) -> tuple[int, int]:
     return fields
 
 
+def pack_no_answer(conn_id: int, count: int) -> bytes:
+    assert count > 0
+    return NO_ANSWER_STRUCT.pack(conn_id, count)
+
+
+def unpack_no_answer(buffer: Buffer, offset: int = 0) -> tuple[int, int]:
+    """(conn_id, count) of a NO_ANSWER record."""
+    fields: tuple[int, int] = NO_ANSWER_STRUCT.unpack_from(buffer, offset)
+    return fields
+
+
 def pack_completed(entries: Sequence[tuple[int, int]]) -> bytes:
     """A COMPLETED payload for (conn_id, opaque) pairs."""
     parts = [COMPLETED_HEAD_STRUCT.pack(len(entries))]
@@ -825,6 +871,40 @@ def unpack_queues_grew(buffer: Buffer, offset: int, size: int) -> tuple[int, int
 # Spill files
 
 
+class SpillBudget:
+    """The instance's spill files against one budget in bytes (module docstring, "Spill
+    budget"). Any role may hold one; all of them see the same files."""
+
+    def __init__(
+        self, instance: str, size_bytes_max: int, directory: Path = names.SHM_DIRECTORY
+    ) -> None:
+        assert size_bytes_max > 0
+        names.check_part("instance", instance)
+        self.size_bytes_max = size_bytes_max
+        self.directory = directory
+        self.name_prefix = f"{names.NAME_PREFIX}.{instance}.{SPILL_ROLE_PREFIX}"
+        self.refusal_count = 0
+
+    def used_bytes(self) -> int:
+        """Bytes of the instance's spill files now (files being written count what they hold)."""
+        total = 0
+        with os.scandir(self.directory) as entries:
+            for entry in entries:
+                if entry.name.startswith(self.name_prefix):
+                    with contextlib.suppress(FileNotFoundError):
+                        total += entry.stat(follow_symlinks=False).st_size
+        return total
+
+    def has_room_nowait(self, size_bytes: int) -> bool:
+        """True if a payload of `size_bytes` may spill now: it fits beside the files there are,
+        or there are none (so a payload larger than the budget still goes, alone)."""
+        used_bytes = self.used_bytes()
+        if used_bytes == 0 or used_bytes + size_bytes <= self.size_bytes_max:
+            return True
+        self.refusal_count += 1
+        return False
+
+
 class SpillWriter:
     """Names and writes the spill files of one producer role (`spill-<role>.<n>` in /dev/shm)."""
 
@@ -918,7 +998,8 @@ class Outbox:
     Not thread-safe; one per (role, out-ring). A record whose payload is longer than the ring's
     inline maximum goes to a spill file (SpillWriter) and travels as a SPILLED record. What the
     ring cannot take now stays staged, in order, for the next flush: the caller stops reading its
-    inputs while `pending_size_bytes` is above its high-water mark (back-pressure).
+    inputs while `pending_size_bytes` is above its high-water mark (back-pressure). That size
+    counts the files of staged SPILLED records too (module docstring, "Spill budget").
     """
 
     def __init__(self, ring: Ring, spill_writer: SpillWriter) -> None:
@@ -931,6 +1012,9 @@ class Outbox:
         self._types = array.array("i")
         self._offsets = array.array("q")
         self._sizes = array.array("q")
+        # Staged SPILLED records as (index among the staged records, file bytes), in order.
+        self._spilled: list[tuple[int, int]] = []
+        self._spilled_size_bytes = 0
         self._record_count_written = 0
         self._batch_count_written = 0
         self._full_count = 0
@@ -943,7 +1027,8 @@ class Outbox:
 
     @property
     def pending_size_bytes(self) -> int:
-        return len(self._buffer)
+        """Bytes staged: inline payloads and the files of staged SPILLED records."""
+        return len(self._buffer) + self._spilled_size_bytes
 
     def append(self, record_type: int, head: Buffer, *tail: Buffer) -> None:
         """Stage one record: `head` then each part of `tail`, back to back."""
@@ -966,13 +1051,21 @@ class Outbox:
         """Stage a SPILLED record received from another ring, unchanged: its file goes along."""
         assert record_type & SPILLED_FLAG
         assert len(payload) <= self.payload_size_bytes_max
+        self._note_spilled(SPILL_HEAD_STRUCT.unpack_from(payload)[2])
         self._append_raw(record_type, payload)
 
     def _append_spilled(self, record_type: int, head: Buffer, tail: Sequence[Buffer]) -> None:
         name = self.spill_writer.write(tail)
-        payload = pack_spill(head, name, sum(len(part) for part in tail))
+        file_size_bytes = sum(len(part) for part in tail)
+        payload = pack_spill(head, name, file_size_bytes)
         assert len(payload) <= self.payload_size_bytes_max, "a fixed head never fills a ring"
+        self._note_spilled(file_size_bytes)
         self._append_raw(record_type | SPILLED_FLAG, payload)
+
+    def _note_spilled(self, file_size_bytes: int) -> None:
+        """Count the file of the SPILLED record about to be staged in pending_size_bytes."""
+        self._spilled.append((len(self._types), file_size_bytes))
+        self._spilled_size_bytes += file_size_bytes
 
     def _append_raw(self, record_type: int, payload: Buffer) -> None:
         self._types.append(record_type)
@@ -1006,6 +1099,9 @@ class Outbox:
             del self._types[:]
             del self._offsets[:]
             del self._sizes[:]
+            if self._spilled:
+                self._spilled.clear()
+                self._spilled_size_bytes = 0
             return True
         self._full_count += 1
         if written > 0:
@@ -1014,6 +1110,11 @@ class Outbox:
             del self._types[:written]
             self._offsets = array.array("q", [offset - cut for offset in self._offsets[written:]])
             del self._sizes[:written]
+            if self._spilled:
+                self._spilled = [
+                    (index - written, size) for index, size in self._spilled if index >= written
+                ]
+                self._spilled_size_bytes = sum(size for _index, size in self._spilled)
         return False
 
     def _write_few_nowait(self, record_count: int) -> int:

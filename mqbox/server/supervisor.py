@@ -82,6 +82,7 @@ from mqbox.config import BrokerConfig, load_broker_config, load_namesrv_config
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
+from mqbox.resources import raise_file_limit
 from mqbox.server import runtime
 from mqbox.server.topology import (
     START_ORDER,
@@ -91,7 +92,7 @@ from mqbox.server.topology import (
     Topology,
     broker_topology,
 )
-from mqbox.store.layout import abort_path
+from mqbox.store.layout import DIRECTORY_MODE, FILE_MODE, abort_path
 
 log = logging.getLogger("mqbox.supervisor")
 
@@ -113,6 +114,7 @@ SUPERVISOR_LOG_FILE_NAME: Final = "supervisor.log"
 STATE_VERSION: Final = 1
 
 LISTEN_BACKLOG: Final = 1024
+PRIVATE_UMASK: Final = 0o077
 # Starting: the store writer and the dispatcher may run a long recovery before they are ready.
 READY_TIMEOUT_S_DEFAULT: Final = 60.0
 READY_TIMEOUT_S_STORE: Final = 900.0
@@ -181,7 +183,7 @@ def prepare_home(home: Path) -> HomeLayout:
     layout = HomeLayout(home)
     try:
         for directory in (layout.home, layout.run_dir, layout.logs_dir, layout.store_dir):
-            directory.mkdir(parents=True, exist_ok=True)
+            directory.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
         probe = layout.run_dir / f".probe-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
@@ -208,7 +210,7 @@ def store_root_of(home: Path, broker: BrokerConfig) -> Path:
 def lock_home(layout: HomeLayout) -> int:
     """Take the home's lock (flock, not blocking) and return its descriptor; closing it releases
     the lock. MqboxError if an appliance (or a store repair) holds it."""
-    fd = os.open(layout.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(layout.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -489,6 +491,10 @@ class Supervisor:
 
     def _start(self) -> None:
         options = self.options
+        # Everything the appliance creates is its user's alone (issue 9): the roles, the name
+        # server and the libraries they call (logging, tempfile) inherit this umask; the store
+        # and the run files also pass modes 0600 and 0700 explicitly.
+        os.umask(PRIVATE_UMASK)
         prepare_home(self.layout.home)
         broker = load_broker_config(options.broker_config_path)
         namesrv_config = load_namesrv_config(options.namesrv_config_path)
@@ -499,11 +505,15 @@ class Supervisor:
             stderr_level=logging.WARNING if options.log_to_stderr else None,
         )
         log.info("starting in %s (pid %d)", self.layout.home, os.getpid())
+        # Every role and the name server inherit the limit: each connection is a descriptor, and
+        # the usual soft limit (1024) is far below what mqboxConnectionCountMax allows.
+        soft_before, soft_now = raise_file_limit()
+        log.info("descriptor limit: soft %d (was %d)", soft_now, soft_before)
         self.instance = instance_name(self.layout.home, broker.broker_name)
         self._sweep_stale(self.instance)
         self.store_root = store_root_of(self.layout.home, broker)
         try:
-            self.store_root.mkdir(parents=True, exist_ok=True)
+            self.store_root.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
         except OSError as error:
             raise ConfigError(f"cannot create store {self.store_root}: {error.strerror}") from None
         broker_port = options.broker_port if options.broker_port is not None else broker.listen_port

@@ -20,6 +20,11 @@ Invariants:
   server and the services role use to notice it.
 - A topic, once created, keeps its queue counts unless topic admin replaces it (`put`, from
   UPDATE_AND_CREATE_TOPIC) or removes it (`delete`); create_if_absent never changes one.
+- Automatic creation (`create_if_absent`, `create_many_if_absent`, `auto_create`: SEND to a new
+  topic, retry and dead-letter topics, a heartbeat's retry topics) stops once the table holds
+  mqboxAutoCreateTopicCountMax topics (AutoCreateLimitError, answered 17 with its message);
+  topic admin (`put`) and the system topics are not limited. Java has no such bound: any client
+  that may send could fill its table, and every creation rewrites the whole file.
 """
 
 from __future__ import annotations
@@ -29,16 +34,17 @@ import dataclasses
 import fcntl
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
 from mqbox.config import BrokerConfig
+from mqbox.errors import AutoCreateLimitError
 from mqbox.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
 from mqbox.protocol.headers import validate_topic
 from mqbox.store import config_files
 from mqbox.store.config_files import DataVersion, TopicConfig, TopicConfigTable
-from mqbox.store.layout import TOPICS_FILE_NAME, config_dir
+from mqbox.store.layout import DIRECTORY_MODE, FILE_MODE, TOPICS_FILE_NAME, config_dir
 
 RELOAD_CHECK_INTERVAL_NS: Final = 100_000_000  # a reader stats topics.json at most this often
 LOCK_FILE_SUFFIX: Final = ".lock"
@@ -178,8 +184,8 @@ class TopicConfigStore:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """The exclusive lock of topics.json, with the table re-read inside it."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.directory.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self.reload_if_changed()
@@ -212,22 +218,51 @@ class TopicConfigStore:
         return added
 
     def create_if_absent(self, config: TopicConfig) -> tuple[TopicConfig, bool]:
-        """(the topic's configuration, True if this call created it). An existing topic wins."""
-        assert validate_topic(config.topic_name) is None
-        assert config.read_queue_nums > 0
-        assert config.write_queue_nums > 0
+        """(the topic's configuration, True if this call created it). An existing topic wins.
+        AutoCreateLimitError if it is absent and the table is full (module docstring)."""
         existing = self._table.topics.get(config.topic_name)
         if existing is not None:
             return existing, False
+        created, refused = self.create_many_if_absent((config,))
+        if refused:
+            raise AutoCreateLimitError(self._refusal(config.topic_name))
+        return self._table.topics[config.topic_name], bool(created)
+
+    def create_many_if_absent(self, configs: Sequence[TopicConfig]) -> tuple[list[str], list[str]]:
+        """Create every absent topic of `configs` in one write of the file (a heartbeat's retry
+        topics: one lock and one save, however many groups it names); returns (the names
+        created, the names refused because the table is full). Existing topics win."""
+        for config in configs:
+            assert validate_topic(config.topic_name) is None
+            assert config.read_queue_nums > 0
+            assert config.write_queue_nums > 0
+        if all(config.topic_name in self._table.topics for config in configs):
+            return [], []
+        count_max = self.broker.limits.auto_create_topic_count_max
+        created: list[str] = []
+        refused: list[str] = []
         with self._locked():
-            existing = self._table.topics.get(config.topic_name)
-            if existing is not None:
-                return existing, False
             topics = dict(self._table.topics)
-            topics[config.topic_name] = config
-            self._save(topics)
-        self._created_count += 1
-        return config, True
+            for config in configs:
+                name = config.topic_name
+                if name in topics:
+                    continue
+                if len(topics) >= count_max:
+                    refused.append(name)
+                    continue
+                topics[name] = config
+                created.append(name)
+            if created:
+                self._save(topics)
+        self._created_count += len(created)
+        return created, refused
+
+    def _refusal(self, topic: str) -> str:
+        """The remark of a topic refused for a full table."""
+        return (
+            f"topic[{topic}] not created: the broker holds {len(self._table.topics)} topics, "
+            f"mqboxAutoCreateTopicCountMax={self.broker.limits.auto_create_topic_count_max}"
+        )
 
     def put(self, config: TopicConfig) -> bool:
         """Create or replace the topic (UPDATE_AND_CREATE_TOPIC); False if the table held exactly
@@ -261,8 +296,8 @@ class TopicConfigStore:
         broker does: a `%RETRY%` topic with 1 queue and perm 6; otherwise, when
         autoCreateTopicEnable is on and the client's template (`default_topic`, normally TBW102)
         exists with PERM_INHERIT, min(default_topic_queue_nums, the template's write queues)
-        queues and the template's perm without INHERIT. None when the topic may not be made.
-        The caller has validated the name."""
+        queues and the template's perm without INHERIT. None when the topic may not be made;
+        AutoCreateLimitError when the table is full. The caller has validated the name."""
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             config, _created = self.create_if_absent(TopicConfig(topic, 1, 1, PERM_READ_WRITE))
             return config

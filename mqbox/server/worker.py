@@ -2,7 +2,8 @@
 
 Owns: the connection table (conn id -> peer, opened time, last activity, request count), the idle
 check (a connection without a request for `connection_idle_ms` is closed, as RocketMQ's
-NettyServerConfig.serverChannelMaxIdleTimeSeconds does after 120 s), the routing table from
+NettyServerConfig.serverChannelMaxIdleTimeSeconds does after 120 s; broker.conf's key of that
+name sets it), the routing table from
 request code to processor pool (`ROUTES`), and the in-flight table of requests that a processor
 holds, so that when a processor process dies the clients get SYSTEM_ERROR instead of a timeout.
 Never: decodes a header or a body (the codec decoded enough for routing), answers a client
@@ -418,6 +419,7 @@ class Worker:
 
 def main(ctx: RoleContext) -> NoReturn:
     """The worker role: serve until SIGTERM, then finish the batch and exit (runtime.py)."""
-    worker = Worker(ctx, wakeup_fd=runtime.wakeup_fileno())
+    idle_ms = ctx.broker.limits.connection_idle_time_s * 1000
+    worker = Worker(ctx, connection_idle_ms=idle_ms, wakeup_fd=runtime.wakeup_fileno())
     ctx.report_ready({"role": ctx.role.role_id, "pid": os.getpid()})
     worker.run_forever()

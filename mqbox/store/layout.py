@@ -56,6 +56,11 @@ CONSUMER_OFFSET_FILE_NAME: Final = "consumerOffset.json"
 DELAY_OFFSET_FILE_NAME: Final = "delayOffset.json"
 SUBSCRIPTION_GROUP_FILE_NAME: Final = "subscriptionGroup.json"
 
+# Modes of what the store creates: readable by the broker's own user only (issue 9). The
+# supervisor also sets the umask 077, which covers files made by libraries (logs, temp files).
+FILE_MODE: Final = 0o600
+DIRECTORY_MODE: Final = 0o700
+
 # A file being replaced is first written beside its final name with this suffix; RocketMQ's
 # ConfigManager also keeps the previous version under the backup suffix.
 TEMP_SUFFIX: Final = ".tmp"

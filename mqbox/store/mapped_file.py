@@ -39,7 +39,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mqbox.errors import DiskFullError, StoreError
-from mqbox.store.layout import BACKUP_SUFFIX, TEMP_SUFFIX, parse_segment_name, segment_name
+from mqbox.store.layout import (
+    BACKUP_SUFFIX,
+    DIRECTORY_MODE,
+    FILE_MODE,
+    TEMP_SUFFIX,
+    parse_segment_name,
+    segment_name,
+)
 
 PAGE_SIZE_BYTES = mmap.PAGESIZE
 assert mmap.ALLOCATIONGRANULARITY % PAGE_SIZE_BYTES == 0
@@ -100,7 +107,8 @@ def sync_filesystem(path: Path) -> None:
 
 
 def ensure_directory(directory: Path) -> list[Path]:
-    """Create `directory` and its missing parents; return the directories whose entries changed.
+    """Create `directory` and its missing parents (DIRECTORY_MODE, 0700); return the directories
+    whose entries changed.
 
     The caller fsyncs the returned directories (parents of what was created) before it counts
     anything inside `directory` as durable.
@@ -114,7 +122,7 @@ def ensure_directory(directory: Path) -> list[Path]:
     changed: list[Path] = []
     for created in reversed(missing):
         try:
-            created.mkdir(exist_ok=True)
+            created.mkdir(mode=DIRECTORY_MODE, exist_ok=True)
         except OSError as error:
             raise store_error(error, "create directory", created) from error
         changed.append(created.parent)
@@ -124,14 +132,14 @@ def ensure_directory(directory: Path) -> list[Path]:
 def write_file_atomically(path: Path, data: bytes, *, keep_backup: bool = False) -> None:
     """Replace `path` with `data` so that a crash at any point leaves the old or the new file.
 
-    Method: write `<name>.tmp` in the same directory, fsync it, rename it over `<name>`, fsync
-    the directory. With `keep_backup`, the previous version first becomes `<name>.bak` through a
-    hard link, so `<name>` itself never goes missing (RocketMQ's ConfigManager keeps the same
-    `.bak`, though it deletes the file before renaming).
+    Method: write `<name>.tmp` (FILE_MODE, 0600) in the same directory, fsync it, rename it over
+    `<name>`, fsync the directory. With `keep_backup`, the previous version first becomes
+    `<name>.bak` through a hard link, so `<name>` itself never goes missing (RocketMQ's
+    ConfigManager keeps the same `.bak`, though it deletes the file before renaming).
     """
     temp_path = path.with_name(path.name + TEMP_SUFFIX)
     try:
-        fd = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
         try:
             view = memoryview(data)
             while view:
@@ -221,7 +229,7 @@ class MappedFile:
         """
         assert file_size_bytes > 0
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         except OSError as error:
             raise store_error(error, "create", path) from error
         try:

@@ -144,6 +144,8 @@ from mqbox.store.kernels import (
 )
 from mqbox.store.layout import (
     CQ_ENTRY_SIZE_BYTES,
+    DIRECTORY_MODE,
+    FILE_MODE,
     INDEX_COUNT_INITIAL,
     INDEX_ENTRY_DTYPE,
     INDEX_ENTRY_SIZE_BYTES,
@@ -224,7 +226,7 @@ def create_abort_file(store_root: Path) -> bool:
     path = abort_path(store_root)
     existed = path.exists()
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             os.fsync(fd)
         finally:
@@ -1534,16 +1536,20 @@ def copy_cut_bytes(commit_log: CommitLog, from_log_offset_bytes: int, directory:
     """Copy every commit-log byte at or after `from_log_offset_bytes` that holds data into
     `directory` (one file per segment, named by the log offset of its first byte) before a
     repair cuts them; return the bytes copied."""
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    directory.mkdir(parents=True, exist_ok=True, mode=DIRECTORY_MODE)
     copied_bytes = 0
     for segment_start_bytes, buffer, first_bytes, end_bytes in data_ranges_from(
         commit_log, from_log_offset_bytes
     ):
         target = directory / segment_name(segment_start_bytes + first_bytes)
-        with target.open("wb") as file:
-            file.write(buffer[first_bytes:end_bytes].tobytes())
-            file.flush()
-            os.fsync(file.fileno())
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        try:
+            view = memoryview(buffer[first_bytes:end_bytes])
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         copied_bytes += end_bytes - first_bytes
     fsync_directory(directory)
     return copied_bytes

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ import psutil
 
 from mqbox.ipc import names
 from tests.support.front_client import FrontClient
+from tests.support.namesrv_process import set_file_limit
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S: Final = 300.0  # the first start on a machine compiles every kernel
@@ -69,12 +71,17 @@ class Appliance:
 
 @contextlib.contextmanager
 def running_supervisor(
-    home: Path, arguments: list[str], reap_pids: list[int]
+    home: Path,
+    arguments: list[str],
+    reap_pids: list[int],
+    *,
+    file_limit: tuple[int, int] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, Any], Path]]:
     """Run `python -m mqbox.server.supervisor --home HOME ARGUMENTS --ready-fd N` and yield
     (process, its ready line, its output file) once every role is ready. On the way out: the
     orderly stop (SIGTERM, then SIGKILL after STOP_TIMEOUT_S), SIGKILL by PID of everything it
-    started, and the sweep of its shared memory. Every PID is appended to `reap_pids` too."""
+    started, and the sweep of its shared memory. Every PID is appended to `reap_pids` too.
+    `file_limit` (soft, hard) is the supervisor's RLIMIT_NOFILE, set before exec."""
     home.mkdir(parents=True, exist_ok=True)
     read_fd, write_fd = os.pipe()
     output_path = home / "supervisor.out"
@@ -97,6 +104,9 @@ def running_supervisor(
                 env=environment,
                 pass_fds=(write_fd,),
                 start_new_session=True,
+                preexec_fn=None
+                if file_limit is None
+                else functools.partial(set_file_limit, file_limit),
             )
     finally:
         os.close(write_fd)
@@ -137,15 +147,23 @@ def stop_process(process: subprocess.Popen[bytes]) -> int | None:
 
 @contextlib.contextmanager
 def running_appliance(
-    home: Path, reap_pids: list[int], broker_conf: str = BROKER_CONF
+    home: Path,
+    reap_pids: list[int],
+    broker_conf: str = BROKER_CONF,
+    *,
+    file_limit: tuple[int, int] | None = None,
 ) -> Iterator[Appliance]:
     """Start the appliance on `home` and yield it once every role is ready; every PID it starts
-    is appended to `reap_pids` as well."""
+    is appended to `reap_pids` as well. `file_limit`: running_supervisor's."""
     home.mkdir(parents=True, exist_ok=True)
     conf = home / "broker.conf"
     conf.write_text(broker_conf, encoding="utf-8")
     arguments = ["--config", str(conf), "--broker-port", "0", "--namesrv-port", "0"]
-    with running_supervisor(home, arguments, reap_pids) as (process, ready, output_path):
+    with running_supervisor(home, arguments, reap_pids, file_limit=file_limit) as (
+        process,
+        ready,
+        output_path,
+    ):
         yield Appliance(
             process,
             home,

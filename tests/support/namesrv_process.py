@@ -9,8 +9,10 @@ the `reap_pids` list of tests/conftest.py, so the process is SIGKILLed by PID wh
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -58,6 +60,7 @@ def running_namesrv(
     scan_interval_ms: int | None = None,
     expire_ms: int | None = None,
     config_file: Path | None = None,
+    file_limit: tuple[int, int] | None = None,
 ) -> Iterator[NamesrvProcess]:
     """A name server on 127.0.0.1 port 0, ready; SIGKILLed by PID and reaped on the way out."""
     namesrv = start_namesrv(
@@ -66,6 +69,7 @@ def running_namesrv(
         scan_interval_ms=scan_interval_ms,
         expire_ms=expire_ms,
         config_file=config_file,
+        file_limit=file_limit,
     )
     try:
         yield namesrv
@@ -82,8 +86,10 @@ def start_namesrv(
     scan_interval_ms: int | None = None,
     expire_ms: int | None = None,
     config_file: Path | None = None,
+    file_limit: tuple[int, int] | None = None,
 ) -> NamesrvProcess:
     """Start a name server on 127.0.0.1 port 0 and wait until its ready file appears.
+    `file_limit` (soft, hard) is its RLIMIT_NOFILE, set in the child before exec.
 
     The caller must reap the process (`running_namesrv` does): `reap_pids` kills it, but a Popen
     dropped while its child runs raises a ResourceWarning, which the suite turns into an error.
@@ -115,7 +121,15 @@ def start_namesrv(
     environment = {**os.environ, "PYTHONPATH": str(root)}
     with log_file.open("wb") as log:
         process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=root, env=environment
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            cwd=root,
+            env=environment,
+            preexec_fn=None
+            if file_limit is None
+            else functools.partial(set_file_limit, file_limit),
         )
     reap_pids.append(process.pid)
     try:
@@ -124,6 +138,11 @@ def start_namesrv(
         process.kill()
         process.wait(READY_TIMEOUT_S)
         raise
+
+
+def set_file_limit(limit: tuple[int, int]) -> None:
+    """RLIMIT_NOFILE of the calling process (a child between fork and exec)."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, limit)
 
 
 def _wait_ready(

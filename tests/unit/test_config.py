@@ -12,6 +12,8 @@ import pytest
 from mqbox.config import (
     BrokerRole,
     FlushDiskType,
+    LimitConfig,
+    NamesrvConfig,
     delay_level_durations_ms,
     load_broker_config,
     load_namesrv_config,
@@ -47,6 +49,28 @@ def test_shipped_defaults_load() -> None:
     assert broker.unknown_keys == ()
     assert namesrv.listen_port == 9876
     assert namesrv.broker_channel_expired_time_ms == 120_000
+    # etc/namesrv.conf documents every key with its default value.
+    assert namesrv == NamesrvConfig()
+    assert broker.limits == LimitConfig()
+
+
+def test_namesrv_limit_keys_load_and_are_bounded() -> None:
+    config = load_namesrv_config(
+        None,
+        {
+            "mqboxConnectionCountMax": "8",
+            "serverChannelMaxIdleTimeSeconds": "3",
+            "mqboxKvEntryCountMax": "5",
+            "mqboxKvNamespaceEntryCountMax": "2",
+            "mqboxKvKeyBytesMax": "16",
+            "mqboxKvValueBytesMax": "32",
+        },
+    )
+    assert (config.connection_count_max, config.connection_idle_time_s) == (8, 3)
+    assert (config.kv_entry_count_max, config.kv_namespace_entry_count_max) == (5, 2)
+    assert (config.kv_key_size_bytes_max, config.kv_value_size_bytes_max) == (16, 32)
+    with pytest.raises(ConfigError, match="mqboxConnectionCountMax"):
+        load_namesrv_config(None, {"mqboxConnectionCountMax": "0"})
 
 
 def test_retention_keys_load_with_rocketmqs_names_and_defaults() -> None:

@@ -32,6 +32,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "selectors",
     ),
     "mqbox.errors": ("mqbox",),
+    # resources.py (descriptor limit, accept back-off) serves the broker and the name server.
+    "mqbox.resources": ("mqbox",),
     "mqbox.protocol": (
         "socket",
         "selectors",

@@ -29,6 +29,9 @@ How a processor plugs in (send.py and pull.py follow admin.py):
   answers SYSTEM_ERROR for it if this process dies first.
 - `reply_with_runs()` answers with a body the reactor sends from the commit log with
   os.sendfile: `runs` are (segment_start, file_offset, size) of the store's read plan, in order.
+- A reply too big for the ring to the codec travels as spill files; when the instance's spill
+  files fill mqboxSpillBytesMax (records.py, "Spill budget"), `reply()` answers SYSTEM_BUSY (2)
+  with a remark instead, which clients retry.
 - RemoteProtocolError from `handle` (a typed header that does not parse) is answered with its
   response_code and message; any other MqboxError with SYSTEM_ERROR. Anything else is a bug:
   the process dies and the supervisor restarts it.
@@ -64,7 +67,16 @@ from mqbox.protocol.command import (
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.frame import FRAME_PREFIX_SIZE_BYTES, FRAME_SIZE_BYTES_MAX_DEFAULT
 from mqbox.server import records, runtime
-from mqbox.server.records import Buffer, ConnectionEvent, Inbox, Outbox, Run, Sleeper, SpillWriter
+from mqbox.server.records import (
+    Buffer,
+    ConnectionEvent,
+    Inbox,
+    Outbox,
+    Run,
+    Sleeper,
+    SpillBudget,
+    SpillWriter,
+)
 from mqbox.server.topology import RoleContext, RoleKind
 
 TICK_INTERVAL_NS: Final = 1_000_000_000
@@ -234,6 +246,10 @@ class Processor:
         from_workers, from_others = topology.rings_to_split(self.role_id, RoleKind.WORKER)
         self.worker_inboxes = records.attach_inboxes(from_workers)
         self.other_inboxes = records.attach_inboxes(from_others)
+        self.spill_budget = SpillBudget(ctx.instance, ctx.broker.limits.spill_size_bytes_max)
+        self.inline_size_bytes_max = min(
+            outbox.payload_size_bytes_max for outbox in self.codec_outboxes
+        )
         # Rings a subclass writes besides the codecs' (send: its store writer's): flushed with
         # the replies every turn, and back-pressure stops the worker rings when one backs up.
         self.extra_outboxes: list[Outbox] = []
@@ -302,6 +318,18 @@ class Processor:
         if FRAME_PREFIX_SIZE_BYTES + len(header) + len(body) > self.frame_size_bytes_max:
             self._reply_too_large(request, len(header) + len(body))
             return
+        record_size_bytes = records.REPLY_HEAD_SIZE_BYTES + len(header) + len(body)
+        if record_size_bytes > self.inline_size_bytes_max and not (
+            self.spill_budget.has_room_nowait(record_size_bytes)
+        ):
+            self._reply_refused(
+                request,
+                ResponseCode.SYSTEM_BUSY,
+                f"mqbox: [OVERLOAD] the broker's spill files are full (mqboxSpillBytesMax="
+                f"{self.spill_budget.size_bytes_max}) for a response of {record_size_bytes} "
+                f"bytes; try again later",
+            )
+            return
         self._append_reply(request.conn_id, response, header, b"", len(body), body)
 
     def reply_with_runs(
@@ -362,9 +390,10 @@ class Processor:
         runs: bytes,
         body_size: int,
         body: bytes,
+        flags: int = 0,
     ) -> None:
         self._append_reply_header(
-            conn_id, response.opaque, response.serialize_type, header, runs, body_size, body
+            conn_id, response.opaque, response.serialize_type, header, runs, body_size, body, flags
         )
 
     def _append_reply_header(
@@ -376,10 +405,12 @@ class Processor:
         runs: bytes,
         body_size: int,
         body: bytes,
+        flags: int = 0,
     ) -> None:
+        """Stage one REPLY; `flags`: records.REPLY_FLAG_* (REQUEST for a broker request)."""
         run_count = len(runs) // records.RUN_SIZE_BYTES
         head = records.pack_reply_head(
-            conn_id, opaque, serialize_type, 0, len(header), run_count, body_size
+            conn_id, opaque, serialize_type, flags, len(header), run_count, body_size
         )
         outbox = self.codec_outboxes[conn_id % len(self.codec_outboxes)]
         outbox.append(records.REPLY, head, runs, header, body)
@@ -387,11 +418,15 @@ class Processor:
 
     def _reply_too_large(self, request: Request, size_bytes: int) -> None:
         self._replies_too_large += 1
-        response = request.make_response(
+        self._reply_refused(
+            request,
             ResponseCode.SYSTEM_ERROR,
-            {},
-            remark=f"mqbox: the response of {size_bytes} bytes exceeds the frame size limit",
+            f"mqbox: the response of {size_bytes} bytes exceeds the frame size limit",
         )
+
+    def _reply_refused(self, request: Request, code: int, remark: str) -> None:
+        """Answer `code` and `remark` instead of the response that could not go out."""
+        response = request.make_response(code, {}, remark=remark)
         self._append_reply(request.conn_id, response, encode_header(response), b"", 0, b"")
 
     # -- the loop ---------------------------------------------------------------------------------

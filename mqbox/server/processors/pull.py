@@ -53,6 +53,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mqbox.config import BrokerRole
+from mqbox.errors import AutoCreateLimitError
 from mqbox.ipc.ring import Ring
 from mqbox.message import tag_hash
 from mqbox.protocol.codes import (
@@ -230,7 +231,11 @@ class PullProcessor(Processor):
         queue_id = header.queue_id
         config = self.topics.get(topic)
         if config is None:
-            config = self._missing_topic(topic)
+            try:
+                config = self._missing_topic(topic)
+            except AutoCreateLimitError as error:
+                self._error(request, ResponseCode.TOPIC_NOT_EXIST, str(error))
+                return
             if config is None:
                 self._error(
                     request,
@@ -310,7 +315,7 @@ class PullProcessor(Processor):
         """A topic this process has not seen: maybe made a moment ago by another process; a
         `%RETRY%` topic is also made here if a pull for it comes before the group's first
         heartbeat (admin.0 makes it then), so a push consumer's retry queue answers 19, not an
-        error."""
+        error. AutoCreateLimitError when the topic table is full."""
         config = self.topics.get_fresh(topic)
         if (
             config is None

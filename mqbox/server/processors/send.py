@@ -66,7 +66,7 @@ from numpy.typing import NDArray
 
 from mqbox._jit import kernel
 from mqbox.config import delay_level_durations_ms
-from mqbox.errors import MessageIllegalError, MqboxError
+from mqbox.errors import AutoCreateLimitError, MessageIllegalError, MqboxError
 from mqbox.ipc.ring import Ring
 from mqbox.message import (
     BATCH_BODY_LENGTH_POSITION_BYTES,
@@ -519,7 +519,12 @@ class SendProcessor(Processor):
             default_topic = header.default_topic
             if default_topic and validate_topic_name(default_topic) is not None:
                 default_topic = ""
-            config = self.topics.auto_create(topic, default_topic, header.default_topic_queue_nums)
+            try:
+                config = self.topics.auto_create(
+                    topic, default_topic, header.default_topic_queue_nums
+                )
+            except AutoCreateLimitError as error:
+                raise _RefusedError(ResponseCode.TOPIC_NOT_EXIST, str(error)) from None
             if config is None:
                 raise _RefusedError(
                     ResponseCode.TOPIC_NOT_EXIST,
@@ -690,9 +695,12 @@ class SendProcessor(Processor):
             raise _RefusedError(ResponseCode.SYSTEM_ERROR, problem)
         config = self.topics.get(topic)
         if config is None:
-            config, created = self.topics.create_if_absent(
-                TopicConfig(topic, queue_count, queue_count, PERM_READ_WRITE)
-            )
+            try:
+                config, created = self.topics.create_if_absent(
+                    TopicConfig(topic, queue_count, queue_count, PERM_READ_WRITE)
+                )
+            except AutoCreateLimitError as error:
+                raise _RefusedError(ResponseCode.TOPIC_NOT_EXIST, str(error)) from None
             self._topics_created += int(created)
         if not config.perm & PERM_WRITE:
             raise _RefusedError(

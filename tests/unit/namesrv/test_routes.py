@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from mqbox.namesrv.routes import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
+    KvLimits,
     RemovedBroker,
     RouteTable,
 )
@@ -258,6 +259,37 @@ def test_kv_config_put_get_delete() -> None:
     assert routes.kv_delete("ns", "other")
     assert routes.kv_namespace("ns") is None
     assert not routes.kv_delete("missing", "k")
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(),
+            st.sampled_from(["a", "b", "c", "\udcff"]),
+            st.sampled_from(["k0", "k1", "k2", "kk" * 5, "\ud800"]),
+            st.text(max_size=12),
+        ),
+        max_size=60,
+    )
+)
+def test_kv_table_stays_within_its_limits_under_any_operations(
+    operations: list[tuple[bool, str, str, str]],
+) -> None:
+    """Issue 9: the KV table is bounded (invariant 4); a refused put changes nothing."""
+    routes = RouteTable(kv_limits=KvLimits(4, 2, 8, 16))
+    for is_put, namespace, key, value in operations:
+        if not is_put:
+            routes.kv_delete(namespace, key)
+        else:
+            before = routes.kv_namespace(namespace)
+            problem = routes.kv_put(namespace, key, value)
+            if problem is None:
+                assert routes.kv_get(namespace, key) == value
+            else:
+                assert problem.split("=")[0].rsplit(" ", 1)[-1].startswith("mqboxKv"), problem
+                assert routes.kv_namespace(namespace) == before
+        routes.check_invariants()
 
 
 # -- eviction ---------------------------------------------------------------------------------

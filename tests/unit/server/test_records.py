@@ -293,6 +293,56 @@ def test_a_spill_file_gone_before_the_read_is_counted_and_skipped(
     assert inbox.spill_missing_count == 1
 
 
+def test_staged_spilled_records_count_their_files_in_the_back_pressure(
+    ring: Ring, shm_instance: str
+) -> None:
+    """Issue 9: a SPILLED record is a few bytes in the ring but megabytes in /dev/shm; the
+    high-water marks of the roles see the megabytes."""
+    big = b"x" * (ring.payload_size_bytes_max + 1000)
+    outbox = records.Outbox(ring, records.SpillWriter(shm_instance, "codec.0"))
+    filler = b"f" * ring.payload_size_bytes_max
+    outbox.append(records.FRAME, filler)  # the ring takes this one, not the three after it
+    outbox.append(records.FRAME, filler)
+    outbox.append(records.FRAME, b"h" * 8, big)
+    outbox.append(records.FRAME, b"h" * 8, big)
+    assert not outbox.flush_nowait()
+    assert outbox.pending_count == 3
+    assert outbox.pending_size_bytes >= len(filler) + 2 * len(big)
+    drain_all(records.Inbox(ring, "codec.0"))
+    assert outbox.flush_nowait()
+    assert outbox.pending_size_bytes == 0
+    # A role that forwards them unread (the worker) counts their files as well.
+    forwarder = records.Outbox(ring, records.SpillWriter(shm_instance, "worker.0"))
+    inbox = records.Inbox(ring, "codec.0")
+    batch = inbox.drain_nowait()
+    for record_type, buffer, offset, size in inbox.records(batch, frozenset({records.FRAME})):
+        if record_type & records.SPILLED_FLAG:
+            forwarder.append_spilled(record_type, memoryview(buffer)[offset : offset + size])
+    ring.release(batch)
+    assert forwarder.pending_count == 2
+    assert forwarder.pending_size_bytes >= 2 * len(big)
+
+
+def test_the_spill_budget_counts_the_instances_files_and_lets_a_lone_payload_go(
+    shm_instance: str,
+) -> None:
+    budget = records.SpillBudget(shm_instance, 1000)
+    assert budget.used_bytes() == 0
+    assert budget.has_room_nowait(5000)  # nothing else spilled: a big payload still goes
+    writer = records.SpillWriter(shm_instance, "reactor.0")
+    other = records.SpillWriter(shm_instance + "x", "reactor.0")  # another instance
+    try:
+        writer.write([b"a" * 600])
+        other.write([b"b" * 5000])
+        assert budget.used_bytes() == 600
+        assert budget.has_room_nowait(400)
+        assert not budget.has_room_nowait(401)
+        assert budget.refusal_count == 1
+    finally:
+        names.unlink_instance(shm_instance)
+        names.unlink_instance(shm_instance + "x")
+
+
 def test_spill_writer_skips_names_left_by_an_earlier_process(shm_instance: str) -> None:
     writer = records.SpillWriter(shm_instance, "reactor.0")
     leftover = names.SHM_DIRECTORY / names.shm_name(shm_instance, writer.role_part, 0).removeprefix(

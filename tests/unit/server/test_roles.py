@@ -236,6 +236,68 @@ def test_a_frame_over_the_ring_inline_maximum_goes_through_spill_files(
         client.close()
 
 
+def test_partial_frames_wait_in_turn_for_the_reactors_budget(front: FrontInProcess) -> None:
+    """Issue 9: a frame longer than one read is buffered under a reservation of its length; the
+    second of two such frames that do not fit together waits, unread, for the first."""
+    reactor = front.reactor
+    reactor.partial_frame_size_bytes_max = 1 << 20
+    first = connect(front)
+    second = connect(front)
+    small = connect(front)
+    try:
+        body = b"p" * 700_000
+        frames = [
+            client.connection.send(make_request(MQBOX_NOOP, 1, body=body))
+            for client in (first, second)
+        ]
+        first.send_raw(frames[0][:400_000])
+        front.pump_until(lambda: reactor.statistics().partial_frame_reserved_bytes > 0)
+        second.send_raw(frames[1][:400_000])
+        front.pump_until(lambda: reactor.statistics().partial_frame_waits == 1)
+        assert small.call(MQBOX_NOOP).code == 0  # frames within one read need no reservation
+        assert reactor.statistics().partial_frame_reserved_bytes == len(frames[0])
+        first.send_raw(frames[0][400_000:])
+        (answer,) = first.responses(1)
+        assert answer.code == 0
+        second.send_raw(frames[1][400_000:])
+        (answer,) = second.responses(1)
+        assert answer.code == 0
+        front.pump(3)
+        assert reactor.statistics().partial_frame_reserved_bytes == 0
+    finally:
+        for client in (first, second, small):
+            client.close()
+
+
+def test_requests_in_flight_are_counted_true_through_oneway_frames(front: FrontInProcess) -> None:
+    """Issue 9: the reactor forwards at most in_flight_count_max requests awaiting an answer;
+    ONEWAY frames come back as NO_ANSWER from the codec, so they never hold a place."""
+    reactor = front.reactor
+    reactor.in_flight_count_max = 4
+    client = connect(front)
+    try:
+        (connection,) = reactor.connections.values()
+        oneway = [
+            client.connection.send(
+                make_request(MQBOX_NOOP, client.connection.next_opaque(), oneway=True)
+            )
+            for _ in range(20)
+        ]
+        client.send_raw(b"".join(oneway))
+        assert client.call(MQBOX_NOOP).code == 0
+        pipelined = [
+            client.connection.send(make_request(MQBOX_NOOP, client.connection.next_opaque()))
+            for _ in range(30)
+        ]
+        client.send_raw(b"".join(pipelined))
+        assert [response.code for response in client.responses(30)] == [0] * 30
+        assert reactor.statistics().in_flight_waits > 0
+        front.pump_until(lambda: connection.in_flight_count == 0)
+        assert connection.read_blocks == 0
+    finally:
+        client.close()
+
+
 def write_segment(store_root: Path, segment_start: int, content: bytes) -> Path:
     path = store_layout.commit_log_dir(store_root) / store_layout.segment_name(segment_start)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -341,6 +403,33 @@ def test_request_decodes_its_command_only_when_asked() -> None:
     assert Request.of(command).command is command
 
 
+def test_a_reply_that_would_spill_past_the_budget_is_answered_system_busy(
+    front: FrontInProcess,
+) -> None:
+    """Issue 9: a processor's reply over the ring's inline maximum needs room in the instance's
+    spill budget; without it the client gets SYSTEM_BUSY (2) and a remark, not the bytes."""
+    client = connect(front)
+    admin = front.admins[0]
+    admin.spill_budget = records.SpillBudget(front.instance, 1 << 20)
+    body = b"r" * (admin.inline_size_bytes_max + 1)
+    other = records.SpillWriter(front.instance, "test.0")
+    try:
+        (conn_id,) = front.reactor.connections
+        full = other.write([b"o" * (1 << 20)])
+        request = Request.of(make_request(MQBOX_NOOP, 7), conn_id)
+        admin.reply(request, request.make_response(0, {}, body=body))
+        (busy,) = client.responses(1)
+        assert (busy.opaque, busy.code) == (7, ResponseCode.SYSTEM_BUSY)
+        assert "mqboxSpillBytesMax" in (busy.remark or "")
+        (names.SHM_DIRECTORY / full).unlink()
+        request = Request.of(make_request(MQBOX_NOOP, 8), conn_id)
+        admin.reply(request, request.make_response(0, {}, body=body))
+        (whole,) = client.responses(1)
+        assert (whole.opaque, whole.code, whole.body) == (8, 0, body)
+    finally:
+        client.close()
+
+
 def test_a_read_plan_of_a_missing_segment_closes_the_connection(front: FrontInProcess) -> None:
     client = connect(front)
     try:
@@ -356,10 +445,12 @@ def test_a_read_plan_of_a_missing_segment_closes_the_connection(front: FrontInPr
 def test_a_peer_that_stops_reading_is_closed_when_its_output_passes_the_limit(
     shm_instance: str, tmp_path: Path
 ) -> None:
+    """The reactor's response budget (mqboxResponseBufferBytesMax) closes the connection that
+    holds the most unsent answers."""
     front = FrontInProcess(
         shm_instance,
         tmp_path / "store",
-        reactor_options={"output_size_bytes_max": 256 * 1024},
+        reactor_options={"response_buffer_size_bytes_max": 256 * 1024},
     )
     client = connect(front, receive_buffer_size_bytes=4096)
     try:

@@ -17,7 +17,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from mqbox.config import BrokerConfig
+import pytest
+
+from mqbox.config import BrokerConfig, LimitConfig
+from mqbox.errors import AutoCreateLimitError
 from mqbox.server.topics import (
     PERM_ALL,
     SCHEDULE_QUEUE_COUNT,
@@ -106,6 +109,26 @@ def test_create_if_absent_keeps_the_first_and_bumps_the_version(tmp_path: Path) 
     assert again == first
     store.create_if_absent(TopicConfig("Twice", 1, 1, 6))
     assert store.data_version.counter == counter + 1
+
+
+def test_auto_creation_writes_once_per_batch_and_stops_at_the_cap(tmp_path: Path) -> None:
+    broker = BrokerConfig(limits=LimitConfig(auto_create_topic_count_max=5))
+    store = TopicConfigStore(tmp_path, broker)
+    store.put(TopicConfig("Admin1", 1, 1, 6))  # topic admin is not limited
+    version = store.data_version.counter
+    wanted = [TopicConfig(f"%RETRY%G{index}", 1, 1, 6) for index in range(6)]
+    created, refused = store.create_many_if_absent(wanted)
+    assert created == [f"%RETRY%G{index}" for index in range(4)]
+    assert refused == ["%RETRY%G4", "%RETRY%G5"]
+    assert store.data_version.counter == version + 1  # one write for the whole batch
+    assert store.create_many_if_absent(wanted[:4]) == ([], [])
+    assert store.create_if_absent(wanted[0]) == (wanted[0], False)  # existing ones still fine
+    with pytest.raises(AutoCreateLimitError, match="mqboxAutoCreateTopicCountMax=5"):
+        store.create_if_absent(TopicConfig("T6", 1, 1, 6))
+    with pytest.raises(AutoCreateLimitError):
+        store.auto_create("%RETRY%Late", "", 1)
+    assert store.put(TopicConfig("Admin2", 1, 1, 6))
+    assert len(TopicConfigStore(tmp_path, broker).topics()) == 6
 
 
 def test_put_replaces_and_delete_removes_for_every_reader(tmp_path: Path) -> None:

@@ -14,7 +14,9 @@ every plan is compared with the records read back through read_message and decod
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -383,6 +385,24 @@ def test_flush_writes_the_checkpoint_timestamps(tmp_path: Path) -> None:
     assert stored.logics_msg_timestamp_ms == 6_000
     assert stored.index_msg_timestamp_ms == 6_000
     store.close()
+
+
+def test_every_store_file_is_0600_and_every_directory_0700(tmp_path: Path) -> None:
+    """Issue 9: whatever the umask, only the broker's user may read the store."""
+    previous_umask = os.umask(0o022)
+    try:
+        store = open_store(tmp_path / "store")
+        fill(store, "TopicA", 0, 3, uniq_key="U1")
+        store.flush()
+        store.close()
+    finally:
+        os.umask(previous_umask)
+    created = [
+        Path(root) / name for root, dirs, files in os.walk(tmp_path) for name in dirs + files
+    ]
+    assert {"commitlog", "consumequeue", "index", "checkpoint"} <= {path.name for path in created}
+    loose = [f"{path} {stat.S_IMODE(path.stat().st_mode):o}" for path in created]
+    assert [entry for entry in loose if int(entry.rsplit(" ", 1)[1], 8) & 0o077] == []
 
 
 def test_sync_flush_waits_for_a_group_commit(tmp_path: Path) -> None:
