@@ -1544,7 +1544,7 @@ def copy_cut_bytes(commit_log: CommitLog, from_log_offset_bytes: int, directory:
         target = directory / segment_name(segment_start_bytes + first_bytes)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
         try:
-            view = memoryview(buffer[first_bytes:end_bytes])
+            view = memoryview(buffer[first_bytes:end_bytes].data)
             while view:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
