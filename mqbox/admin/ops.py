@@ -635,6 +635,8 @@ def _store_users(store_root: Path) -> list[int]:
     root = str(store_root.resolve())
     users: list[int] = []
     for process in psutil.process_iter(["pid"]):
+        if process.pid == os.getpid():
+            continue
         with contextlib.suppress(psutil.Error):
             if any(item.path.startswith(root) for item in process.open_files()):
                 users.append(process.pid)

@@ -682,7 +682,11 @@ class MessageStore:
         lack re-dispatched) and return it ready for appends; `recovery_report` says what
         happened. `recover_options` go to recovery.recover (tests tune the scan with them)."""
         store = cls(store_root, config or StoreConfig(), clock_ms)
-        store._open(recover_options)
+        try:
+            store._open(recover_options)
+        except BaseException:
+            store._release()  # a refused open leaves no map or descriptor behind
+            raise
         return store
 
     def _open(self, recover_options: dict[str, Any]) -> None:
@@ -885,12 +889,16 @@ class MessageStore:
         self.stop_background_threads()
         self.dispatch()
         self.flush()
+        self._release()
+        remove_abort_file(self.store_root)  # last: only a complete close counts as clean
+        self._closed = True
+
+    def _release(self) -> None:
+        """Unmap and close every file of the store (no flush: close() flushes first)."""
         self.reader.close()
         self.commit_log.close()
         self.consume_queues.close()
         self.index.close()
-        remove_abort_file(self.store_root)  # last: only a complete close counts as clean
-        self._closed = True
 
     def statistics(self) -> MessageStoreStatistics:
         """Positions and counters now."""
