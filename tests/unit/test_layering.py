@@ -75,6 +75,32 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "mqbox.server": ("mqbox.admin", "mqbox.spark"),
     "mqbox.config": ("mqbox.store", "mqbox.server", "mqbox.protocol", "mqbox.ipc"),
 }
+# The client's pure foundation (algorithms, tables, decoding): no sockets, threads or clocks, and
+# none of the client's I/O modules. Callers pass `now_ms` in and do the I/O themselves.
+PURE_CLIENT_MODULES = (
+    "allocate",
+    "fault",
+    "selector",
+    "subscription",
+    "process_queue",
+    "offset_store",
+    "pull_decode",
+    "pull_kernels",
+    "pull_kernels_ref",
+)
+PURE_CLIENT_FORBIDDEN = (
+    "socket",
+    "selectors",
+    "threading",
+    "time",
+    "asyncio",
+    "concurrent",
+    "mqbox.client.remoting",
+    "mqbox.client.namesrv_api",
+    "mqbox.client.admin_api",
+    "mqbox.client.registration",
+)
+FORBIDDEN.update({f"mqbox.client.{name}": PURE_CLIENT_FORBIDDEN for name in PURE_CLIENT_MODULES})
 # Only mqbox/_jit.py imports numba; nothing outside mqbox/spark imports mqbox.spark.
 NUMBA_OWNER = "mqbox._jit"
 

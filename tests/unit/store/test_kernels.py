@@ -27,9 +27,8 @@ from numpy.typing import NDArray
 from mqbox import message as m
 from mqbox.store import kernels as fast
 from mqbox.store import kernels_ref as ref
+from tests.support.stored_records import INT64, messages
 
-INT32 = st.integers(-(2**31), 2**31 - 1)
-INT64 = st.integers(-(2**63), 2**63 - 1)
 SENTINEL = -7
 STOP_REASONS = (
     "SCAN_STOP_END",
@@ -104,33 +103,6 @@ def scan_both(
 
 
 # --- Building segments --------------------------------------------------------------------------
-
-tags_values = st.one_of(
-    st.sampled_from([b"TagA", b"TagB", "中文".encode(), "😀".encode(), b"\xed\xa0\x80", b"\xff"]),
-    st.binary(min_size=1, max_size=8).filter(lambda value: b"\x02" not in value),
-)
-properties = st.one_of(
-    st.fixed_dictionaries(
-        {b"TAGS": tags_values, b"UNIQ_KEY": st.just(b"7F0000012345DEADBEEF000004D20000")}
-    ).map(m.encode_properties),
-    st.dictionaries(
-        st.sampled_from([b"KEYS", b"TAGS", b"WAIT", b"T"]),
-        tags_values,
-        max_size=3,
-    ).map(m.encode_properties),
-    st.binary(max_size=40),
-)
-messages = st.builds(
-    m.MessageToStore,
-    topic=st.text(alphabet="abcXYZ019%|_-", min_size=1, max_size=12),
-    queue_id=st.integers(0, 2**31 - 1),
-    body=st.binary(max_size=48),
-    properties=properties,
-    flag=INT32,
-    sysflag=INT32.map(lambda sysflag: sysflag & ~m.SYSFLAG_HOSTS_V6),
-    born_timestamp_ms=INT64,
-    reconsume_times=INT32,
-)
 
 
 @dataclass(frozen=True)

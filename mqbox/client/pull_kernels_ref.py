@@ -1,0 +1,130 @@
+"""Plain-Python twin of pull_kernels.py: the same contract, restated for tests.
+
+Owns: a second statement of decode_pull_records, written with struct.unpack_from over a bytes copy
+and a bytes split for the TAGS value. It shares no helper with the kernel, so a unit test that
+feeds both the same bytes and gets the same table checks two independent readings of the record
+layout (remoting-protocol.md section 5.1, with Java's IPv6 host sizes).
+
+Never: used on the data plane (it is slow), or changed without its kernel.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+from numpy.typing import NDArray
+
+DECODE_STOP_END = 0
+DECODE_STOP_FULL = 1
+DECODE_STOP_TRUNCATED = 2
+DECODE_STOP_INVALID = 3
+COLUMN_COUNT = 19
+
+_MAGIC = 0xDAA320A7
+_SIZE_AND_MAGIC = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE
+# BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP: bytes 8..48
+_FIXED_HEAD = struct.Struct(">iiiqqiq")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+_INT16 = struct.Struct(">h")
+
+
+def _host_size(sysflag: int, v6_bit: int) -> int:
+    """Address + port bytes of one host: 16 + 4 when its sysflag bit is set, else 4 + 4."""
+    return 20 if sysflag & v6_bit else 8
+
+
+def _tags_value_span(properties: bytes, properties_at: int) -> tuple[int, int]:
+    """(start, size) of the last non-empty TAGS value, (-1, 0) when there is none."""
+    found = (-1, 0)
+    entry_at = properties_at
+    for entry in properties.split(b"\x02"):
+        name, separator, value = entry.partition(b"\x01")
+        if separator and name == b"TAGS" and value:
+            found = (entry_at + len(name) + 1, len(value))
+        entry_at += len(entry) + 1
+    return found
+
+
+def decode_pull_records(
+    body: NDArray[np.uint8], start_bytes: int, end_bytes: int, out: NDArray[np.int64]
+) -> tuple[int, int, int]:
+    """Same contract as pull_kernels.decode_pull_records."""
+    assert 0 <= start_bytes <= end_bytes <= body.size
+    assert out.shape[0] == COLUMN_COUNT
+    data = body[:end_bytes].tobytes()
+    rows: list[list[int]] = []
+    position = start_bytes
+    stop = DECODE_STOP_END
+    while position != end_bytes:
+        if len(rows) == out.shape[1]:
+            stop = DECODE_STOP_FULL
+            break
+        if end_bytes - position < _SIZE_AND_MAGIC.size:
+            stop = DECODE_STOP_TRUNCATED
+            break
+        size, magic = _SIZE_AND_MAGIC.unpack_from(data, position)
+        if magic != _MAGIC or size < 91:
+            stop = DECODE_STOP_INVALID
+            break
+        if size > end_bytes - position:
+            stop = DECODE_STOP_TRUNCATED
+            break
+        record = data[position : position + size]
+        _crc, queue_id, flag, queue_index, log_offset, sysflag, born_ms = _FIXED_HEAD.unpack_from(
+            record, 8
+        )
+        born_host_size = _host_size(sysflag, 0x10)
+        store_host_size = _host_size(sysflag, 0x20)
+        fixed = 91 - 16 + born_host_size + store_host_size
+        if size < fixed:
+            stop = DECODE_STOP_INVALID
+            break
+        store_ms_at = 48 + born_host_size
+        store_host_at = store_ms_at + 8
+        reconsume_at = store_host_at + store_host_size
+        body_length_at = reconsume_at + 4 + 8
+        (body_size,) = _INT32.unpack_from(record, body_length_at)
+        if not 0 <= body_size <= size - fixed:
+            stop = DECODE_STOP_INVALID
+            break
+        topic_length_at = body_length_at + 4 + body_size
+        topic_size = record[topic_length_at]
+        if topic_size > 127 or fixed + body_size + topic_size > size:
+            stop = DECODE_STOP_INVALID
+            break
+        properties_length_at = topic_length_at + 1 + topic_size
+        (properties_size,) = _INT16.unpack_from(record, properties_length_at)
+        if fixed + body_size + topic_size + properties_size != size:
+            stop = DECODE_STOP_INVALID
+            break
+        properties_at = properties_length_at + 2
+        tags_at, tags_size = _tags_value_span(record[properties_at:], position + properties_at)
+        rows.append(
+            [
+                position,
+                size,
+                queue_id,
+                flag,
+                queue_index,
+                log_offset,
+                sysflag,
+                born_ms,
+                _INT64.unpack_from(record, store_ms_at)[0],
+                position + store_host_at,
+                _INT32.unpack_from(record, reconsume_at)[0],
+                position + body_length_at + 4,
+                body_size,
+                position + topic_length_at + 1,
+                topic_size,
+                position + properties_at,
+                properties_size,
+                tags_at,
+                tags_size,
+            ]
+        )
+        position += size
+    for index, row in enumerate(rows):
+        out[:, index] = row
+    return len(rows), position, stop
