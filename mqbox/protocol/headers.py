@@ -395,7 +395,7 @@ class SendMessageRequestHeader:
     sys_flag: int  # sysFlag / f: the message sysFlag
     born_timestamp_ms: int  # bornTimestamp / g
     flag: int  # flag / h: the user's flag
-    properties: str = ""  # properties / i: name\x01value\x02 pairs, surrogate-escaped
+    properties: str = ""  # properties / i: name\x01value\x02 pairs, read as Java reads text
     reconsume_times: int = 0  # reconsumeTimes / j
     unit_mode: bool = False  # unitMode / k
     max_reconsume_times: int | None = None  # maxReconsumeTimes / l: Java only

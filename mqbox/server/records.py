@@ -177,6 +177,7 @@ import numpy as np
 
 from mqbox.ipc import names
 from mqbox.ipc.ring import SMALL_BATCH_COUNT_MAX, RecordBatch, Ring
+from mqbox.message import java_utf8_decode, java_utf8_encode
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
@@ -684,7 +685,7 @@ class RequestFailed:
 
 
 def pack_request_failed(failed: RequestFailed) -> bytes:
-    remark = failed.remark.encode("utf-8", "surrogateescape")
+    remark = java_utf8_encode(failed.remark)
     head = REQUEST_FAILED_HEAD_STRUCT.pack(
         failed.conn_id, failed.opaque, failed.response_code, failed.serialize_type, len(remark)
     )
@@ -697,7 +698,7 @@ def unpack_request_failed(buffer: Buffer, offset: int, size: int) -> RequestFail
     )
     start = offset + REQUEST_FAILED_HEAD_STRUCT.size
     assert REQUEST_FAILED_HEAD_STRUCT.size + remark_size == size
-    remark = bytes(buffer[start : start + remark_size]).decode("utf-8", "surrogateescape")
+    remark = java_utf8_decode(buffer[start : start + remark_size])
     return RequestFailed(conn_id, opaque, response_code, serialize_type, remark)
 
 
@@ -766,7 +767,7 @@ class AppendAck(NamedTuple):
 
 
 def pack_append_ack(ack: AppendAck) -> bytes:
-    remark = ack.remark.encode("utf-8", "surrogateescape")
+    remark = java_utf8_encode(ack.remark)
     return (
         APPEND_ACK_HEAD_STRUCT.pack(
             ack.request_id,
@@ -787,7 +788,7 @@ def unpack_append_ack(buffer: Buffer, offset: int, size: int) -> AppendAck:
     )
     start = offset + APPEND_ACK_HEAD_STRUCT.size
     assert APPEND_ACK_HEAD_STRUCT.size + remark_size == size
-    remark = bytes(buffer[start : start + remark_size]).decode("utf-8", "surrogateescape")
+    remark = java_utf8_decode(buffer[start : start + remark_size])
     return AppendAck(
         request_id, log_offset, queue_index, store_timestamp_ms, record_count, code, remark
     )

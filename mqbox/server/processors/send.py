@@ -102,6 +102,8 @@ from mqbox.message import (
     encode_offset_msg_id,
     encode_record,
     inflate,
+    java_utf8_decode,
+    java_utf8_encode,
     pack_host,
 )
 from mqbox.message_kernels import (
@@ -536,7 +538,7 @@ class SendProcessor(Processor):
                 f"the message body is {len(body)} bytes, over maxMessageSize "
                 f"{self.max_message_size_bytes}",
             )
-        properties = header.properties.encode("utf-8", "surrogateescape")
+        properties = java_utf8_encode(header.properties)  # message.py: text from the wire
         if len(properties) > PROPERTIES_SIZE_BYTES_MAX:
             raise _RefusedError(
                 ResponseCode.MESSAGE_ILLEGAL,
@@ -724,7 +726,7 @@ class SendProcessor(Processor):
             record = encode_record(message, body_size_bytes_max=self.max_message_size_bytes)
         except MessageIllegalError as error:
             raise _RefusedError(ResponseCode.SYSTEM_ERROR, str(error)) from None
-        properties = message.properties.decode("utf-8", "surrogateescape")  # WAIT=false
+        properties = java_utf8_decode(message.properties)  # WAIT=false
         self._append_one(
             request, message.topic, message.queue_id, record, properties, send_back=True
         )
