@@ -912,7 +912,7 @@ class SendProcessor(Processor):
         if pending is None:
             return  # meant for this role's previous process
         self._acks += 1
-        self._answer(pending, ack)
+        self.guarded(pending.request, self._answer, pending, ack)
 
     def _answer(self, pending: _PendingSend, ack: AppendAck) -> None:
         request = pending.request
