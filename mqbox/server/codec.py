@@ -119,6 +119,8 @@ class Codec:
         }
         from_reactors, from_others = topology.rings_to_split(self.role_id, RoleKind.REACTOR)
         self.frame_inboxes = records.attach_inboxes(from_reactors)
+        for inbox in self.frame_inboxes:
+            inbox.on_quarantined = self._on_quarantined
         self.reply_inboxes = records.attach_inboxes(from_others)
         self.sleeper = Sleeper(
             select.epoll(), [*self.reply_inboxes, *self.frame_inboxes], spin_ns_max
@@ -284,6 +286,32 @@ class Codec:
         self._protocol_errors += 1
         self.failed.add(conn_id)
         self._answer_frame(conn_id, serialize_type, header, error.response_code, str(error), True)
+
+    def _on_quarantined(self, record_type: int, buffer: Buffer, offset: int, size: int) -> None:
+        """A record that stopped this role twice (records.Inbox): a frame is answered
+        SYSTEM_ERROR if it lies whole in the ring, else its connection is closed (the rest of a
+        spilled frame is in a file this role does not read again)."""
+        if record_type & ~records.SPILLED_FLAG != records.FRAME:
+            return
+        remark = records.quarantine_remark(self.role_id)
+        if record_type != records.FRAME:
+            head_offset = records.spill_head_view(buffer, offset)[0]
+            (conn_id,) = _CONN_ID.unpack_from(buffer, head_offset)
+            outbox = self.reactor_outboxes.get(records.reactor_of(conn_id))
+            if outbox is not None:
+                close = records.pack_close_connection(conn_id, records.CLOSE_REASON_PROTOCOL)
+                outbox.append(records.CLOSE_CONNECTION, close)
+            return
+        (conn_id,) = _CONN_ID.unpack_from(buffer, offset)
+        frame_start = offset + records.CONN_ID_SIZE_BYTES
+        _frame_length, header_word = FRAME_PREFIX.unpack_from(buffer, frame_start)
+        header_start = frame_start + FRAME_PREFIX_SIZE_BYTES
+        header_end = min(header_start + (header_word & HEADER_LENGTH_MASK), offset + size)
+        header = memoryview(buffer)[header_start:header_end]
+        serialize_type = header_word >> SERIALIZE_TYPE_SHIFT
+        if serialize_type > SERIALIZE_TYPE_ROCKETMQ:
+            serialize_type = SERIALIZE_TYPE_JSON
+        self._answer_frame(conn_id, serialize_type, header, ResponseCode.SYSTEM_ERROR, remark)
 
     def _on_unexpected_error(
         self, conn_id: int, serialize_type: int, header: memoryview, error: Exception

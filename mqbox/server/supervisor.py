@@ -127,6 +127,7 @@ _NEVER_NS: Final = 2**63 - 1
 RESTART_DELAYS_MS: Final = (0, 100, 500, 1000, 2000, 5000)
 RESTART_WINDOW_S: Final = 60.0
 RESTART_COUNT_MAX: Final = 10
+QUARANTINE_DEATH_COUNT: Final = 2  # deaths in a row on one record that quarantine it
 WATCH_INTERVAL_MS: Final = 1000
 WARM_UP_FUNCTION_NAMES: Final = ("warm_up", "warm_up_kernels")
 READY_LINE_SIZE_BYTES_MAX: Final = 4096  # one write of at most PIPE_BUF bytes is atomic
@@ -380,6 +381,9 @@ class Supervisor:
         self._processes: dict[str, _RoleProcess] = {}  # live or starting, by role id
         self._restart_due_ns: dict[str, int] = {}
         self._death_history: dict[str, collections.deque[int]] = {}
+        # role id -> (record its last process died handling, deaths in a row on it)
+        self._deaths_on_record: dict[str, tuple[tuple[int, int], int]] = {}
+        self._quarantined_counts: dict[str, int] = {}
         self._started_at_ms = _now_ms()
         self._status = "starting"
         self._stop_unclean = False
@@ -824,6 +828,7 @@ class Supervisor:
         assert self.control is not None
         assert threading.active_count() == 1, "the zygote must have no threads when it forks"
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        self.control.clear_handling(spec.role_id)
         previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _FORK_SIGNALS)
         try:
             pid = os.fork()
@@ -1034,6 +1039,7 @@ class Supervisor:
                 continue
             spec = process.spec
             how = describe_wait_status(status)
+            self._note_death_record(spec.role_id)
             self._notify_roles()
             self._write_state()
             if spec.critical:
@@ -1058,6 +1064,40 @@ class Supervisor:
             )
             self._restart_due_ns[spec.role_id] = now_ns + delay_ms * 1_000_000
         return None
+
+    def _note_death_record(self, role_id: str) -> None:
+        """A process of `role_id` died: if it died handling a record, and the process before it
+        died on the same one, quarantine that record (runtime.py) so the next one skips it."""
+        assert self.control is not None
+        assert self.topology is not None
+        record = self.control.handling(role_id)
+        if record is None:
+            self._deaths_on_record.pop(role_id, None)
+            return
+        previous = self._deaths_on_record.get(role_id)
+        deaths = previous[1] + 1 if previous is not None and previous[0] == record else 1
+        self._deaths_on_record[role_id] = (record, deaths)
+        ring_number, position = record
+        rings = self.topology.rings
+        ring_name = rings[ring_number - 1].name if ring_number <= len(rings) else str(ring_number)
+        if deaths < QUARANTINE_DEATH_COUNT:
+            log.warning(
+                "%s died handling the record at position %d of %s; its next process gets it again",
+                role_id,
+                position,
+                ring_name,
+            )
+            return
+        self.control.quarantine(role_id, record)
+        self._quarantined_counts[role_id] = self._quarantined_counts.get(role_id, 0) + 1
+        log.error(
+            "%s died %d times in a row handling the record at position %d of %s: quarantined, "
+            "its next process skips it",
+            role_id,
+            deaths,
+            position,
+            ring_name,
+        )
 
     def _restart_due_roles(self) -> None:
         assert self.topology is not None
@@ -1231,6 +1271,7 @@ class Supervisor:
                     else "down",
                     "generation": control.generation(spec.role_id) if control else 0,
                     "start_count": control.start_count(spec.role_id) if control else 0,
+                    "quarantined": self._quarantined_counts.get(spec.role_id, 0),
                 }
             )
         document = {

@@ -177,6 +177,8 @@ class Worker:
         self.inboxes = [
             Inbox(Ring.attach(spec.name), spec.producer) for spec in topology.rings_to(self.role_id)
         ]
+        for inbox in self.inboxes:
+            inbox.on_quarantined = self._on_quarantined
         self.epoll = select.epoll()
         self.sleeper = Sleeper(self.epoll, self.inboxes, spin_ns_max)
         self.wakeup_fd = wakeup_fd
@@ -252,9 +254,7 @@ class Worker:
         for record_type, buffer, offset, size in inbox.records(batch, _FORWARDED_UNREAD):
             handled += 1
             if record_type in _COMMAND_TYPES:
-                head_offset = offset
-                if record_type != records.COMMAND:
-                    head_offset = records.spill_head_view(buffer, offset)[0]
+                head_offset = records.command_head_offset(record_type, buffer, offset)
                 try:
                     self._route(record_type, buffer, head_offset, offset, size, now_ns)
                 except Exception as error:  # the boundary of the module docstring
@@ -275,6 +275,14 @@ class Worker:
         return handled
 
     # -- routing ----------------------------------------------------------------------------------
+
+    def _on_quarantined(self, record_type: int, buffer: Buffer, offset: int, size: int) -> None:
+        """A record that stopped this role twice (records.Inbox): answer it if a request."""
+        failed = records.quarantined_request_failed(record_type, buffer, offset, self.role_id)
+        if failed is not None:
+            self._send_request_failed(
+                failed.conn_id, failed.opaque, failed.serialize_type, failed.remark
+            )
 
     def _on_route_failed(self, buffer: Buffer, head_offset: int, error: Exception) -> None:
         """Routing the command at `head_offset` raised `error`: count, log, answer it."""

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -69,12 +69,16 @@ class Appliance:
 
 @contextlib.contextmanager
 def running_supervisor(
-    home: Path, arguments: list[str], reap_pids: list[int]
+    home: Path,
+    arguments: list[str],
+    reap_pids: list[int],
+    environment: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, Any], Path]]:
     """Run `python -m mqbox.server.supervisor --home HOME ARGUMENTS --ready-fd N` and yield
     (process, its ready line, its output file) once every role is ready. On the way out: the
     orderly stop (SIGTERM, then SIGKILL after STOP_TIMEOUT_S), SIGKILL by PID of everything it
-    started, and the sweep of its shared memory. Every PID is appended to `reap_pids` too."""
+    started, and the sweep of its shared memory. Every PID is appended to `reap_pids` too.
+    `environment` adds variables to the supervisor's (test hooks, runtime.py)."""
     home.mkdir(parents=True, exist_ok=True)
     read_fd, write_fd = os.pipe()
     output_path = home / "supervisor.out"
@@ -85,7 +89,12 @@ def running_supervisor(
         *("--home", str(home), *arguments, "--ready-fd", str(write_fd)),
     ]
     # One BLAS thread: the supervisor warns about native threads in its zygote otherwise.
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OPENBLAS_NUM_THREADS": "1"}
+    environment = {
+        **os.environ,
+        **(environment or {}),
+        "PYTHONPATH": str(REPO_ROOT),
+        "OPENBLAS_NUM_THREADS": "1",
+    }
     try:
         with output_path.open("ab") as output:
             process = subprocess.Popen(
@@ -137,15 +146,22 @@ def stop_process(process: subprocess.Popen[bytes]) -> int | None:
 
 @contextlib.contextmanager
 def running_appliance(
-    home: Path, reap_pids: list[int], broker_conf: str = BROKER_CONF
+    home: Path,
+    reap_pids: list[int],
+    broker_conf: str = BROKER_CONF,
+    environment: Mapping[str, str] | None = None,
 ) -> Iterator[Appliance]:
     """Start the appliance on `home` and yield it once every role is ready; every PID it starts
-    is appended to `reap_pids` as well."""
+    is appended to `reap_pids` as well. `environment` as for running_supervisor."""
     home.mkdir(parents=True, exist_ok=True)
     conf = home / "broker.conf"
     conf.write_text(broker_conf, encoding="utf-8")
     arguments = ["--config", str(conf), "--broker-port", "0", "--namesrv-port", "0"]
-    with running_supervisor(home, arguments, reap_pids) as (process, ready, output_path):
+    with running_supervisor(home, arguments, reap_pids, environment) as (
+        process,
+        ready,
+        output_path,
+    ):
         yield Appliance(
             process,
             home,

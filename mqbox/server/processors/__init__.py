@@ -246,6 +246,8 @@ class Processor:
         ]
         from_workers, from_others = topology.rings_to_split(self.role_id, RoleKind.WORKER)
         self.worker_inboxes = records.attach_inboxes(from_workers)
+        for inbox in self.worker_inboxes:
+            inbox.on_quarantined = self._on_quarantined
         self.other_inboxes = records.attach_inboxes(from_others)
         # Rings a subclass writes besides the codecs' (send: its store writer's): flushed with
         # the replies every turn, and back-pressure stops the worker rings when one backs up.
@@ -555,6 +557,12 @@ class Processor:
             "the broker logged it and serves on"
         )
         self.reply(request, request.make_response(ResponseCode.SYSTEM_ERROR, {}, remark=remark))
+
+    def _on_quarantined(self, record_type: int, buffer: Buffer, offset: int, size: int) -> None:
+        """A record that stopped this role twice (records.Inbox): SYSTEM_ERROR if a request."""
+        failed = records.quarantined_request_failed(record_type, buffer, offset, self.role_id)
+        if failed is not None:
+            self._on_request_failed(failed)
 
     def _on_request_failed(self, failed: records.RequestFailed) -> None:
         response = RemotingCommand(
