@@ -1063,6 +1063,20 @@ NotifyConsumerIdsChangedRequestHeader: TypeAlias = ConsumerGroupRequestHeader
 # Admin: 17 UPDATE_AND_CREATE_TOPIC
 
 
+TOPIC_FILTER_TYPES: Final = ("SINGLE_TAG", "MULTI_TAG")
+
+
+def _topic_filter_type(ext: Ext, where: str) -> str:
+    """topicFilterType, which Java turns into its TopicFilterType enum (valueOf): anything else
+    fails the request there, and here."""
+    value = _text(ext, "topicFilterType", where)
+    if value not in TOPIC_FILTER_TYPES:
+        raise RemoteProtocolError(
+            f"{where}.topicFilterType: {value!r} is not one of {TOPIC_FILTER_TYPES}"
+        )
+    return value
+
+
 @dataclass(slots=True)
 class UpdateAndCreateTopicRequestHeader:
     """17 UPDATE_AND_CREATE_TOPIC (Java's CreateTopicRequestHeader)."""
@@ -1085,7 +1099,7 @@ class UpdateAndCreateTopicRequestHeader:
             _int32(ext, "readQueueNums", where),
             _int32(ext, "writeQueueNums", where),
             _int32(ext, "perm", where),
-            _text(ext, "topicFilterType", where),
+            _topic_filter_type(ext, where),
             _int32_or_none(ext, "topicSysFlag", where) or 0,
             _bool(ext, "order"),
         )
