@@ -25,6 +25,7 @@ Rules this module keeps (remoting-protocol.md sections 2 and 12):
 from __future__ import annotations
 
 import json
+import reprlib
 import struct
 from collections.abc import Mapping
 from typing import Any, Final, NoReturn, TypeAlias
@@ -225,6 +226,20 @@ def make_request(
 # ---------------------------------------------------------------------------------------------
 # JSON, shared with headers.py
 
+# repr that stops three levels down and after a few items: a JSON value from outside may be
+# nested a thousand deep (orjson's limit), which a plain repr cannot print (RecursionError), or
+# hold megabytes it would copy only to cut them.
+_SHORT_REPR: Final = reprlib.Repr()
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxlist = _SHORT_REPR.maxdict = 4
+_SHORT_REPR.maxstring = _SHORT_REPR.maxlong = _SHORT_REPR.maxother = 60
+
+
+def short_repr(value: object) -> str:
+    """repr of a value from outside, cut short: error messages must stay small."""
+    shown = _SHORT_REPR.repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
 
 def loads_json(data: Buffer) -> Any:
     """Parse JSON from the wire; RemoteProtocolError if it is not JSON.
@@ -305,7 +320,7 @@ def decode_json_command(header: Buffer, body: bytes) -> RemotingCommand:
     )
     version = get("version", 0)
     if type(version) is not int or not INT32_MIN <= version <= INT32_MAX:
-        raise RemoteProtocolError(f"version {version!r} is not a 32-bit integer")
+        raise RemoteProtocolError(f"version {short_repr(version)} is not a 32-bit integer")
     command = RemotingCommand(
         code, language, version, opaque, flag, remark, ext, body, _SERIALIZE_JSON
     )
@@ -319,9 +334,9 @@ def _raise_bad_top_level(fields: dict[str, Any]) -> NoReturn:
         if value is None:
             raise RemoteProtocolError(f"header has no {key}")
         if type(value) is not int:
-            raise RemoteProtocolError(f"header {key} is {value!r}, not a JSON integer")
+            raise RemoteProtocolError(f"header {key} is {short_repr(value)}, not a JSON integer")
         if not INT32_MIN <= value <= INT32_MAX:
-            raise RemoteProtocolError(f"header {key} {value} is not a 32-bit integer")
+            raise RemoteProtocolError(f"header {key} {short_repr(value)} is not a 32-bit integer")
     raise AssertionError("unreachable")
 
 
@@ -329,9 +344,11 @@ def _normalize_ext(ext: dict[str, Any]) -> None:
     """Turn every extFields value into the string Java's fastjson would have made, in place.
 
     Numbers become decimal text, booleans "true"/"false", and nested JSON its compact text, so this
-    never fails: a bad value fails later, in the typed header that reads it, with that field's name.
-    A null is dropped, because Java reads a null field as an absent one. Replacing a value does not
-    resize the dict, so the loop may do it while iterating.
+    fails only for nesting too deep to write again (RemoteProtocolError; orjson reads up to 1024
+    levels, the json module writes fewer): any other bad value fails later, in the typed header
+    that reads it, with that field's name. A null is dropped, because Java reads a null field as
+    an absent one. Replacing a value does not resize the dict, so the loop may do it while
+    iterating.
     """
     absent: list[str] = []
     for key, value in ext.items():
@@ -347,7 +364,12 @@ def _normalize_ext(ext: dict[str, Any]) -> None:
         elif kind is float:
             ext[key] = repr(value)  # never sent by a known client; fails any int field
         else:
-            ext[key] = dumps_json(value).decode("utf-8")  # always valid UTF-8
+            try:
+                ext[key] = dumps_json(value).decode("utf-8")  # always valid UTF-8
+            except RecursionError:
+                raise RemoteProtocolError(
+                    f"extFields value of {key[:60]!r} is nested too deep"
+                ) from None
     for key in absent:
         del ext[key]
 

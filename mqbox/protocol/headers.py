@@ -46,6 +46,7 @@ from mqbox.protocol.command import (
     dumps_json,
     loads_json,
     normalize_ext_fields,
+    short_repr,
 )
 from mqbox.protocol.errors import RemoteProtocolError
 
@@ -111,23 +112,17 @@ def _text_or_none(ext: Ext, key: str) -> str | None:
     return ext.get(key) or None
 
 
-def _shown(value: object) -> str:
-    """repr of a value from outside, cut short: error messages must stay small."""
-    shown = repr(value)
-    return shown if len(shown) <= 60 else shown[:57] + "..."
-
-
 def _parse_int(text: str, low: int, high: int, key: str, where: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise RemoteProtocolError(
-            f"{where}: field {key!r} is {_shown(text)}, not an integer"
+            f"{where}: field {key!r} is {short_repr(text)}, not an integer"
         ) from None
     if not low <= value <= high:
         bits = 32 if high == INT32_MAX else 64
         raise RemoteProtocolError(
-            f"{where}: field {key!r} = {_shown(value)} does not fit {bits} bits"
+            f"{where}: field {key!r} = {short_repr(value)} does not fit {bits} bits"
         )
     return value
 
@@ -1072,7 +1067,7 @@ def _topic_filter_type(ext: Ext, where: str) -> str:
     value = _text(ext, "topicFilterType", where)
     if value not in TOPIC_FILTER_TYPES:
         raise RemoteProtocolError(
-            f"{where}.topicFilterType: {value!r} is not one of {TOPIC_FILTER_TYPES}"
+            f"{where}.topicFilterType: {short_repr(value)} is not one of {TOPIC_FILTER_TYPES}"
         )
     return value
 
@@ -1149,7 +1144,7 @@ REQUEST_HEADER_BY_CODE: Final[dict[int, type[ExtHeader]]] = {
 
 
 def _bad(where: str, expected: str, value: object) -> RemoteProtocolError:
-    return RemoteProtocolError(f"{where}: expected {expected}, got {_shown(value)}")
+    return RemoteProtocolError(f"{where}: expected {expected}, got {short_repr(value)}")
 
 
 def _json_object(value: object, where: str) -> dict[str, Any]:

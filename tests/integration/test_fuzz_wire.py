@@ -17,11 +17,12 @@ mutates the body (random bytes, flipped bytes of a valid batch or JSON body, dee
 puts hostile values in place of a JSON body's own (a heartbeat's subscriptions, a lock's queues);
 flips, inserts or deletes bytes anywhere in the encoded header or body, with the frame length
 kept right; sends a ROCKETMQ binary header; or sends pure garbage, which ends the connection.
-Frames go out pipelined, round robin over CONNECTION_COUNT sockets whose answers are read and
-dropped as they come; a connection the broker closes is made again. Memory is Pss_Anon +
-Pss_Shmem of the supervisor's children (bench/memory.py's measure), taken after a warm-up share
-of the frames and at the end. The default run sends 10,000 frames; the slow tier (`-m slow`)
-1,000,000.
+Frames go out round robin over CONNECTION_COUNT sockets, each frame followed by a sync request
+(MQBOX_NOOP) whose answer the next frame on that socket waits for, so the broker sets the pace
+and has decoded every frame; other answers are read and dropped, and a connection the broker
+closes is made again. Memory is Pss_Anon + Pss_Shmem of the supervisor and its children
+(bench/memory.py's measure), taken after a warm-up share of the frames and at the end. The
+default run sends 10,000 frames; the slow tier (`-m slow`) 1,000,000.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import json
 import os
 import random
 import socket
+import sys
 import time
 import zlib
 from collections.abc import Iterator
@@ -90,6 +92,7 @@ WARM_UP_SHARE: Final = 0.1  # memory is measured after this share of the frames,
 CONNECTION_COUNT: Final = 4
 SYNC_EVERY: Final = 1  # frames a connection sends before it waits for an answer
 SYNC_OPAQUE_FIRST: Final = 0x6000_0000  # far from the frames' own opaques
+PROGRESS_EVERY: Final = 100_000  # frames between progress lines on stderr (the slow tier)
 # Growth of the broker's Pss_Anon + Pss_Shmem allowed between warm-up and the end. What grows
 # legitimately is bounded by the names of NAME_POOL (tables of clients, offsets, subscriptions,
 # topics) and by the allocator keeping what a large frame once needed.
@@ -123,9 +126,19 @@ SERVED_ELSEWHERE: Final = frozenset(
 
 @dataclasses.dataclass(frozen=True)
 class Raw:
-    """Bytes put into the JSON text as they are (an escape, or bytes that are not UTF-8)."""
+    """Bytes put into the JSON text as they are (an escape, or bytes that are not UTF-8), between
+    a string's quotes, or in place of a whole value (`value`: nesting too deep to build)."""
 
     data: bytes
+    value: bool = False
+
+
+def nested(depth: int) -> Raw:
+    """A JSON value `depth` arrays deep; orjson reads up to 1024 levels."""
+    return Raw(b"[" * depth + b"]" * depth, value=True)
+
+
+DEEP_VALUES: Final = tuple(nested(depth) for depth in (200, 255, 256, 1000, 1023, 1024))
 
 
 # -- valid requests of every served code -----------------------------------------------------------
@@ -381,12 +394,14 @@ class FrameMaker:
             at = rng.randrange(0, len(original) + 1)
             spliced = rng.choice([value.data for value in HOSTILE_TEXT if isinstance(value, Raw)])
             return Raw(_escaped(original[:at]) + spliced + _escaped(original[at:]))
-        if roll < 0.55:
+        if roll < 0.52:
             return rng.choice(HOSTILE_TEXT)
-        if roll < 0.7:
+        if roll < 0.66:
             return rng.choice(NAME_POOL)
-        if roll < 0.85:
+        if roll < 0.8:
             return rng.choice(HOSTILE_JSON)
+        if roll < 0.85:
+            return rng.choice(DEEP_VALUES)
         alphabet = "aZ09%|_- \x01\x02\u00e9"
         return "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 300)))
 
@@ -400,7 +415,7 @@ class FrameMaker:
         elif rng.random() < 0.2:
             header.pop(key, None)
         else:
-            header[key] = rng.choice((*HOSTILE_JSON, *HOSTILE_TEXT[:20]))
+            header[key] = rng.choice((*HOSTILE_JSON, *HOSTILE_TEXT[:20], *DEEP_VALUES))
 
     def _mutate_leaves(self, document: Any) -> Any:
         """`document` with some of its values (at any depth) replaced by hostile ones."""
@@ -465,11 +480,11 @@ class FrameMaker:
         return self._framed(1, header, body)
 
     def _json(self, document: Any) -> bytes:
-        raws: list[bytes] = []
+        raws: list[Raw] = []
 
         def placeholders(value: Any) -> Any:
             if isinstance(value, Raw):
-                raws.append(value.data)
+                raws.append(value)
                 return f"@@RAW{len(raws) - 1}@@"
             if isinstance(value, dict):
                 return {key: placeholders(item) for key, item in value.items()}
@@ -479,7 +494,8 @@ class FrameMaker:
 
         encoded = orjson.dumps(placeholders(document))
         for index, raw in enumerate(raws):
-            encoded = encoded.replace(f"@@RAW{index}@@".encode(), raw)
+            placeholder = f'"@@RAW{index}@@"' if raw.value else f"@@RAW{index}@@"
+            encoded = encoded.replace(placeholder.encode(), raw.data)
         return encoded
 
     def _framed(self, serialize_type: int, header: bytes, body: bytes) -> bytes:
@@ -645,6 +661,9 @@ def run_fuzz(appliance: Appliance, frame_count: int, seed: int) -> dict[str, Any
                 for _ in range(min(SYNC_EVERY, frame_count - number)):
                     if number == int(frame_count * WARM_UP_SHARE):
                         memory_warm_bytes = broker_memory_bytes(appliance)
+                    if number % PROGRESS_EVERY == 0 and number:
+                        progress = f"{number} frames, {time.monotonic() - started:.0f} s"
+                        print(progress, file=sys.stderr, flush=True)  # noqa: T201
                     frame, then_close = maker.frame()
                     connection.recent.append(maker.last_kind.encode() + b" " + frame[:300])
                     connection.send(frame, connections, deadline)

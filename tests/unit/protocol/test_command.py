@@ -180,6 +180,22 @@ def test_lone_surrogate_escape_stays_in_the_str_and_encodes_as_a_question_mark()
     assert b"a?b" in encode_header(command)
 
 
+def test_an_ext_value_nested_too_deep_to_write_again_is_refused_not_a_crash() -> None:
+    """Found by the fuzz test: orjson reads 1020 levels, the json module cannot write them."""
+    nested = b"[" * 1020 + b"]" * 1020
+    command = decode_json(b'{"code":10,"opaque":1,"flag":0,"extFields":{"k":' + nested + b"}}")
+    with pytest.raises(RemoteProtocolError, match="nested too deep"):
+        _ = command.ext_fields
+    shallow = decode_json(b'{"code":10,"opaque":1,"flag":0,"extFields":{"k":[[1]]}}')
+    assert shallow.ext_fields == {"k": "[[1]]"}
+    for header in (
+        b'{"code":10,"opaque":1,"flag":0,"version":' + nested + b"}",
+        b'{"code":' + nested + b',"opaque":1,"flag":0}',
+    ):
+        with pytest.raises(RemoteProtocolError, match=r"\[\[\[\[\.\.\.\]\]\]\]"):
+            decode_json(header)  # the remark shows the value cut short
+
+
 def test_deeply_nested_json_is_refused_not_a_crash() -> None:
     # The invalid UTF-8 byte sends the text to the json module, whose recursion limit trips.
     with pytest.raises(RemoteProtocolError, match="invalid JSON"):
