@@ -524,6 +524,7 @@ class FuzzConnection:
         self.sync_opaque: int | None = None  # waiting for the answer to this MQBOX_NOOP
         self.synced_frame_count = 0
         self.pending_frame_count = 0  # sent since the last answered sync
+        # The last frames sent, for the message of a wait that timed out.
         self.recent: collections.deque[bytes] = collections.deque(maxlen=SYNC_EVERY + 1)
 
     def _connect(self) -> tuple[socket.socket, Connection]:
