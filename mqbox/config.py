@@ -77,6 +77,27 @@ class LimitConfig:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class RestartConfig:
+    """How the supervisor restarts what died (mqbox only; supervisor.py rule 4). A dead role is
+    re-forked, a dead store writer or dispatcher restarts every role of the broker (recovery runs
+    first), the n-th restart in a row after backoff_ms * 2 ** (n - 2) (the first at once), at most
+    backoff_ms_max; more deaths than the count maxima within window_ms stop the broker."""
+
+    window_ms: int = 60_000  # mqboxRestartWindowMs
+    role_restart_count_max: int = 10  # mqboxRoleRestartCountMax: of one role, within the window
+    broker_restart_count_max: int = 5  # mqboxBrokerRestartCountMax: whole-broker, in the window
+    backoff_ms: int = 100  # mqboxRestartBackoffMs
+    backoff_ms_max: int = 10_000  # mqboxRestartBackoffMaxMs
+
+    def delay_ms(self, restart_count: int) -> int:
+        """The delay before the `restart_count`-th restart within the window (1 = the first)."""
+        assert restart_count >= 1
+        if restart_count == 1:
+            return 0
+        return min(self.backoff_ms_max, self.backoff_ms << min(restart_count - 2, 32))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class BrokerConfig:
     """One broker's settings; RocketMQ key in the comment where the field name differs."""
 
@@ -112,6 +133,7 @@ class BrokerConfig:
     )
     pools: PoolConfig = dataclasses.field(default_factory=PoolConfig)
     limits: LimitConfig = dataclasses.field(default_factory=LimitConfig)
+    restarts: RestartConfig = dataclasses.field(default_factory=RestartConfig)
     unknown_keys: tuple[str, ...] = ()
 
 
@@ -218,6 +240,11 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
         "limits.partial_frame_size_bytes_max",
         _int_in(1 << 20, 1 << 40),
     ),
+    "mqboxRestartWindowMs": ("restarts.window_ms", _int_in(1000, 86_400_000)),
+    "mqboxRoleRestartCountMax": ("restarts.role_restart_count_max", _int_in(0, 10_000)),
+    "mqboxBrokerRestartCountMax": ("restarts.broker_restart_count_max", _int_in(0, 10_000)),
+    "mqboxRestartBackoffMs": ("restarts.backoff_ms", _int_in(0, 3_600_000)),
+    "mqboxRestartBackoffMaxMs": ("restarts.backoff_ms_max", _int_in(0, 3_600_000)),
 }
 
 _NAMESRV_KEYS: dict[str, tuple[str, Any]] = {

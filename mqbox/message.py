@@ -54,16 +54,28 @@ End of a segment: when a record of L bytes does not fit with 8 bytes to spare, t
 an 8-byte blank, [bytes left int32][BLANK_MAGIC uint32], and starts the next segment.
 
 Properties: `name 0x01 value 0x02`, repeated; a final 0x02 is written, and the parser also accepts
-it missing (Java 4.9 leaves it off). A stored record's properties are empty or end with 0x02:
-encode_record() and the batch kernel add the final 0x02 a client left off (terminate_properties),
-which no parser can tell apart. Recovery relies on it: the last byte of a
-whole record is never zero (store/recovery.py, find_unfinished_record), whatever the client sent.
-Parsing splits on 0x02, then each part on its first 0x01, and drops parts with an empty name or an
-empty value; a later duplicate name wins (Java's HashMap).
+it missing (Java 4.9 leaves it off). Parsing splits on 0x02, then each part on its first 0x01, and
+drops parts with an empty name or an empty value; a later duplicate name wins (Java's HashMap). A
+stored record's properties are empty or end with 0x02: encode_record() and the batch kernel add
+the final 0x02 a client left off (terminate_properties), which no parser can tell apart. Recovery
+relies on it: the last byte of a whole record is never zero (store/recovery.py,
+find_unfinished_record), whatever the client sent.
+
+Text from the wire follows one rule, Java's, so a client reads from mqbox the bytes the Java
+broker would give it: bytes become text with `java_utf8_decode` (each malformed sequence is one
+U+FFFD) and text becomes bytes with `java_utf8_encode` (a lone surrogate, which only a JSON
+escape such as \\ud800 can make, is '?'). Every site that turns wire text into stored or
+re-encoded bytes uses this pair: JSON and binary headers (protocol/command.py), a SEND's
+properties, heartbeat bodies and the files admin.0 writes from them, and the names and remarks
+that ride on ring records. A str from the wire may hold a lone surrogate, as a Java String may;
+the bytes mqbox makes of it are always valid UTF-8. Bytes stored as they came stay as they are: a
+batch element's properties are copied byte for byte, as Java's batch encoder copies them (with
+the final 0x02 added when it is missing).
 """
 
 from __future__ import annotations
 
+import codecs
 import datetime
 import ipaddress
 import struct
@@ -621,20 +633,41 @@ def _is_continuation(byte: int) -> bool:
     return byte & 0xC0 == 0x80
 
 
-def _java_utf8_malformed4_length(data: bytes, at: int) -> int:
-    """How many bytes Java's decoder replaces for a bad 4-byte sequence with 3 bytes after it."""
-    lead = data[at]
-    second = data[at + 1]
-    if (
-        lead > 0xF4
-        or (lead == 0xF0 and not 0x90 <= second <= 0xBF)
-        or (lead == 0xF4 and second & 0xF0 != 0x80)
-        or not _is_continuation(second)
-    ):
-        return 1
-    if not _is_continuation(data[at + 2]):
-        return 2
-    return 3
+def _java_utf8_errors(error: UnicodeError) -> tuple[str | bytes, int]:
+    """The codec error handler JAVA_UTF8 names: Java's replacements for what UTF-8 cannot carry.
+
+    Decoding: Python's decoder reports the same malformed sequences Java's does, one at a time,
+    except that it stops at the second byte of an encoded surrogate (ED A0..BF), where Java
+    replaces the whole sequence, or its valid prefix, with one U+FFFD. Encoding: a high surrogate
+    followed by a low one is the pair's 4-byte sequence; any other surrogate is '?'.
+    """
+    if isinstance(error, UnicodeDecodeError):
+        data = error.object
+        at = error.start
+        if data[at] == 0xED and at + 1 < len(data) and 0xA0 <= data[at + 1] <= 0xBF:
+            end = at + 2
+            if end < len(data) and _is_continuation(data[end]):
+                end += 1
+            return _REPLACEMENT, end
+        return _REPLACEMENT, error.end
+    assert isinstance(error, UnicodeEncodeError), error
+    text = error.object
+    encoded = bytearray()
+    at = error.start
+    while at < error.end:
+        unit = ord(text[at])
+        low = ord(text[at + 1]) if at + 1 < len(text) else 0
+        if 0xD800 <= unit <= 0xDBFF and 0xDC00 <= low <= 0xDFFF:
+            encoded += chr(0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)).encode()
+            at += 2
+        else:
+            encoded += b"?"
+            at += 1
+    return bytes(encoded), at
+
+
+JAVA_UTF8 = "mqbox.java_utf8"
+codecs.register_error(JAVA_UTF8, _java_utf8_errors)
 
 
 def java_utf8_decode(encoded: bytes | bytearray | memoryview) -> str:
@@ -645,90 +678,18 @@ def java_utf8_decode(encoded: bytes | bytearray | memoryview) -> str:
     E0/F0 start is 1 byte; a valid prefix cut by a bad byte is the prefix; an encoded surrogate
     (ED A0..BF xx) or a code point past U+10FFFF as a whole complete sequence is one U+FFFD;
     an incomplete sequence at the end is one U+FFFD. This equals Python's errors="replace" except
-    for sequences starting ED A0..ED BF, which Python replaces byte by byte.
+    for sequences starting ED A0..ED BF, which Python replaces byte by byte: the JAVA_UTF8 error
+    handler replaces those as Java does. tests/unit/test_message.py states the rules again,
+    byte by byte, and checks the two agree.
     """
-    data = bytes(encoded)
-    size = len(data)
-    characters: list[str] = []
-    at = 0
-    while at < size:
-        lead = data[at]
-        if lead < 0x80:
-            characters.append(chr(lead))
-            at += 1
-        elif 0xC2 <= lead <= 0xDF:
-            if at + 1 < size and _is_continuation(data[at + 1]):
-                characters.append(chr((lead & 0x1F) << 6 | data[at + 1] & 0x3F))
-                at += 2
-            else:
-                characters.append(_REPLACEMENT)
-                at += 1
-        elif 0xE0 <= lead <= 0xEF:
-            if at + 2 < size:
-                second = data[at + 1]
-                third = data[at + 2]
-                bad_second = (lead == 0xE0 and second & 0xE0 == 0x80) or not _is_continuation(
-                    second
-                )
-                if bad_second:
-                    characters.append(_REPLACEMENT)
-                    at += 1
-                elif not _is_continuation(third):
-                    characters.append(_REPLACEMENT)
-                    at += 2
-                else:
-                    code_point = (lead & 0x0F) << 12 | (second & 0x3F) << 6 | third & 0x3F
-                    is_surrogate = 0xD800 <= code_point <= 0xDFFF
-                    characters.append(_REPLACEMENT if is_surrogate else chr(code_point))
-                    at += 3
-            else:
-                characters.append(_REPLACEMENT)
-                if at + 1 < size:
-                    second = data[at + 1]
-                    bad_second = (lead == 0xE0 and second & 0xE0 == 0x80) or not (
-                        _is_continuation(second)
-                    )
-                    at = at + 1 if bad_second else size
-                else:
-                    at = size
-        elif 0xF0 <= lead <= 0xF7:
-            if at + 3 < size:
-                second, third, fourth = data[at + 1], data[at + 2], data[at + 3]
-                code_point = (
-                    (lead & 0x07) << 18
-                    | (second & 0x3F) << 12
-                    | (third & 0x3F) << 6
-                    | fourth & 0x3F
-                )
-                well_formed = (
-                    _is_continuation(second)
-                    and _is_continuation(third)
-                    and _is_continuation(fourth)
-                    and 0x10000 <= code_point <= 0x10FFFF
-                )
-                if well_formed:
-                    characters.append(chr(code_point))
-                    at += 4
-                else:
-                    characters.append(_REPLACEMENT)
-                    at += _java_utf8_malformed4_length(data, at)
-            else:
-                characters.append(_REPLACEMENT)
-                bad_second = at + 1 < size and (
-                    (lead == 0xF0 and not 0x90 <= data[at + 1] <= 0xBF)
-                    or (lead == 0xF4 and data[at + 1] & 0xF0 != 0x80)
-                    or not _is_continuation(data[at + 1])
-                )
-                if lead > 0xF4 or bad_second:
-                    at += 1
-                elif at + 2 < size and not _is_continuation(data[at + 2]):
-                    at += 2
-                else:
-                    at = size
-        else:
-            characters.append(_REPLACEMENT)
-            at += 1
-    return "".join(characters)
+    return str(encoded, "utf-8", JAVA_UTF8)
+
+
+def java_utf8_encode(text: str) -> bytes:
+    """The bytes Java's `text.getBytes(UTF_8)` makes: UTF-8, where a surrogate pair is its
+    4-byte sequence and a lone surrogate (a JSON escape such as \\ud800 makes one) is '?'. The
+    result is always valid UTF-8; valid text encodes at the speed of a plain encode."""
+    return text.encode("utf-8", JAVA_UTF8)
 
 
 def tag_hash(tags: str | bytes | None) -> int:

@@ -145,8 +145,11 @@ def status(*, home: HomeOption = None, as_json: JsonOption = False) -> None:
             raise typer.Exit(1)
         return
     if not report.running:
-        fail(f"not running in {report.home}")
+        stopped_by = f"; it stopped after a failure: {report.reason}" if report.reason else ""
+        fail(f"not running in {report.home}{stopped_by}")
     print(f"mqbox {report.status} in {report.home}")
+    if report.reason:
+        print(f"broker restarts: {report.broker_restarts}, the last for: {report.reason}")
     print(f"namesrv {report.namesrv or '-'}   broker {report.broker_name} {report.broker}")
     print(
         f"store {report.store_root}: {_megabytes(report.store_size_bytes)} MB"

@@ -443,7 +443,7 @@ class ProcessStatus:
 class ApplianceStatus:
     home: Path
     running: bool
-    status: str  # the supervisor's: "starting", "running", "stopping"; "stopped" if none
+    status: str  # the supervisor's: "starting", "running", "restarting", "stopping"; "stopped"
     namesrv: str  # ip:port
     broker: str  # ip:port
     broker_name: str
@@ -451,6 +451,9 @@ class ApplianceStatus:
     store_root: str
     store_size_bytes: int
     processes: tuple[ProcessStatus, ...]
+    broker_restarts: int  # times every role of the broker was restarted after a critical death
+    # Why it restarted last (while running) or stopped (after a failure); "" if neither happened.
+    reason: str
 
     @property
     def pss_bytes(self) -> int:
@@ -510,7 +513,7 @@ def disk_usage_bytes(root: Path) -> int:
 
 def status(home: Path | None) -> ApplianceStatus:
     """Every process of the appliance in `home`, measured now (CPU over CPU_SAMPLE_S)."""
-    from mqbox.server.supervisor import read_state
+    from mqbox.server.supervisor import read_last_stop, read_state
 
     home = home_dir(home)
     state = read_state(home) or {}
@@ -599,6 +602,7 @@ def status(home: Path | None) -> ApplianceStatus:
             )
         )
     store_root = str(broker.get("store_root", ""))
+    last_failure = state.get("last_failure") if running else read_last_stop(home)
     return ApplianceStatus(
         home=home,
         running=running,
@@ -610,6 +614,8 @@ def status(home: Path | None) -> ApplianceStatus:
         store_root=store_root,
         store_size_bytes=disk_usage_bytes(Path(store_root)) if store_root else 0,
         processes=tuple(measured),
+        broker_restarts=int(state.get("broker_restarts") or 0) if running else 0,
+        reason=str((last_failure or {}).get("reason") or ""),
     )
 
 

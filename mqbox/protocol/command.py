@@ -15,20 +15,24 @@ Rules this module keeps (remoting-protocol.md sections 2 and 12):
    (at least `{}`) with string values only, and `remark` as a string or null. A non-string value
    is mqbox's bug (LocalProtocolError): the C++ client silently ignores it, and a SEND reply
    without its fields crashes that client.
-3. Header bytes that are not valid UTF-8 still decode: the standard json module reads them with
-   `surrogateescape`, and encoding writes the same bytes back. orjson handles everything else, as it
-   is several times faster (pyproject.toml).
+3. Text is decoded and encoded as Java decodes and encodes it (message.py states the rule):
+   header bytes that are not valid UTF-8 decode with U+FFFD for each malformed sequence
+   (message.java_utf8_decode), and a lone surrogate, which a JSON escape such as \\ud800 makes,
+   encodes as '?' (message.java_utf8_encode). orjson refuses both, so it handles everything else,
+   being several times faster (pyproject.toml), and the standard json module the rest.
 """
 
 from __future__ import annotations
 
 import json
+import reprlib
 import struct
 from collections.abc import Mapping
 from typing import Any, Final, NoReturn, TypeAlias
 
 import orjson
 
+from mqbox.message import java_utf8_decode, java_utf8_encode
 from mqbox.protocol.codes import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -222,27 +226,42 @@ def make_request(
 # ---------------------------------------------------------------------------------------------
 # JSON, shared with headers.py
 
+# repr that stops three levels down and after a few items: a JSON value from outside may be
+# nested a thousand deep (orjson's limit), which a plain repr cannot print (RecursionError), or
+# hold megabytes it would copy only to cut them.
+_SHORT_REPR: Final = reprlib.Repr()
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxlist = _SHORT_REPR.maxdict = 4
+_SHORT_REPR.maxstring = _SHORT_REPR.maxlong = _SHORT_REPR.maxother = 60
+
+
+def short_repr(value: object) -> str:
+    """repr of a value from outside, cut short: error messages must stay small."""
+    shown = _SHORT_REPR.repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
 
 def loads_json(data: Buffer) -> Any:
     """Parse JSON from the wire; RemoteProtocolError if it is not JSON.
 
-    orjson first. Anything it refuses (invalid UTF-8 above all) goes to the standard json module,
-    decoded with surrogateescape so that bytes which are not UTF-8 survive a round trip through
-    `dumps_json`. The fallback also reads NaN and integers beyond 64 bits, which callers must range
-    check anyway, and its recursion limit is turned into the same error.
+    orjson first. Anything it refuses (invalid UTF-8 and lone surrogate escapes above all) goes to
+    the standard json module, decoded as Java decodes it (rule 3): each malformed sequence is one
+    U+FFFD, and an escaped lone surrogate stays in the str, as in a Java String. The fallback also
+    reads NaN and integers beyond 64 bits, which callers must range check anyway, and its
+    recursion limit is turned into the same error.
     """
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         pass
     try:
-        return json.loads(bytes(data).decode("utf-8", "surrogateescape"))
+        return json.loads(java_utf8_decode(data))
     except (ValueError, RecursionError) as error:
         raise RemoteProtocolError(f"invalid JSON: {error}") from None
 
 
 def dumps_json(value: Any) -> bytes:
-    """Compact JSON bytes; strings holding surrogate escapes come back as the original bytes."""
+    """Compact JSON bytes, always valid UTF-8: a lone surrogate in a string is '?' (rule 3)."""
     try:
         return orjson.dumps(value)
     except orjson.JSONEncodeError:
@@ -252,12 +271,7 @@ def dumps_json(value: Any) -> bytes:
 
 def _dumps_json_fallback(value: Any) -> bytes:
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        # A lone surrogate outside the surrogateescape range came from a JSON escape such as
-        # "\ud800". ASCII output writes it back as that escape, which is still valid JSON.
-        return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode()
+    return java_utf8_encode(text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,7 +320,7 @@ def decode_json_command(header: Buffer, body: bytes) -> RemotingCommand:
     )
     version = get("version", 0)
     if type(version) is not int or not INT32_MIN <= version <= INT32_MAX:
-        raise RemoteProtocolError(f"version {version!r} is not a 32-bit integer")
+        raise RemoteProtocolError(f"version {short_repr(version)} is not a 32-bit integer")
     command = RemotingCommand(
         code, language, version, opaque, flag, remark, ext, body, _SERIALIZE_JSON
     )
@@ -320,9 +334,9 @@ def _raise_bad_top_level(fields: dict[str, Any]) -> NoReturn:
         if value is None:
             raise RemoteProtocolError(f"header has no {key}")
         if type(value) is not int:
-            raise RemoteProtocolError(f"header {key} is {value!r}, not a JSON integer")
+            raise RemoteProtocolError(f"header {key} is {short_repr(value)}, not a JSON integer")
         if not INT32_MIN <= value <= INT32_MAX:
-            raise RemoteProtocolError(f"header {key} {value} is not a 32-bit integer")
+            raise RemoteProtocolError(f"header {key} {short_repr(value)} is not a 32-bit integer")
     raise AssertionError("unreachable")
 
 
@@ -330,9 +344,11 @@ def _normalize_ext(ext: dict[str, Any]) -> None:
     """Turn every extFields value into the string Java's fastjson would have made, in place.
 
     Numbers become decimal text, booleans "true"/"false", and nested JSON its compact text, so this
-    never fails: a bad value fails later, in the typed header that reads it, with that field's name.
-    A null is dropped, because Java reads a null field as an absent one. Replacing a value does not
-    resize the dict, so the loop may do it while iterating.
+    fails only for nesting too deep to write again (RemoteProtocolError; orjson reads up to 1024
+    levels, the json module writes fewer): any other bad value fails later, in the typed header
+    that reads it, with that field's name. A null is dropped, because Java reads a null field as
+    an absent one. Replacing a value does not resize the dict, so the loop may do it while
+    iterating.
     """
     absent: list[str] = []
     for key, value in ext.items():
@@ -348,7 +364,12 @@ def _normalize_ext(ext: dict[str, Any]) -> None:
         elif kind is float:
             ext[key] = repr(value)  # never sent by a known client; fails any int field
         else:
-            ext[key] = dumps_json(value).decode("utf-8", "surrogateescape")
+            try:
+                ext[key] = dumps_json(value).decode("utf-8")  # always valid UTF-8
+            except RecursionError:
+                raise RemoteProtocolError(
+                    f"extFields value of {key[:60]!r} is nested too deep"
+                ) from None
     for key in absent:
         del ext[key]
 
@@ -433,7 +454,7 @@ def _decode_binary_header(header: Buffer, body: bytes) -> RemotingCommand:
             f"binary header remark length {remark_size_bytes} is out of range"
         )
     remark = (
-        str(view[position : position + remark_size_bytes], "utf-8", "surrogateescape")
+        java_utf8_decode(view[position : position + remark_size_bytes])
         if remark_size_bytes > 0
         else None
     )
@@ -452,7 +473,7 @@ def _decode_binary_header(header: Buffer, body: bytes) -> RemotingCommand:
         position += 2
         if not 0 <= key_size_bytes <= end - position - 4:
             raise RemoteProtocolError(f"binary header key length {key_size_bytes} is out of range")
-        key = str(view[position : position + key_size_bytes], "utf-8", "surrogateescape")
+        key = java_utf8_decode(view[position : position + key_size_bytes])
         position += key_size_bytes
         (value_size_bytes,) = _INT32.unpack_from(view, position)
         position += 4
@@ -460,7 +481,7 @@ def _decode_binary_header(header: Buffer, body: bytes) -> RemotingCommand:
             raise RemoteProtocolError(
                 f"binary header value length {value_size_bytes} is out of range"
             )
-        ext[key] = str(view[position : position + value_size_bytes], "utf-8", "surrogateescape")
+        ext[key] = java_utf8_decode(view[position : position + value_size_bytes])
         position += value_size_bytes
     language = (
         LanguageCode(language_code)
@@ -482,31 +503,23 @@ def _encode_binary_header(command: RemotingCommand) -> bytes:
     if not INT32_MIN <= command.opaque <= INT32_MAX or not INT32_MIN <= command.flag <= INT32_MAX:
         raise LocalProtocolError(f"opaque/flag out of int32 range in {command!r}")
     parts = [_BINARY_FIXED.pack(code, int(command.language), version, command.opaque, command.flag)]
-    remark = b"" if command.remark is None else _encode_text(command.remark)
+    remark = b"" if command.remark is None else java_utf8_encode(command.remark)
     parts.append(_INT32.pack(len(remark)))
     parts.append(remark)
     ext_parts: list[bytes] = []
     for key, value in command.ext_fields.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise LocalProtocolError(f"extFields entry {key!r}: {value!r} is not str to str")
-        key_bytes = _encode_text(key)
+        key_bytes = java_utf8_encode(key)
         if len(key_bytes) > INT16_MAX:
             raise LocalProtocolError(f"extFields key of {len(key_bytes)} bytes exceeds int16")
-        value_bytes = _encode_text(value)
+        value_bytes = java_utf8_encode(value)
         ext_parts += (_INT16.pack(len(key_bytes)), key_bytes, _INT32.pack(len(value_bytes)))
         ext_parts.append(value_bytes)
     ext_bytes = b"".join(ext_parts)
     parts.append(_INT32.pack(len(ext_bytes)))
     parts.append(ext_bytes)
     return b"".join(parts)
-
-
-def _encode_text(text: str) -> bytes:
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        # A lone surrogate from a JSON escape: surrogatepass keeps its code point, as Java would.
-        return text.encode("utf-8", "surrogatepass")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -564,7 +577,7 @@ def encode_response_header(
                     }
                 )
             except orjson.JSONEncodeError:
-                pass  # surrogate-escaped text: the general path writes it byte for byte
+                pass  # a lone surrogate: the general path writes it as Java does (rule 3)
     return encode_header(
         RemotingCommand(
             code,

@@ -46,6 +46,7 @@ from mqbox.protocol.command import (
     dumps_json,
     loads_json,
     normalize_ext_fields,
+    short_repr,
 )
 from mqbox.protocol.errors import RemoteProtocolError
 
@@ -111,23 +112,17 @@ def _text_or_none(ext: Ext, key: str) -> str | None:
     return ext.get(key) or None
 
 
-def _shown(value: object) -> str:
-    """repr of a value from outside, cut short: error messages must stay small."""
-    shown = repr(value)
-    return shown if len(shown) <= 60 else shown[:57] + "..."
-
-
 def _parse_int(text: str, low: int, high: int, key: str, where: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise RemoteProtocolError(
-            f"{where}: field {key!r} is {_shown(text)}, not an integer"
+            f"{where}: field {key!r} is {short_repr(text)}, not an integer"
         ) from None
     if not low <= value <= high:
         bits = 32 if high == INT32_MAX else 64
         raise RemoteProtocolError(
-            f"{where}: field {key!r} = {_shown(value)} does not fit {bits} bits"
+            f"{where}: field {key!r} = {short_repr(value)} does not fit {bits} bits"
         )
     return value
 
@@ -395,7 +390,7 @@ class SendMessageRequestHeader:
     sys_flag: int  # sysFlag / f: the message sysFlag
     born_timestamp_ms: int  # bornTimestamp / g
     flag: int  # flag / h: the user's flag
-    properties: str = ""  # properties / i: name\x01value\x02 pairs, surrogate-escaped
+    properties: str = ""  # properties / i: name\x01value\x02 pairs, read as Java reads text
     reconsume_times: int = 0  # reconsumeTimes / j
     unit_mode: bool = False  # unitMode / k
     max_reconsume_times: int | None = None  # maxReconsumeTimes / l: Java only
@@ -1063,6 +1058,20 @@ NotifyConsumerIdsChangedRequestHeader: TypeAlias = ConsumerGroupRequestHeader
 # Admin: 17 UPDATE_AND_CREATE_TOPIC
 
 
+TOPIC_FILTER_TYPES: Final = ("SINGLE_TAG", "MULTI_TAG")
+
+
+def _topic_filter_type(ext: Ext, where: str) -> str:
+    """topicFilterType, which Java turns into its TopicFilterType enum (valueOf): anything else
+    fails the request there, and here."""
+    value = _text(ext, "topicFilterType", where)
+    if value not in TOPIC_FILTER_TYPES:
+        raise RemoteProtocolError(
+            f"{where}.topicFilterType: {short_repr(value)} is not one of {TOPIC_FILTER_TYPES}"
+        )
+    return value
+
+
 @dataclass(slots=True)
 class UpdateAndCreateTopicRequestHeader:
     """17 UPDATE_AND_CREATE_TOPIC (Java's CreateTopicRequestHeader)."""
@@ -1085,7 +1094,7 @@ class UpdateAndCreateTopicRequestHeader:
             _int32(ext, "readQueueNums", where),
             _int32(ext, "writeQueueNums", where),
             _int32(ext, "perm", where),
-            _text(ext, "topicFilterType", where),
+            _topic_filter_type(ext, where),
             _int32_or_none(ext, "topicSysFlag", where) or 0,
             _bool(ext, "order"),
         )
@@ -1135,7 +1144,7 @@ REQUEST_HEADER_BY_CODE: Final[dict[int, type[ExtHeader]]] = {
 
 
 def _bad(where: str, expected: str, value: object) -> RemoteProtocolError:
-    return RemoteProtocolError(f"{where}: expected {expected}, got {_shown(value)}")
+    return RemoteProtocolError(f"{where}: expected {expected}, got {short_repr(value)}")
 
 
 def _json_object(value: object, where: str) -> dict[str, Any]:

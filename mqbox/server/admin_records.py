@@ -46,6 +46,7 @@ from typing import Any, Final, NamedTuple, TypeAlias
 
 import numpy as np
 
+from mqbox.message import java_utf8_decode, java_utf8_encode
 from mqbox.protocol.codes import RequestCode
 from mqbox.server.client_manager import Subscription
 from mqbox.store.layout import TEMP_SUFFIX, config_dir
@@ -117,7 +118,7 @@ def encode_reset_offset_body_java(
         f'{{"brokerName":{broker},"queueId":{queue_id},"topic":{topic_text}}}:{queue_index}'
         for queue_id, queue_index in sorted(offsets.items())
     )
-    return f'{{"offsetTable":{{{entries}}}}}'.encode()
+    return java_utf8_encode(f'{{"offsetTable":{{{entries}}}}}')
 
 
 def encode_reset_offset_body_cpp(broker_name: str, topic: str, offsets: Mapping[int, int]) -> bytes:
@@ -128,7 +129,7 @@ def encode_reset_offset_body_cpp(broker_name: str, topic: str, offsets: Mapping[
             for queue_id, queue_index in sorted(offsets.items())
         ]
     }
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+    return java_utf8_encode(json.dumps(document, ensure_ascii=False, separators=(",", ":")))
 
 
 ADMIN_RECORD_TYPE_FIRST: Final = 64
@@ -165,8 +166,8 @@ class CommitOffset(NamedTuple):
 
 def pack_commit_offset(group: str, topic: str, queue_id: int, queue_index: int) -> bytes:
     """The whole COMMIT_OFFSET payload (pull.py appends it to its ring to admin.0)."""
-    group_bytes = group.encode("utf-8", "surrogateescape")
-    topic_bytes = topic.encode("utf-8", "surrogateescape")
+    group_bytes = java_utf8_encode(group)
+    topic_bytes = java_utf8_encode(topic)
     assert len(group_bytes) <= NAME_SIZE_BYTES_MAX
     assert len(topic_bytes) <= NAME_SIZE_BYTES_MAX
     head = COMMIT_OFFSET_HEAD_STRUCT.pack(queue_index, queue_id, len(group_bytes), len(topic_bytes))
@@ -179,9 +180,9 @@ def unpack_commit_offset(buffer: Buffer, offset: int, size: int) -> CommitOffset
     )
     start = offset + COMMIT_OFFSET_HEAD_STRUCT.size
     assert COMMIT_OFFSET_HEAD_STRUCT.size + group_size + topic_size == size
-    group = bytes(buffer[start : start + group_size]).decode("utf-8", "surrogateescape")
+    group = java_utf8_decode(buffer[start : start + group_size])
     start += group_size
-    topic = bytes(buffer[start : start + topic_size]).decode("utf-8", "surrogateescape")
+    topic = java_utf8_decode(buffer[start : start + topic_size])
     return CommitOffset(group, topic, queue_id, queue_index)
 
 
@@ -217,13 +218,14 @@ def encode_group_subscriptions(
         },
         "dataVersion": {"counter": counter, "timestamp": timestamp_ms},
     }
-    return (json.dumps(document, ensure_ascii=False, indent=1) + "\n").encode("utf-8")
+    # Wire text (a subscription's tags) may hold a lone surrogate: '?' on disk, as Java writes it.
+    return java_utf8_encode(json.dumps(document, ensure_ascii=False, indent=1) + "\n")
 
 
 def decode_group_subscriptions(data: bytes) -> tuple[dict[str, dict[str, Subscription]], int]:
     """(group -> topic -> subscription, dataVersion counter). Raises ValueError on a file that
     is not what encode_group_subscriptions wrote."""
-    document = json.loads(data.decode("utf-8"))
+    document = json.loads(java_utf8_decode(data))
     if not isinstance(document, dict) or not isinstance(document.get("groups"), dict):
         raise ValueError("not a group-subscriptions document")
     groups: dict[str, dict[str, Subscription]] = {}

@@ -20,6 +20,11 @@ Invariants:
   is reported to its reactor in a NO_ANSWER record, at most one per connection and batch: the
   reactor counts each connection's requests in flight as frames forwarded minus answers and
   these (reactor.py, mqboxConnectionInFlightCountMax).
+- No frame stops the codec. A frame whose decoding raises anything but RemoteProtocolError (a
+  bug a client reached, a failed assert included) is answered SYSTEM_ERROR when its opaque can
+  be read, counted and logged with its traceback (runtime.FailureLog, a few a minute); the
+  connection stays open, since its framing is intact. processors/__init__.py says why such a
+  bug is answered rather than fatal outside the store writer.
 
 The frame size limit is protocol.frame's default (16 MiB, Java's as well); the reactor checked
 each frame's length against the same limit before forwarding it.
@@ -28,6 +33,7 @@ each frame's length against the same limit before forwarding it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import select
 import socket
@@ -37,7 +43,7 @@ from typing import Final, NoReturn
 import orjson
 
 from mqbox.ipc.ring import Ring
-from mqbox.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, SerializeType
+from mqbox.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, SerializeType
 from mqbox.protocol.command import INT32_MAX, INT32_MIN, RemotingCommand, decode_command
 from mqbox.protocol.command import encode_command as encode_whole_command
 from mqbox.protocol.errors import RemoteProtocolError
@@ -70,11 +76,14 @@ _CONN_ID: Final = records.CONN_ID_STRUCT
 _BINARY_OPAQUE_OFFSET: Final = 5
 _FLAG_NO_ANSWER: Final = FLAG_RESPONSE | FLAG_ONEWAY  # frames nobody answers
 
+log = logging.getLogger(__name__)
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CodecStatistics:
     frames_decoded: int
     protocol_errors: int
+    unexpected_errors: int  # frames answered SYSTEM_ERROR for a bug they reached (logged)
     frames_dropped: int  # of connections that failed already
     replies_encoded: int
     replies_dropped: int  # for a reactor index that does not exist
@@ -115,6 +124,8 @@ class Codec:
         }
         from_reactors, from_others = topology.rings_to_split(self.role_id, RoleKind.REACTOR)
         self.frame_inboxes = records.attach_inboxes(from_reactors)
+        for inbox in self.frame_inboxes:
+            inbox.on_quarantined = self._on_quarantined
         self.reply_inboxes = records.attach_inboxes(from_others)
         self.sleeper = Sleeper(
             select.epoll(), [*self.reply_inboxes, *self.frame_inboxes], spin_ns_max
@@ -132,6 +143,8 @@ class Codec:
         self._completed_since_ns = [0] * len(worker_ids)
         self._frames_decoded = 0
         self._protocol_errors = 0
+        self._unexpected_errors = 0
+        self.failures = runtime.FailureLog(log)
         self._frames_dropped = 0
         self._replies_encoded = 0
         self._replies_dropped = 0
@@ -259,23 +272,26 @@ class Codec:
                 check_header_word(frame_length, header_word)
                 raise AssertionError("unreachable")
             command = decode_command(serialize_type, header, b"")
+            peer_ipv4, peer_port = self.peers.get(conn_id, _NO_PEER)
+            head = _COMMAND_HEAD.pack(
+                conn_id,
+                command.opaque,
+                command.code,
+                command.flag,
+                command.version,
+                peer_ipv4,
+                peer_port,
+                serialize_type,
+                int(command.language),
+                header_size,
+            )
         except RemoteProtocolError as error:
             self._on_protocol_error(conn_id, serialize_type, header, error)
             return
+        except Exception as error:
+            self._on_unexpected_error(conn_id, serialize_type, header, error)
+            return
         self._frames_decoded += 1
-        peer_ipv4, peer_port = self.peers.get(conn_id, _NO_PEER)
-        head = _COMMAND_HEAD.pack(
-            conn_id,
-            command.opaque,
-            command.code,
-            command.flag,
-            command.version,
-            peer_ipv4,
-            peer_port,
-            serialize_type,
-            int(command.language),
-            header_size,
-        )
         outbox = self.worker_outboxes[conn_id % len(self.worker_outboxes)]
         outbox.append(records.COMMAND, head, view[header_start:frame_end])
         if command.flag & _FLAG_NO_ANSWER:
@@ -287,26 +303,78 @@ class Codec:
         """Answer with the error's code if the header still gives an opaque, then close."""
         self._protocol_errors += 1
         self.failed.add(conn_id)
+        self._answer_frame(conn_id, serialize_type, header, error.response_code, str(error), True)
+
+    def _on_quarantined(self, record_type: int, buffer: Buffer, offset: int, size: int) -> None:
+        """A record that stopped this role twice (records.Inbox): a frame is answered
+        SYSTEM_ERROR if it lies whole in the ring, else its connection is closed (the rest of a
+        spilled frame is in a file this role does not read again)."""
+        if record_type & ~records.SPILLED_FLAG != records.FRAME:
+            return
+        remark = records.quarantine_remark(self.role_id)
+        if record_type != records.FRAME:
+            head_offset = records.spill_head_view(buffer, offset)[0]
+            (conn_id,) = _CONN_ID.unpack_from(buffer, head_offset)
+            outbox = self.reactor_outboxes.get(records.reactor_of(conn_id))
+            if outbox is not None:
+                close = records.pack_close_connection(conn_id, records.CLOSE_REASON_PROTOCOL)
+                outbox.append(records.CLOSE_CONNECTION, close)
+            return
+        (conn_id,) = _CONN_ID.unpack_from(buffer, offset)
+        frame_start = offset + records.CONN_ID_SIZE_BYTES
+        _frame_length, header_word = FRAME_PREFIX.unpack_from(buffer, frame_start)
+        header_start = frame_start + FRAME_PREFIX_SIZE_BYTES
+        header_end = min(header_start + (header_word & HEADER_LENGTH_MASK), offset + size)
+        header = memoryview(buffer)[header_start:header_end]
+        serialize_type = header_word >> SERIALIZE_TYPE_SHIFT
+        if serialize_type > SERIALIZE_TYPE_ROCKETMQ:
+            serialize_type = SERIALIZE_TYPE_JSON
+        self._answer_frame(conn_id, serialize_type, header, ResponseCode.SYSTEM_ERROR, remark)
+
+    def _on_unexpected_error(
+        self, conn_id: int, serialize_type: int, header: memoryview, error: Exception
+    ) -> None:
+        """Answer SYSTEM_ERROR if the header still gives an opaque; keep the connection."""
+        self._unexpected_errors += 1
+        self.failures.record(f"decoding a frame of conn {conn_id}", error)
+        remark = (
+            f"mqbox: {self.role_id} failed on this frame ({type(error).__name__}); "
+            "the broker logged it and serves on"
+        )
+        self._answer_frame(conn_id, serialize_type, header, ResponseCode.SYSTEM_ERROR, remark)
+
+    def _answer_frame(
+        self,
+        conn_id: int,
+        serialize_type: int,
+        header: memoryview,
+        code: int,
+        remark: str,
+        close: bool = False,
+    ) -> None:
+        """Answer `code` and `remark` to a frame that is not passed on, if its header still
+        gives an opaque; with `close`, close the connection afterwards (or at once, without)."""
         opaque = _salvage_opaque(serialize_type, header)
         outbox = self.reactor_outboxes.get(records.reactor_of(conn_id))
         if outbox is None:
             return
         if opaque is None:
-            outbox.append(
-                records.CLOSE_CONNECTION,
-                records.pack_close_connection(conn_id, records.CLOSE_REASON_PROTOCOL),
-            )
+            if close:
+                outbox.append(
+                    records.CLOSE_CONNECTION,
+                    records.pack_close_connection(conn_id, records.CLOSE_REASON_PROTOCOL),
+                )
             return
         response = RemotingCommand(
-            error.response_code,
+            code,
             opaque=opaque,
             flag=FLAG_RESPONSE,
-            remark=str(error),
+            remark=remark,
             serialize_type=SerializeType(serialize_type),
         )
         frame = encode_whole_command(response, self.frame_size_bytes_max)
-        head = records.pack_response_head(conn_id, 0, records.REPLY_FLAG_CLOSE_AFTER)
-        outbox.append(records.RESPONSE, head, frame)
+        flags = records.REPLY_FLAG_CLOSE_AFTER if close else 0
+        outbox.append(records.RESPONSE, records.pack_response_head(conn_id, 0, flags), frame)
 
     # -- responses --------------------------------------------------------------------------------
 
@@ -406,6 +474,7 @@ class Codec:
         return CodecStatistics(
             frames_decoded=self._frames_decoded,
             protocol_errors=self._protocol_errors,
+            unexpected_errors=self._unexpected_errors,
             frames_dropped=self._frames_dropped,
             replies_encoded=self._replies_encoded,
             replies_dropped=self._replies_dropped,

@@ -28,7 +28,8 @@ role of the topology:
 
     word 0 magic   1 role_count   2 broker_state (STARTING, RUNNING, STOPPING)   3 change_sequence
     words 4-7 reserved
-    slot i (words 8 + 4 i ...): generation, pid, state (DOWN, STARTING, READY), start_count
+    slot i (words 8 + 8 i ...): generation, pid, state (DOWN, STARTING, READY), start_count,
+        handling ring, handling position, quarantine ring, quarantine position
 
 `generation` counts the role's transitions: +1 when a process is forked for it, +1 when that
 process dies, so it is odd while a process is up and even while the role is down (0: never
@@ -48,6 +49,26 @@ Why not a ring per role: a ring needs a producer that outlives its consumer's re
 record format; this is state, not a stream (a role that was asleep wants the latest state, not
 every event), and one shared array answers "is send.1 up, and is it still the process I sent
 to?" with two loads.
+
+Quarantine (issue 9: one record must never stop the broker). A ring delivers the records a dead
+consumer had drained but not released to its next process, so a record that kills its consumer
+would kill every restarted process until the restart budget stops the broker. Two words of each
+slot are therefore written by the role itself, not the supervisor (`RecordMarks`, used by
+records.Inbox): while it handles a record, the ring's number (1 + its index in the topology's
+rings) and the record's position in that ring (bytes since the ring was made; positions only
+grow, so one names one record for the life of the ring); ring 0 between batches, position -1
+from a batch's start to its first record. A SIGKILLed process
+has made every store it made, so the supervisor reads both words after it reaped the process. A
+process that died on the same record as the one before it (twice in a row) makes the supervisor
+write that record into the slot's quarantine words before it forks the next process, whose Inbox
+on that ring skips the record: it is answered SYSTEM_ERROR if it is a request (the role's
+`on_quarantined` hook), logged and counted, and never handled. The supervisor clears the
+handling words before each fork, and the quarantine words when it makes the rings anew.
+
+Test hook (tests only, never set in production): the environment variable
+MQBOX_TEST_DIE_ON_RECORD, "<role id>:<marker>[,<role id>:<marker>...]", makes that role SIGKILL
+itself while it handles a record whose payload holds the marker bytes (records.Inbox), so tests
+can make a role die on a chosen record.
 """
 
 from __future__ import annotations
@@ -100,13 +121,18 @@ _ROLE_COUNT_WORD: Final = 1
 _BROKER_STATE_WORD: Final = 2
 _CHANGE_SEQUENCE_WORD: Final = 3
 _HEADER_WORD_COUNT: Final = 8
-_SLOT_WORD_COUNT: Final = 4
+_SLOT_WORD_COUNT: Final = 8
 _GENERATION: Final = 0
 _PID: Final = 1
 _STATE: Final = 2
 _START_COUNT: Final = 3
+_HANDLING_RING: Final = 4  # written by the role (quarantine, module docstring)
+_HANDLING_POSITION: Final = 5
+_QUARANTINE_RING: Final = 6
+_QUARANTINE_POSITION: Final = 7
 assert _CHANGE_SEQUENCE_WORD < _HEADER_WORD_COUNT
-assert _START_COUNT < _SLOT_WORD_COUNT
+assert _QUARANTINE_POSITION < _SLOT_WORD_COUNT
+assert _HANDLING_POSITION == _HANDLING_RING + 1
 
 BROKER_STARTING: Final = 0
 BROKER_RUNNING: Final = 1
@@ -121,8 +147,9 @@ ROLE_STATE_NAMES: Final = {ROLE_DOWN: "down", ROLE_STARTING: "starting", ROLE_RE
 class ControlBlock:
     """The supervisor's shared words about every role (module docstring).
 
-    Written only by the supervisor; roles read. Created before the first fork and inherited, so
-    a role never attaches it by name.
+    Written only by the supervisor, except each role's two handling words, which its process
+    writes (RecordMarks); roles read. Created before the first fork and inherited, so a role
+    never attaches it by name.
     """
 
     def __init__(self, memory: mmap.mmap, role_ids: Sequence[str]) -> None:
@@ -178,6 +205,27 @@ class ControlBlock:
         """How many processes were forked for the role (1 + restarts)."""
         return int(self._words[self._word(role_id, _START_COUNT)])
 
+    def handling(self, role_id: str) -> tuple[int, int] | None:
+        """(ring number, position) of the record the role's process was handling, or None."""
+        ring_number = int(self._words[self._word(role_id, _HANDLING_RING)])
+        position = int(self._words[self._word(role_id, _HANDLING_POSITION)])
+        if ring_number == 0 or position < 0:  # between batches, or before a batch's first
+            return None
+        return ring_number, position
+
+    def quarantined(self, role_id: str) -> tuple[int, int] | None:
+        """(ring number, position) of the record the role's next process must skip, or None."""
+        ring_number = int(self._words[self._word(role_id, _QUARANTINE_RING)])
+        if ring_number == 0:
+            return None
+        return ring_number, int(self._words[self._word(role_id, _QUARANTINE_POSITION)])
+
+    def handling_words(self, role_id: str) -> memoryview:
+        """The role's two handling words (ring number, position) as a memoryview of 'q' items,
+        for its own process to write: an item store moves the whole word (ring.py)."""
+        first = self._word(role_id, _HANDLING_RING)
+        return memoryview(self._memory).cast("q")[first : first + 2]
+
     # Write side (the supervisor only).
 
     def _changed(self) -> None:
@@ -204,6 +252,19 @@ class ControlBlock:
         assert self.is_up(role_id)
         self._words[self._word(role_id, _STATE)] = ROLE_READY
         self._changed()
+
+    def clear_handling(self, role_id: str) -> None:
+        """Before a fork: the new process has handled nothing yet."""
+        assert not self.is_up(role_id)
+        self._words[self._word(role_id, _HANDLING_RING)] = 0
+        self._words[self._word(role_id, _HANDLING_POSITION)] = 0
+
+    def quarantine(self, role_id: str, record: tuple[int, int] | None) -> None:
+        """The record (ring number, position) the role's next process must skip; None: none."""
+        ring_number, position = record if record is not None else (0, 0)
+        assert ring_number >= 0
+        self._words[self._word(role_id, _QUARANTINE_POSITION)] = position
+        self._words[self._word(role_id, _QUARANTINE_RING)] = ring_number
 
     def role_exited(self, role_id: str) -> int:
         """The role's process is gone; returns its generation (even)."""
@@ -249,12 +310,54 @@ class ControlWatcher:
 # ---------------------------------------------------------------------------------------------
 
 
+TEST_DIE_ON_RECORD_ENV: Final = "MQBOX_TEST_DIE_ON_RECORD"  # the test hook (module docstring)
+
+
+class RecordMarks:
+    """One role process's side of quarantine (module docstring): the two handling words it
+    writes, the record its previous processes left it to skip, and the test hook's marker.
+    records.Inbox uses it; roles never do."""
+
+    def __init__(
+        self,
+        control: ControlBlock,
+        role_id: str,
+        ring_names: Sequence[str],
+        die_on_marker: bytes | None = None,
+    ) -> None:
+        self.words = control.handling_words(role_id)  # [ring number, position]
+        self._ring_numbers = {name: number for number, name in enumerate(ring_names, start=1)}
+        self._skip = control.quarantined(role_id)
+        self.die_on_marker = die_on_marker
+
+    def ring_number(self, ring_name: str) -> int:
+        """The number the handling words use for the ring named `ring_name`; 0 if unknown."""
+        return self._ring_numbers.get(ring_name, 0)
+
+    def skip_position(self, ring_number: int) -> int:
+        """The position of the quarantined record in ring `ring_number`, or -1."""
+        skip = self._skip
+        if skip is None or skip[0] != ring_number:
+            return -1
+        return skip[1]
+
+
+def die_on_marker_of(role_id: str, setting: str) -> bytes | None:
+    """The marker TEST_DIE_ON_RECORD_ENV's `setting` names for `role_id`, or None."""
+    for item in setting.split(","):
+        target, _, marker = item.partition(":")
+        if target == role_id and marker:
+            return marker.encode()
+    return None
+
+
 @dataclasses.dataclass
 class _ProcessState:
     role_id: str = ""
     stop_requested: bool = False
     wakeup_read_fd: int = -1
     wakeup_write_fd: int = -1
+    record_marks: RecordMarks | None = None
 
 
 _process = _ProcessState()
@@ -343,6 +446,20 @@ def enter_role_process(ctx: RoleContext, supervisor_pid: int) -> None:
         _process.stop_requested = True
     logs_dir = ctx.home / "logs"
     configure_logging(logs_dir / f"{ctx.role.role_id}.log")
+    control = getattr(ctx, "control", None)
+    if control is not None:
+        ring_names = [spec.name for spec in ctx.topology.rings]
+        marker = die_on_marker_of(ctx.role.role_id, os.environ.get(TEST_DIE_ON_RECORD_ENV, ""))
+        if marker is not None:
+            log.warning(
+                "test hook %s: dying on records that hold %r", TEST_DIE_ON_RECORD_ENV, marker
+            )
+        _process.record_marks = RecordMarks(control, ctx.role.role_id, ring_names, marker)
+
+
+def record_marks() -> RecordMarks | None:
+    """This role process's RecordMarks; None outside a role process (unit tests)."""
+    return _process.record_marks
 
 
 def stop_requested() -> bool:
@@ -589,6 +706,65 @@ class RoleLoop:
         finally:
             self.rings.close()
         exit_stopped()
+
+
+# ---------------------------------------------------------------------------------------------
+# Failures a role survives
+# ---------------------------------------------------------------------------------------------
+
+FAILURE_TRACEBACK_COUNT_MAX: Final = 5
+FAILURE_LOG_INTERVAL_NS: Final = 60_000_000_000
+
+
+class FailureLog:
+    """Unexpected exceptions a role caught at a request boundary and survived: each is counted,
+    and logged with its traceback at most FAILURE_TRACEBACK_COUNT_MAX times a minute; the rest of
+    the minute's failures get one summary line when the next minute starts. The bound matters: a
+    client repeating a request that fails would otherwise fill the disk with tracebacks."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        traceback_count_max: int = FAILURE_TRACEBACK_COUNT_MAX,
+        interval_ns: int = FAILURE_LOG_INTERVAL_NS,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        assert traceback_count_max > 0
+        assert interval_ns > 0
+        self._logger = logger
+        self._traceback_count_max = traceback_count_max
+        self._interval_ns = interval_ns
+        self._clock_ns = clock_ns
+        self._interval_start_ns = clock_ns()
+        self._logged_in_interval = 0
+        self._unlogged_in_interval = 0
+        self.failure_count = 0
+
+    def record(self, what: str, error: BaseException) -> None:
+        """Count `error`, caught while doing `what`; log it if this minute's budget allows."""
+        self.failure_count += 1
+        now_ns = self._clock_ns()
+        if now_ns - self._interval_start_ns >= self._interval_ns:
+            if self._unlogged_in_interval:
+                self._logger.error(
+                    "%d more unexpected failures were not logged in the last minute",
+                    self._unlogged_in_interval,
+                )
+            self._interval_start_ns = now_ns
+            self._logged_in_interval = 0
+            self._unlogged_in_interval = 0
+        if self._logged_in_interval >= self._traceback_count_max:
+            self._unlogged_in_interval += 1
+            return
+        self._logged_in_interval += 1
+        self._logger.error(
+            "unexpected %s while %s (survived; %d so far)",
+            type(error).__name__,
+            what,
+            self.failure_count,
+            exc_info=error,
+        )
 
 
 def ready_line(role_id: str, info: Mapping[str, Any]) -> bytes:

@@ -36,9 +36,16 @@ Rules:
 3. A role reports ready by writing one JSON line to a pipe made for it (`ctx.report_ready`).
    End-of-file first means it died; the start waits with a deadline per kind.
 4. A dead non-critical role is re-forked (its rings still exist and accept a restarted consumer
-   or producer), with a growing delay; too many deaths in a window stop the broker. A dead
-   critical role (store writer, dispatcher) stops the broker: everything else stops in reverse
-   order, `abort` is left for recovery, the exit status is EXIT_ROLE_FAILED.
+   or producer), with a growing delay (config.RestartConfig); if two processes in a row died on
+   the same ring record, that record is quarantined first (runtime.py). A dead critical role
+   (store writer, dispatcher) restarts the broker: every other role stops in reverse order,
+   `abort` is made so that the store writer's MessageStore.open runs the full recovery, the
+   instance's shared memory is made anew (rings, counters, spill files: what was in flight
+   belonged to connections that are gone), and every role starts again in START_ORDER, after
+   the same growing delay; clients reconnect to the listening socket, which stays bound. Too
+   many deaths of one role, or too many broker restarts, within the window stop the broker: the
+   exit status is EXIT_ROLE_FAILED, and the reason is in the log, in state.json while running
+   (`last_failure`) and in `run/last-stop.json` after the exit, which `mqbox status` shows.
 5. Every change of a role's process is written to the control block and followed by SIGUSR1 to
    every live role (the control channel, runtime.py), and to `run/state.json` for `mqbox status`.
 6. The orderly stop (SIGTERM, SIGINT, SIGHUP): SIGTERM to the roles in reverse START_ORDER, one
@@ -78,7 +85,7 @@ from typing import Any, Final, NoReturn, TypeGuard
 import psutil
 
 from mqbox import _jit
-from mqbox.config import BrokerConfig, load_broker_config, load_namesrv_config
+from mqbox.config import BrokerConfig, RestartConfig, load_broker_config, load_namesrv_config
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
@@ -108,6 +115,7 @@ STORE_DIR_NAME: Final = "store"
 LOCK_FILE_NAME: Final = "lock"
 PID_FILE_NAME: Final = "mqbox.pid"
 STATE_FILE_NAME: Final = "state.json"
+LAST_STOP_FILE_NAME: Final = "last-stop.json"  # why the last run stopped after a failure
 NAMESRV_READY_FILE_NAME: Final = "namesrv.ready"
 NAMESRV_OUTPUT_FILE_NAME: Final = "namesrv.out"
 SUPERVISOR_LOG_FILE_NAME: Final = "supervisor.log"
@@ -125,10 +133,8 @@ STOP_TIMEOUT_S_STORE: Final = 60.0
 STALE_PROCESS_WAIT_S: Final = 10.0
 KILL_WAIT_S: Final = 10.0  # a process that outlives SIGKILL this long is stuck in the kernel
 _NEVER_NS: Final = 2**63 - 1
-# Restarts: delay before the n-th restart in a row, and how many deaths in a window are too many.
-RESTART_DELAYS_MS: Final = (0, 100, 500, 1000, 2000, 5000)
-RESTART_WINDOW_S: Final = 60.0
-RESTART_COUNT_MAX: Final = 10
+BROKER_RESTART_KEY: Final = "broker"  # the broker restarts' history, beside the roles' deaths
+QUARANTINE_DEATH_COUNT: Final = 2  # deaths in a row on one record that quarantine it
 WATCH_INTERVAL_MS: Final = 1000
 WARM_UP_FUNCTION_NAMES: Final = ("warm_up", "warm_up_kernels")
 READY_LINE_SIZE_BYTES_MAX: Final = 4096  # one write of at most PIPE_BUF bytes is atomic
@@ -176,6 +182,10 @@ class HomeLayout:
     @property
     def state_path(self) -> Path:
         return self.run_dir / STATE_FILE_NAME
+
+    @property
+    def last_stop_path(self) -> Path:
+        return self.run_dir / LAST_STOP_FILE_NAME
 
 
 def prepare_home(home: Path) -> HomeLayout:
@@ -226,8 +236,18 @@ def lock_home(layout: HomeLayout) -> int:
 
 def read_state(home: Path) -> dict[str, Any] | None:
     """The last `run/state.json` of `home`, or None if there is none (or it is unreadable)."""
+    return _read_json(HomeLayout(home).state_path)
+
+
+def read_last_stop(home: Path) -> dict[str, Any] | None:
+    """`run/last-stop.json` of `home`: why its last run stopped after a failure ("reason",
+    "stopped_at_ms", "exit_status"); None if it stopped cleanly or runs."""
+    return _read_json(HomeLayout(home).last_stop_path)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        document = json.loads(HomeLayout(home).state_path.read_text(encoding="utf-8"))
+        document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return document if isinstance(document, dict) else None
@@ -335,7 +355,8 @@ class ApplianceOptions:
     namesrv_module: str = "mqbox.namesrv"
     ready_timeout_s: float | None = None  # None = per kind (long for the store roles)
     stop_timeout_s: float | None = None  # None = per kind (long for the store writer)
-    restart_count_max: int = RESTART_COUNT_MAX  # deaths of one role within RESTART_WINDOW_S
+    # Deaths of one role within the restart window; None = mqboxRoleRestartCountMax.
+    restart_count_max: int | None = None
     log_to_stderr: bool = True  # warnings and errors also to stderr (foreground, daemon .out)
 
 
@@ -363,6 +384,14 @@ class _Namesrv:
     port: int = 0
     ready: bool = False
     create_time: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Failure:
+    """Why the watch loop cannot go on as it was: restart the broker's roles, or stop."""
+
+    reason: str
+    restart_broker: bool
 
 
 class _StartInterruptedError(Exception):
@@ -399,6 +428,12 @@ class Supervisor:
         self._processes: dict[str, _RoleProcess] = {}  # live or starting, by role id
         self._restart_due_ns: dict[str, int] = {}
         self._death_history: dict[str, collections.deque[int]] = {}
+        # role id -> (record its last process died handling, deaths in a row on it)
+        self._deaths_on_record: dict[str, tuple[tuple[int, int], int]] = {}
+        self._quarantined_counts: dict[str, int] = {}
+        self._restarts = RestartConfig()  # the broker's, once its configuration is loaded
+        self._broker_restart_count = 0
+        self._last_failure: dict[str, Any] | None = None  # reason, at_ms
         self._started_at_ms = _now_ms()
         self._status = "starting"
         self._stop_unclean = False
@@ -509,6 +544,9 @@ class Supervisor:
         # the usual soft limit (1024) is far below what mqboxConnectionCountMax allows.
         soft_before, soft_now = raise_file_limit()
         log.info("descriptor limit: soft %d (was %d)", soft_now, soft_before)
+        with contextlib.suppress(FileNotFoundError):
+            self.layout.last_stop_path.unlink()
+        self._restarts = broker.restarts
         self.instance = instance_name(self.layout.home, broker.broker_name)
         self._sweep_stale(self.instance)
         self.store_root = store_root_of(self.layout.home, broker)
@@ -540,11 +578,7 @@ class Supervisor:
         self.broker = broker
         self._check_stop()
         self._instances_to_sweep.add(self.instance)
-        for spec in self.topology.rings:
-            try:
-                Ring.create(spec.name, spec.capacity_bytes).close()
-            except OSError as error:
-                raise MqboxError(f"cannot create ring {spec.name}: {error}") from None
+        self._create_rings()
         self.control = runtime.ControlBlock.create([role.role_id for role in self.topology.roles])
         self._base_ctx = RoleContext(
             instance=self.instance,
@@ -571,6 +605,27 @@ class Supervisor:
                 "copied into the roles; set OPENBLAS_NUM_THREADS=1",
                 native_thread_count,
             )
+        self._start_roles()
+        info = self.ready_info()
+        log.info("ready: %s", json.dumps(info, sort_keys=True))
+        if self._on_ready is not None:
+            self._on_ready(info)
+
+    def _create_rings(self) -> None:
+        """Every ring of the topology, empty (none of them may exist)."""
+        assert self.topology is not None
+        for spec in self.topology.rings:
+            try:
+                Ring.create(spec.name, spec.capacity_bytes).close()
+            except OSError as error:
+                raise MqboxError(f"cannot create ring {spec.name}: {error}") from None
+
+    def _start_roles(self) -> None:
+        """Fork every role in START_ORDER, a kind after the one before it is ready; then the
+        broker runs. MqboxError if one dies or misses its ready deadline (rule 7 at the first
+        start; a failed broker restart otherwise)."""
+        assert self.topology is not None
+        assert self.control is not None
         for kind in START_ORDER:
             specs = self.topology.roles_of(kind)
             if not specs:
@@ -581,10 +636,6 @@ class Supervisor:
         self.control.set_broker_state(runtime.BROKER_RUNNING)
         self._notify_roles()
         self._write_state()
-        info = self.ready_info()
-        log.info("ready: %s", json.dumps(info, sort_keys=True))
-        if self._on_ready is not None:
-            self._on_ready(info)
 
     def ready_info(self) -> dict[str, Any]:
         """What `mqbox start` prints once everything is ready."""
@@ -840,6 +891,7 @@ class Supervisor:
         assert self.control is not None
         assert threading.active_count() == 1, "the zygote must have no threads when it forks"
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        self.control.clear_handling(spec.role_id)
         previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _FORK_SIGNALS)
         try:
             pid = os.fork()
@@ -999,22 +1051,24 @@ class Supervisor:
     # -- watching ------------------------------------------------------------------------------
 
     def _watch(self) -> int:
-        """Reap, restart, read ready lines, until a stop signal or a fatal death."""
+        """Reap, restart, read ready lines, until a stop signal or a failure that stops it."""
         while True:
             if self._stop_signal is not None:
                 log.info("signal %s: stopping", signal.Signals(self._stop_signal).name)
                 return self._stop_everything()
-            fatal = self._watch_roles()
+            failure = self._watch_roles()
+            fatal = None if failure is None else failure.reason
+            if failure is not None and failure.restart_broker:
+                try:
+                    fatal = self._restart_broker(failure.reason)
+                except _StartInterruptedError:
+                    log.info("stop requested while the broker restarted")
+                    return self._stop_everything()
             if fatal is not None:
-                log.error("%s: stopping the broker", fatal)
-                self._stop_everything()
-                self._mark_abort()
-                return EXIT_ROLE_FAILED
+                return self._stop_after_failure(fatal, role_failed=True)
             fatal = self._watch_namesrv()
             if fatal is not None:
-                log.error("%s: stopping the broker", fatal)
-                self._stop_everything()
-                return EXIT_ROLE_FAILED
+                return self._stop_after_failure(fatal, role_failed=False)
             self._restart_due_roles()
             now_ns = time.monotonic_ns()
             deadlines = [now_ns + WATCH_INTERVAL_MS * 1_000_000]
@@ -1032,8 +1086,8 @@ class Supervisor:
                     self._read_ready(process)
         raise AssertionError("unreachable")
 
-    def _watch_roles(self) -> str | None:
-        """Reap dead roles; schedule restarts; a reason to stop the broker, or None."""
+    def _watch_roles(self) -> _Failure | None:
+        """Reap dead roles; schedule restarts; a critical death or a role out of restarts."""
         now_ns = time.monotonic_ns()
         for process in list(self._processes.values()):
             if not process.ready and now_ns >= process.ready_deadline_ns:
@@ -1050,20 +1104,20 @@ class Supervisor:
                 continue
             spec = process.spec
             how = describe_wait_status(status)
+            self._note_death_record(spec)
             self._notify_roles()
             self._write_state()
             if spec.critical:
-                return f"critical role {spec.role_id} (pid {process.pid}) died ({how})"
-            history = self._death_history.setdefault(spec.role_id, collections.deque())
-            history.append(now_ns)
-            while history and now_ns - history[0] > RESTART_WINDOW_S * 1e9:
-                history.popleft()
-            if len(history) > self.options.restart_count_max:
-                return (
-                    f"role {spec.role_id} died {len(history)} times within "
-                    f"{RESTART_WINDOW_S:.0f} s (last: {how})"
+                reason = f"critical role {spec.role_id} (pid {process.pid}) died ({how})"
+                return _Failure(reason, restart_broker=True)
+            death_count = self._count_death(spec.role_id, now_ns)
+            if death_count > self._role_restart_count_max():
+                reason = (
+                    f"role {spec.role_id} died {death_count} times within "
+                    f"{self._restarts.window_ms / 1000:g} s (last: {how})"
                 )
-            delay_ms = RESTART_DELAYS_MS[min(len(history) - 1, len(RESTART_DELAYS_MS) - 1)]
+                return _Failure(reason, restart_broker=False)
+            delay_ms = self._restarts.delay_ms(death_count)
             log.warning(
                 "role %s (pid %d) died (%s): restarting in %d ms; see %s",
                 spec.role_id,
@@ -1074,6 +1128,135 @@ class Supervisor:
             )
             self._restart_due_ns[spec.role_id] = now_ns + delay_ms * 1_000_000
         return None
+
+    def _role_restart_count_max(self) -> int:
+        if self.options.restart_count_max is not None:
+            return self.options.restart_count_max
+        return self._restarts.role_restart_count_max
+
+    def _count_death(self, key: str, now_ns: int) -> int:
+        """Add a death of `key` (a role id, "namesrv" or BROKER_RESTART_KEY) at `now_ns` to its
+        history; how many of its deaths lie within the restart window, this one included."""
+        history = self._death_history.setdefault(key, collections.deque())
+        history.append(now_ns)
+        window_ns = self._restarts.window_ms * 1_000_000
+        while history and now_ns - history[0] > window_ns:
+            history.popleft()
+        return len(history)
+
+    def _restart_broker(self, reason: str) -> str | None:
+        """A critical role died (`reason`): restart every role of the broker (rule 4), after the
+        backoff, until all are ready again; or a reason to stop when the broker restarted too
+        often within the window. _StartInterruptedError if a stop signal arrives meanwhile."""
+        assert self.control is not None
+        window_s = self._restarts.window_ms / 1000
+        while True:
+            restart_count = self._count_death(BROKER_RESTART_KEY, time.monotonic_ns())
+            if restart_count > self._restarts.broker_restart_count_max:
+                times = "once" if restart_count == 2 else f"{restart_count - 1} times"
+                return f"{reason}; the broker restarted {times} within {window_s:g} s"
+            delay_ms = self._restarts.delay_ms(restart_count)
+            log.error(
+                "%s: restarting every role of the broker in %d ms (restart %d within %g s)",
+                reason,
+                delay_ms,
+                restart_count,
+                window_s,
+            )
+            self._last_failure = {"reason": reason, "at_ms": _now_ms()}
+            self._status = "restarting"
+            unclean = self._stop_unclean  # a role killed now says nothing of the final stop
+            self._stop_roles(close_listener=False)
+            self._stop_unclean = unclean
+            self._mark_abort()
+            self._sleep_unless_stopped(delay_ms)
+            self._renew_shared_memory()
+            self.control.set_broker_state(runtime.BROKER_STARTING)
+            self._status = "starting"
+            self._write_state()
+            try:
+                self._start_roles()
+            except MqboxError as error:
+                reason = f"the broker's roles did not start again: {error}"
+                continue
+            self._broker_restart_count += 1
+            self._write_state()
+            log.warning("every role of the broker runs again (broker restart %d)", restart_count)
+            return None
+
+    def _sleep_unless_stopped(self, delay_ms: int) -> None:
+        """Wait `delay_ms`; _StartInterruptedError as soon as a stop signal arrives."""
+        deadline_ns = time.monotonic_ns() + delay_ms * 1_000_000
+        while True:
+            self._check_stop()
+            remaining_ns = deadline_ns - time.monotonic_ns()
+            if remaining_ns <= 0:
+                return
+            self._poll((), -(-remaining_ns // 1_000_000))
+
+    def _renew_shared_memory(self) -> None:
+        """With every role stopped: the instance's shared memory made anew, no quarantine."""
+        assert self.control is not None
+        assert self.topology is not None
+        assert not self._processes
+        names.unlink_instance(self.instance)
+        self._create_rings()
+        for role in self.topology.roles:
+            self.control.quarantine(role.role_id, None)
+        self._deaths_on_record.clear()
+
+    def _stop_after_failure(self, reason: str, *, role_failed: bool) -> int:
+        """Stop everything for `reason`; keep the reason for `mqbox status` (rule 4)."""
+        log.error("%s: stopping the broker", reason)
+        self._last_failure = {"reason": reason, "at_ms": _now_ms()}
+        self._stop_everything()
+        if role_failed:
+            self._mark_abort()
+        document = {"reason": reason, "stopped_at_ms": _now_ms(), "exit_status": EXIT_ROLE_FAILED}
+        with contextlib.suppress(OSError):
+            write_json_atomically(self.layout.last_stop_path, document)
+        return EXIT_ROLE_FAILED
+
+    def _note_death_record(self, spec: RoleSpec) -> None:
+        """A process of `spec` died: if it died handling a record, and the process before it
+        died on the same one, quarantine that record (runtime.py) so the next one skips it. A
+        critical role's death makes the rings anew, so its record is only logged."""
+        assert self.control is not None
+        assert self.topology is not None
+        role_id = spec.role_id
+        record = self.control.handling(role_id)
+        if record is None:
+            self._deaths_on_record.pop(role_id, None)
+            return
+        previous = self._deaths_on_record.get(role_id)
+        deaths = previous[1] + 1 if previous is not None and previous[0] == record else 1
+        self._deaths_on_record[role_id] = (record, deaths)
+        ring_number, position = record
+        rings = self.topology.rings
+        ring_name = rings[ring_number - 1].name if ring_number <= len(rings) else str(ring_number)
+        if spec.critical:
+            log.error(
+                "%s died handling the record at position %d of %s", role_id, position, ring_name
+            )
+            return
+        if deaths < QUARANTINE_DEATH_COUNT:
+            log.warning(
+                "%s died handling the record at position %d of %s; its next process gets it again",
+                role_id,
+                position,
+                ring_name,
+            )
+            return
+        self.control.quarantine(role_id, record)
+        self._quarantined_counts[role_id] = self._quarantined_counts.get(role_id, 0) + 1
+        log.error(
+            "%s died %d times in a row handling the record at position %d of %s: quarantined, "
+            "its next process skips it",
+            role_id,
+            deaths,
+            position,
+            ring_name,
+        )
 
     def _restart_due_roles(self) -> None:
         assert self.topology is not None
@@ -1111,13 +1294,11 @@ class Supervisor:
             if code is None:
                 return None
             self._namesrv = None
-            history = self._death_history.setdefault("namesrv", collections.deque())
-            history.append(now_ns)
-            while history and now_ns - history[0] > RESTART_WINDOW_S * 1e9:
-                history.popleft()
-            if len(history) > self.options.restart_count_max:
-                return f"the name server died {len(history)} times within {RESTART_WINDOW_S:.0f} s"
-            delay_ms = RESTART_DELAYS_MS[min(len(history) - 1, len(RESTART_DELAYS_MS) - 1)]
+            death_count = self._count_death("namesrv", now_ns)
+            if death_count > self._role_restart_count_max():
+                window_s = self._restarts.window_ms / 1000
+                return f"the name server died {death_count} times within {window_s:g} s"
+            delay_ms = self._restarts.delay_ms(death_count)
             log.warning(
                 "name server (pid %d) exited with status %d: restarting in %d ms",
                 namesrv.popen.pid,
@@ -1141,8 +1322,19 @@ class Supervisor:
     def _stop_everything(self) -> int:
         """Stop roles in reverse START_ORDER, then the name server; sweep; the exit status."""
         self._status = "stopping"
-        self._restart_due_ns.clear()
         self._namesrv_restart_due_ns = None
+        self._stop_roles(close_listener=True)
+        self._close_listener()
+        self._stop_namesrv()
+        for instance in sorted(self._instances_to_sweep):
+            names.unlink_instance(instance)
+        log.info("stopped%s", " (not cleanly)" if self._stop_unclean else "")
+        return EXIT_STOP_UNCLEAN if self._stop_unclean else EXIT_OK
+
+    def _stop_roles(self, *, close_listener: bool) -> None:
+        """SIGTERM to every role in reverse START_ORDER, a kind at a time, each kind waited for
+        (rule 6); the listener closes once the reactors are gone, if `close_listener`."""
+        self._restart_due_ns.clear()
         if self.control is not None:
             self.control.set_broker_state(runtime.BROKER_STOPPING)
         if self._lock_fd >= 0:
@@ -1151,16 +1343,10 @@ class Supervisor:
             processes = [p for p in self._processes.values() if p.spec.kind is kind]
             if processes:
                 self._stop_kind(kind, processes)
-            if kind is RoleKind.REACTOR:
+            if kind is RoleKind.REACTOR and close_listener:
                 self._close_listener()
         for process in list(self._processes.values()):
             self._stop_kind(process.spec.kind, [process])  # kinds outside START_ORDER
-        self._close_listener()
-        self._stop_namesrv()
-        for instance in sorted(self._instances_to_sweep):
-            names.unlink_instance(instance)
-        log.info("stopped%s", " (not cleanly)" if self._stop_unclean else "")
-        return EXIT_STOP_UNCLEAN if self._stop_unclean else EXIT_OK
 
     def _stop_kind(self, kind: RoleKind, processes: list[_RoleProcess]) -> None:
         """SIGTERM to `processes`, wait for them (SIGKILL after the kind's timeout)."""
@@ -1247,6 +1433,7 @@ class Supervisor:
                     else "down",
                     "generation": control.generation(spec.role_id) if control else 0,
                     "start_count": control.start_count(spec.role_id) if control else 0,
+                    "quarantined": self._quarantined_counts.get(spec.role_id, 0),
                 }
             )
         document = {
@@ -1273,6 +1460,8 @@ class Supervisor:
                 "store_root": str(self.store_root) if self.store_root else "",
             },
             "roles": roles,
+            "broker_restarts": self._broker_restart_count,
+            "last_failure": self._last_failure,
         }
         write_json_atomically(self.layout.state_path, document)
 
@@ -1355,7 +1544,9 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--no-namesrv", action="store_true", help="use namesrvAddr as it is")
     parser.add_argument("--ready-timeout-s", type=float)
     parser.add_argument("--stop-timeout-s", type=float)
-    parser.add_argument("--restart-count-max", type=int, default=RESTART_COUNT_MAX)
+    parser.add_argument(
+        "--restart-count-max", type=int, help="deaths of one role in the window (tests)"
+    )
     parser.add_argument(
         "--ready-fd",
         type=int,

@@ -39,11 +39,16 @@ match responses by opaque and drop the second, and RocketMQ's delivery is at lea
 COMPLETED notices are lazy (codec.py), so an entry may outlive its answer by up to 20 ms; an
 error sent for such an entry reaches a client that no longer waits for it and is dropped there.
 Without a control block (unit tests), `on_processor_restarted(role_id)` does the same by hand.
+
+No command stops the worker: one whose routing raises (a bug a client reached; processors/
+__init__.py says why it is answered rather than fatal) is counted, logged with its traceback
+(runtime.FailureLog, a few a minute) and answered SYSTEM_ERROR through an admin processor.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import select
 import time
@@ -76,6 +81,9 @@ BACKED_UP_RETRY_MS: Final = 1
 _FLAG_UNTRACKED: Final = FLAG_RESPONSE | FLAG_ONEWAY
 # A large COMMAND is forwarded as its SPILLED record: the processor reads the file, not the worker.
 _FORWARDED_UNREAD: Final = frozenset({records.COMMAND})
+_COMMAND_TYPES: Final = frozenset({records.COMMAND, records.COMMAND | records.SPILLED_FLAG})
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(slots=True)
@@ -101,6 +109,7 @@ class WorkerStatistics:
     idle_closes: int
     in_flight: int
     requests_failed: int  # answered SYSTEM_ERROR after a processor restart
+    unexpected_errors: int  # commands answered SYSTEM_ERROR for a bug they reached (logged)
     processor_restarts: int
     spill_count: int
     sleep_count: int
@@ -169,6 +178,8 @@ class Worker:
         self.inboxes = [
             Inbox(Ring.attach(spec.name), spec.producer) for spec in topology.rings_to(self.role_id)
         ]
+        for inbox in self.inboxes:
+            inbox.on_quarantined = self._on_quarantined
         self.epoll = select.epoll()
         self.sleeper = Sleeper(self.epoll, self.inboxes, spin_ns_max)
         self.wakeup_fd = wakeup_fd
@@ -187,6 +198,8 @@ class Worker:
         self._connections_closed = 0
         self._idle_closes = 0
         self._requests_failed = 0
+        self._unexpected_errors = 0
+        self.failures = runtime.FailureLog(log)
         self._processor_restarts = 0
         self._turn_count = 0
 
@@ -241,11 +254,12 @@ class Worker:
         now_ns = time.monotonic_ns()
         for record_type, buffer, offset, size in inbox.records(batch, _FORWARDED_UNREAD):
             handled += 1
-            if record_type == records.COMMAND:
-                self._route(record_type, buffer, offset, offset, size, now_ns)
-            elif record_type == records.COMMAND | records.SPILLED_FLAG:
-                head_offset = records.spill_head_view(buffer, offset)[0]
-                self._route(record_type, buffer, head_offset, offset, size, now_ns)
+            if record_type in _COMMAND_TYPES:
+                head_offset = records.command_head_offset(record_type, buffer, offset)
+                try:
+                    self._route(record_type, buffer, head_offset, offset, size, now_ns)
+                except Exception as error:  # the boundary of the module docstring
+                    self._on_route_failed(buffer, head_offset, error)
             elif record_type == records.COMPLETED:
                 in_flight = self.in_flight
                 for conn_id, opaque in records.unpack_completed(buffer, offset, size):
@@ -262,6 +276,25 @@ class Worker:
         return handled
 
     # -- routing ----------------------------------------------------------------------------------
+
+    def _on_quarantined(self, record_type: int, buffer: Buffer, offset: int, size: int) -> None:
+        """A record that stopped this role twice (records.Inbox): answer it if a request."""
+        failed = records.quarantined_request_failed(record_type, buffer, offset, self.role_id)
+        if failed is not None:
+            self._send_request_failed(
+                failed.conn_id, failed.opaque, failed.serialize_type, failed.remark
+            )
+
+    def _on_route_failed(self, buffer: Buffer, head_offset: int, error: Exception) -> None:
+        """Routing the command at `head_offset` raised `error`: count, log, answer it."""
+        self._unexpected_errors += 1
+        self.failures.record("routing a command", error)
+        conn_id, opaque, _code, flag, serialize_type = records.unpack_command_route(
+            buffer, head_offset
+        )
+        if not flag & _FLAG_UNTRACKED:
+            remark = f"mqbox: {self.role_id} failed on this request ({type(error).__name__})"
+            self._send_request_failed(conn_id, opaque, serialize_type, remark)
 
     def _route(
         self,
@@ -383,18 +416,20 @@ class Worker:
             ]
             for opaque, serialize_type in doomed:
                 del requests[opaque]
-                outbox = self.admin_pool.outboxes[conn_id % len(self.admin_pool.outboxes)]
-                outbox.append(
-                    records.REQUEST_FAILED,
-                    records.pack_request_failed(
-                        records.RequestFailed(
-                            conn_id, opaque, ResponseCode.SYSTEM_ERROR, serialize_type, remark
-                        )
-                    ),
-                )
+                self._send_request_failed(conn_id, opaque, serialize_type, remark)
                 failed += 1
         self._requests_failed += failed
         return failed
+
+    def _send_request_failed(
+        self, conn_id: int, opaque: int, serialize_type: int, remark: str
+    ) -> None:
+        """Ask an admin processor to answer (conn_id, opaque) SYSTEM_ERROR with `remark`."""
+        outbox = self.admin_pool.outboxes[conn_id % len(self.admin_pool.outboxes)]
+        failed = records.RequestFailed(
+            conn_id, opaque, ResponseCode.SYSTEM_ERROR, serialize_type, remark
+        )
+        outbox.append(records.REQUEST_FAILED, records.pack_request_failed(failed))
 
     def statistics(self) -> WorkerStatistics:
         by_kind: dict[str, int] = {}
@@ -410,6 +445,7 @@ class Worker:
             idle_closes=self._idle_closes,
             in_flight=sum(len(requests) for requests in self.in_flight.values()),
             requests_failed=self._requests_failed,
+            unexpected_errors=self._unexpected_errors,
             processor_restarts=self._processor_restarts,
             spill_count=self.spill_writer.spill_count,
             sleep_count=self.sleeper.sleep_count,

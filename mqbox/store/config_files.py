@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mqbox.errors import ConfigError
+from mqbox.message import java_utf8_encode
 from mqbox.store.layout import (
     BACKUP_SUFFIX,
     CONSUMER_OFFSET_FILE_NAME,
@@ -192,7 +193,8 @@ def _save(path: Path, document: Mapping[str, Any]) -> None:
     for directory in ensure_directory(path.parent):
         fsync_directory(directory)
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-    write_file_atomically(path, text.encode("utf-8"), keep_backup=True)
+    # Names and values here came from the wire: encoded as Java encodes text (message.py).
+    write_file_atomically(path, java_utf8_encode(text), keep_backup=True)
 
 
 def _object(value: Any, where: str) -> dict[str, Any]:

@@ -255,7 +255,7 @@ SPECS: Final[tuple[Spec, ...]] = (
             "readQueueNums": (*INT32_BAD, "0", "-1", "1025"),
             "writeQueueNums": (*INT32_BAD, "0", "-1", "1025"),
             "perm": (*INT32_BAD, "-1", "16"),
-            "topicFilterType": (MISSING,),
+            "topicFilterType": (MISSING, "BOGUS", "single_tag", "SINGLE_TAG\ud800"),
             "topicSysFlag": INT32_BAD[1:],  # optional: absent is fine
         },
     ),

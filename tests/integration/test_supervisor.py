@@ -1,6 +1,7 @@
 """Goal: the supervisor runs every role as its own process, starts them in START_ORDER one kind
 at a time, re-forks a dead non-critical role (which then serves again, and the others hear of it
-through the control block), stops the broker on the death of a critical role, stops everything
+through the control block), restarts every role of the broker on the death of a critical role
+and stops it when that keeps happening (the reason shown by `mqbox status`), stops everything
 in reverse order on SIGTERM, leaves no process and no shared memory behind, sweeps what a dead
 run left, and fails a bad start with one clear message and nothing left running.
 
@@ -29,8 +30,9 @@ from typing import Any
 
 import psutil
 import pytest
+from typer.testing import CliRunner
 
-from mqbox.admin import ops
+from mqbox.admin import cli, ops
 from mqbox.client.namesrv_api import cluster_info
 from mqbox.client.remoting import RemotingClient
 from mqbox.config import BrokerConfig
@@ -290,19 +292,77 @@ def test_sigkilled_non_critical_role_is_reforked_and_serves_again(
 
 
 @pytest.mark.crash
-def test_sigkilled_critical_role_stops_the_broker_with_a_failure_status(
+def test_sigkilled_critical_role_restarts_every_role_of_the_broker(
     home: Path, reap_pids: list[int], stopper: list[Running]
 ) -> None:
     running = start_supervisor(home, reap_pids)
     stopper.append(running)
     assert running.ok, running.report
     os.kill(running.role_pids["store_writer.0"], signal.SIGKILL)
+
+    def restarted() -> bool:
+        state = supervisor.read_state(home) or {}
+        roles_ready = all(role["state"] == "ready" for role in state.get("roles", []))
+        return state.get("broker_restarts") == 1 and state["status"] == "running" and roles_ready
+
+    wait_until(restarted, 60, "the broker's roles to run again")
+    state = supervisor.read_state(home)
+    assert state is not None
+    new_pids = {role["role_id"]: role["pid"] for role in state["roles"]}
+    reap_pids.extend(new_pids.values())
+    assert set(new_pids) == set(running.role_pids)
+    assert not set(new_pids.values()) & set(running.role_pids.values())  # every role restarted
+    assert "critical role store_writer.0" in state["last_failure"]["reason"]
+    store_root = supervisor.store_root_of(home.resolve(), BrokerConfig())
+    assert abort_path(store_root).exists(), "the store writer's open runs the full recovery"
+    topology = running.topology(roles.topology)
+    client = roles.RoleClient(
+        *roles.client_ring_names(running.report["instance"], "send.0", topology)
+    )
+    try:  # the rings are new: what was in flight belonged to connections that are gone
+        answer = client.ask("after the restart", timeout_s=30)
+    finally:
+        client.close()
+    assert answer["pid"] == new_pids["send.0"]
+    status = ops.status(home)
+    assert (status.status, status.broker_restarts) == ("running", 1)
+    assert "critical role store_writer.0" in status.reason
+    running.popen.send_signal(signal.SIGTERM)
+    assert running.wait() == supervisor.EXIT_OK, running.output()
+    all_pids = [running.popen.pid, *running.role_pids.values(), *new_pids.values()]
+    assert_nothing_left(running, all_pids)
+
+
+@pytest.mark.crash
+def test_critical_role_that_keeps_dying_stops_the_broker_with_the_reason_in_status(
+    home: Path, tmp_path: Path, reap_pids: list[int], stopper: list[Running]
+) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("mqboxBrokerRestartCountMax=2\nmqboxRestartBackoffMs=10\n")
+    running = start_supervisor(
+        home,
+        reap_pids,
+        topology="topology_dispatcher_keeps_dying",
+        extra=("--config", str(conf)),
+    )
+    stopper.append(running)
+    assert running.ok, running.report
     assert running.wait() == supervisor.EXIT_ROLE_FAILED, running.output()
     assert_nothing_left(running, [running.popen.pid, *running.role_pids.values()])
-    store_root = supervisor.store_root_of(home.resolve(), BrokerConfig())
-    assert abort_path(store_root).exists(), "the next start must run recovery"
+    reason = "the broker restarted 2 times within 60 s"
     log_text = (home / "logs" / "supervisor.log").read_text()
-    assert "critical role store_writer.0" in log_text
+    assert reason in log_text
+    assert log_text.count("restarting every role of the broker") == 2
+    last_stop = supervisor.read_last_stop(home)
+    assert last_stop is not None
+    assert "critical role dispatcher.0" in last_stop["reason"]
+    assert reason in last_stop["reason"]
+    status = ops.status(home)
+    assert (status.running, status.status) == (False, "stopped")
+    assert reason in status.reason
+    shown = CliRunner().invoke(cli.app, ["status", "--home", str(home)])
+    assert shown.exit_code == 1
+    assert reason in shown.output
 
 
 def test_stale_shared_memory_and_state_of_a_dead_run_are_swept_at_start(

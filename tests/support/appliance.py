@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -76,12 +76,14 @@ def running_supervisor(
     reap_pids: list[int],
     *,
     file_limit: tuple[int, int] | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, Any], Path]]:
     """Run `python -m mqbox.server.supervisor --home HOME ARGUMENTS --ready-fd N` and yield
     (process, its ready line, its output file) once every role is ready. On the way out: the
     orderly stop (SIGTERM, then SIGKILL after STOP_TIMEOUT_S), SIGKILL by PID of everything it
     started, and the sweep of its shared memory. Every PID is appended to `reap_pids` too.
-    `file_limit` (soft, hard) is the supervisor's RLIMIT_NOFILE, set before exec."""
+    `file_limit` (soft, hard) is the supervisor's RLIMIT_NOFILE, set before exec; `environment`
+    adds variables to the supervisor's (test hooks, runtime.py)."""
     home.mkdir(parents=True, exist_ok=True)
     read_fd, write_fd = os.pipe()
     output_path = home / "supervisor.out"
@@ -92,7 +94,12 @@ def running_supervisor(
         *("--home", str(home), *arguments, "--ready-fd", str(write_fd)),
     ]
     # One BLAS thread: the supervisor warns about native threads in its zygote otherwise.
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OPENBLAS_NUM_THREADS": "1"}
+    environment = {
+        **os.environ,
+        **(environment or {}),
+        "PYTHONPATH": str(REPO_ROOT),
+        "OPENBLAS_NUM_THREADS": "1",
+    }
     try:
         with output_path.open("ab") as output:
             process = subprocess.Popen(
@@ -152,14 +159,17 @@ def running_appliance(
     broker_conf: str = BROKER_CONF,
     *,
     file_limit: tuple[int, int] | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> Iterator[Appliance]:
     """Start the appliance on `home` and yield it once every role is ready; every PID it starts
-    is appended to `reap_pids` as well. `file_limit`: running_supervisor's."""
+    is appended to `reap_pids` as well. `file_limit` and `environment`: running_supervisor's."""
     home.mkdir(parents=True, exist_ok=True)
     conf = home / "broker.conf"
     conf.write_text(broker_conf, encoding="utf-8")
     arguments = ["--config", str(conf), "--broker-port", "0", "--namesrv-port", "0"]
-    with running_supervisor(home, arguments, reap_pids, file_limit=file_limit) as (
+    with running_supervisor(
+        home, arguments, reap_pids, file_limit=file_limit, environment=environment
+    ) as (
         process,
         ready,
         output_path,

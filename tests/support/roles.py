@@ -114,6 +114,11 @@ def topology_send_keeps_dying(instance: str, config: BrokerConfig) -> Topology:
     return _with_mains(instance, config, {"send.0": f"{_MODULE}:dies_after_ready_main"})
 
 
+def topology_dispatcher_keeps_dying(instance: str, config: BrokerConfig) -> Topology:
+    """A critical role in a crash loop: every broker restart ends in another."""
+    return _with_mains(instance, config, {"dispatcher.0": f"{_MODULE}:dies_after_ready_main"})
+
+
 # ---------------------------------------------------------------------------------------------
 # Events
 # ---------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mqbox.config import (
+    BrokerConfig,
     BrokerRole,
     FlushDiskType,
     LimitConfig,
@@ -118,10 +119,30 @@ def test_pool_keys_and_overrides_apply() -> None:
     assert config.listen_port == 0
 
 
+def test_restart_keys_apply_and_the_backoff_doubles_up_to_its_maximum() -> None:
+    defaults = load_broker_config(ETC / "broker.conf").restarts
+    assert defaults == BrokerConfig().restarts  # etc/broker.conf states the defaults
+    config = load_broker_config(
+        None,
+        {
+            "mqboxRestartWindowMs": "5000",
+            "mqboxRoleRestartCountMax": "2",
+            "mqboxBrokerRestartCountMax": "3",
+            "mqboxRestartBackoffMs": "50",
+            "mqboxRestartBackoffMaxMs": "300",
+        },
+    ).restarts
+    assert (config.window_ms, config.role_restart_count_max) == (5000, 2)
+    assert config.broker_restart_count_max == 3
+    assert [config.delay_ms(count) for count in range(1, 7)] == [0, 50, 100, 200, 300, 300]
+    assert defaults.delay_ms(1000) == defaults.backoff_ms_max
+
+
 @pytest.mark.parametrize(
     ("key", "value", "fragment"),
     [
         ("listenPort", "70000", "listenPort"),
+        ("mqboxRestartWindowMs", "10", "mqboxRestartWindowMs"),
         ("brokerRole", "LEADER", "brokerRole"),
         ("autoCreateTopicEnable", "perhaps", "autoCreateTopicEnable"),
         ("mapedFileSizeConsumeQueue", "6000001", "multiple of 20"),

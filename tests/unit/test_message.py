@@ -4,7 +4,8 @@ MessageIllegalError (or MessageTooLargeError), never another exception.
 
 Method: round trips under hypothesis (records, properties including non-UTF-8 bytes, batches,
 compressed batches), the documents' test vectors (tag hashes, msgId, CRC), byte-level checks of
-each named field position, Java's UTF-8 decoder checked against Python's where the two must agree,
+each named field position, Java's UTF-8 decoder checked against Python's where the two must agree
+and against its rules stated byte by byte, Java's UTF-8 encoder on its vectors,
 and targeted corruptions (truncation, bad magic, lengths, CRC, zlib bombs) that must be refused.
 """
 
@@ -485,6 +486,165 @@ def test_java_utf8_decode_reads_valid_utf8(text: str) -> None:
 )
 def test_java_utf8_decode_vectors(data: bytes, expected: str) -> None:
     assert m.java_utf8_decode(data) == expected
+    assert java_utf8_decode_by_byte(data) == expected
+
+
+REPLACEMENT = "\ufffd"
+
+
+def _is_continuation(byte: int) -> bool:
+    return byte & 0xC0 == 0x80
+
+
+def _malformed4_length(data: bytes, at: int) -> int:
+    """How many bytes Java's decoder replaces for a bad 4-byte sequence with 3 bytes after it."""
+    lead = data[at]
+    second = data[at + 1]
+    if (
+        lead > 0xF4
+        or (lead == 0xF0 and not 0x90 <= second <= 0xBF)
+        or (lead == 0xF4 and second & 0xF0 != 0x80)
+        or not _is_continuation(second)
+    ):
+        return 1
+    if not _is_continuation(data[at + 2]):
+        return 2
+    return 3
+
+
+def java_utf8_decode_by_byte(encoded: bytes | bytearray | memoryview) -> str:
+    """Java's `new String(bytes, UTF_8)`, byte by byte: the rules of message.java_utf8_decode
+    stated again without Python's decoder, to check that one against.
+
+    Valid UTF-8 decodes as usual. Each malformed sequence becomes one U+FFFD, and Java (JDK 8 to
+    21, sun.nio.cs.UTF_8) chooses its length thus: a bad lead byte, a C0/C1 lead or an overlong
+    E0/F0 start is 1 byte; a valid prefix cut by a bad byte is the prefix; an encoded surrogate
+    (ED A0..BF xx) or a code point past U+10FFFF as a whole complete sequence is one U+FFFD;
+    an incomplete sequence at the end is one U+FFFD. This equals Python's errors="replace" except
+    for sequences starting ED A0..ED BF, which Python replaces byte by byte.
+    """
+    data = bytes(encoded)
+    size = len(data)
+    characters: list[str] = []
+    at = 0
+    while at < size:
+        lead = data[at]
+        if lead < 0x80:
+            characters.append(chr(lead))
+            at += 1
+        elif 0xC2 <= lead <= 0xDF:
+            if at + 1 < size and _is_continuation(data[at + 1]):
+                characters.append(chr((lead & 0x1F) << 6 | data[at + 1] & 0x3F))
+                at += 2
+            else:
+                characters.append(REPLACEMENT)
+                at += 1
+        elif 0xE0 <= lead <= 0xEF:
+            if at + 2 < size:
+                second = data[at + 1]
+                third = data[at + 2]
+                bad_second = (lead == 0xE0 and second & 0xE0 == 0x80) or not _is_continuation(
+                    second
+                )
+                if bad_second:
+                    characters.append(REPLACEMENT)
+                    at += 1
+                elif not _is_continuation(third):
+                    characters.append(REPLACEMENT)
+                    at += 2
+                else:
+                    code_point = (lead & 0x0F) << 12 | (second & 0x3F) << 6 | third & 0x3F
+                    is_surrogate = 0xD800 <= code_point <= 0xDFFF
+                    characters.append(REPLACEMENT if is_surrogate else chr(code_point))
+                    at += 3
+            else:
+                characters.append(REPLACEMENT)
+                if at + 1 < size:
+                    second = data[at + 1]
+                    bad_second = (lead == 0xE0 and second & 0xE0 == 0x80) or not (
+                        _is_continuation(second)
+                    )
+                    at = at + 1 if bad_second else size
+                else:
+                    at = size
+        elif 0xF0 <= lead <= 0xF7:
+            if at + 3 < size:
+                second, third, fourth = data[at + 1], data[at + 2], data[at + 3]
+                code_point = (
+                    (lead & 0x07) << 18
+                    | (second & 0x3F) << 12
+                    | (third & 0x3F) << 6
+                    | fourth & 0x3F
+                )
+                well_formed = (
+                    _is_continuation(second)
+                    and _is_continuation(third)
+                    and _is_continuation(fourth)
+                    and 0x10000 <= code_point <= 0x10FFFF
+                )
+                if well_formed:
+                    characters.append(chr(code_point))
+                    at += 4
+                else:
+                    characters.append(REPLACEMENT)
+                    at += _malformed4_length(data, at)
+            else:
+                characters.append(REPLACEMENT)
+                bad_second = at + 1 < size and (
+                    (lead == 0xF0 and not 0x90 <= data[at + 1] <= 0xBF)
+                    or (lead == 0xF4 and data[at + 1] & 0xF0 != 0x80)
+                    or not _is_continuation(data[at + 1])
+                )
+                if lead > 0xF4 or bad_second:
+                    at += 1
+                elif at + 2 < size and not _is_continuation(data[at + 2]):
+                    at += 2
+                else:
+                    at = size
+        else:
+            characters.append(REPLACEMENT)
+            at += 1
+    return "".join(characters)
+
+
+# Bytes around the sequences where Java and Python part ways: encoded surrogates, 4-byte leads.
+_UTF8_EDGES = st.lists(
+    st.sampled_from([b"\xed", b"\xa0", b"\xbf", b"\x80", b"\xf0", b"\xf4", b"\x90", b"A"])
+    | st.binary(max_size=3),
+    max_size=12,
+).map(b"".join)
+
+
+@settings(deadline=None, max_examples=500)
+@given(data=_UTF8_EDGES | st.binary(max_size=40))
+def test_java_utf8_decode_equals_the_byte_by_byte_rules(data: bytes) -> None:
+    assert m.java_utf8_decode(data) == java_utf8_decode_by_byte(data)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("plain", b"plain"),
+        ("a\ud800b", b"a?b"),  # a lone surrogate: '?', as Java's getBytes(UTF_8) writes it
+        ("\udcff", b"?"),
+        ("\ud83d\ude00", "\U0001f600".encode()),  # a pair as two code points: one character
+        ("\ude00\ud83d", b"??"),  # the wrong order is no pair
+        ("x\ud83d", b"x?"),  # a high surrogate at the end
+        ("中\ufffd", "中\ufffd".encode()),
+    ],
+)
+def test_java_utf8_encode_vectors(text: str, expected: bytes) -> None:
+    assert m.java_utf8_encode(text) == expected
+
+
+@settings(deadline=None)
+@given(text=st.text(st.characters(codec="utf-16", exclude_categories=()), max_size=30))
+def test_java_utf8_encode_is_valid_utf8_that_reads_back_where_text_was_valid(text: str) -> None:
+    encoded = m.java_utf8_encode(text)
+    decoded = encoded.decode("utf-8")  # always valid UTF-8
+    if not any(0xD800 <= ord(char) <= 0xDFFF for char in text):
+        assert decoded == text
+        assert m.java_utf8_decode(encoded) == text
 
 
 # --- Message ids --------------------------------------------------------------------------------

@@ -32,9 +32,18 @@ How a processor plugs in (send.py and pull.py follow admin.py):
 - A reply too big for the ring to the codec travels as spill files; when the instance's spill
   files fill mqboxSpillBytesMax (records.py, "Spill budget"), `reply()` answers SYSTEM_BUSY (2)
   with a remark instead, which clients retry.
-- RemoteProtocolError from `handle` (a typed header that does not parse) is answered with its
-  response_code and message; any other MqboxError with SYSTEM_ERROR. Anything else is a bug:
-  the process dies and the supervisor restarts it.
+- The request boundary (`guarded`, around `handle` and around the later steps of a kept request:
+  a woken pull, a send's APPEND_ACK): RemoteProtocolError (a typed header that does not parse)
+  is answered with its response_code and message, any other MqboxError with SYSTEM_ERROR, and
+  any other Exception, which is a bug that a request reached (a failed assert included), with
+  SYSTEM_ERROR and a remark naming it; that one is counted and logged with its traceback
+  (runtime.FailureLog, at most a few a minute), and the process keeps serving. Why catch asserts
+  here, against STYLE.md section 3's rule that a bug kills its process: a processor's state is
+  its own request tables and read-only store views, so what dying would protect is little, and a
+  request that reaches the bug would be replayed to every restarted process until the broker
+  stops (issue 9). The commit log's writer catches nothing (store_writer.py). BaseException
+  (SystemExit of an orderly stop, KeyboardInterrupt) passes. A record that kills the process
+  anyway is delivered once more and then quarantined (runtime.py, supervisor.py).
 - `next_deadline_ns()` tells the loop when `on_tick` must run next (held pulls time out); the
   loop also runs it once a second.
 """
@@ -42,11 +51,12 @@ How a processor plugs in (send.py and pull.py follow admin.py):
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import select
 import time
 from collections.abc import Callable, Sequence
-from typing import ClassVar, Final, NoReturn
+from typing import Any, ClassVar, Final, NoReturn
 
 from mqbox.errors import MqboxError
 from mqbox.ipc.ring import Ring
@@ -85,6 +95,8 @@ _SERIALIZE_TYPES: Final = (SerializeType.JSON, SerializeType.ROCKETMQ)
 assert all(serialize_type.value == index for index, serialize_type in enumerate(_SERIALIZE_TYPES))
 STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
 BACKED_UP_RETRY_MS: Final = 1
+
+log = logging.getLogger(__name__)
 
 
 class Request:
@@ -209,6 +221,7 @@ class ProcessorStatistics:
     replies_dropped: int  # to oneway requests and client responses
     protocol_errors: int  # requests answered with a RemoteProtocolError's code
     operating_errors: int  # requests answered SYSTEM_ERROR for an MqboxError
+    unexpected_errors: int  # requests answered SYSTEM_ERROR for a bug they reached (logged)
     requests_failed: int  # REQUEST_FAILED answered for the worker
     closes_forwarded: int
     replies_too_large: int
@@ -245,6 +258,8 @@ class Processor:
         ]
         from_workers, from_others = topology.rings_to_split(self.role_id, RoleKind.WORKER)
         self.worker_inboxes = records.attach_inboxes(from_workers)
+        for inbox in self.worker_inboxes:
+            inbox.on_quarantined = self._on_quarantined
         self.other_inboxes = records.attach_inboxes(from_others)
         self.spill_budget = SpillBudget(ctx.instance, ctx.broker.limits.spill_size_bytes_max)
         self.inline_size_bytes_max = min(
@@ -268,6 +283,8 @@ class Processor:
         self._replies_dropped = 0
         self._protocol_errors = 0
         self._operating_errors = 0
+        self._unexpected_errors = 0
+        self.failures = runtime.FailureLog(log)
         self._requests_failed = 0
         self._closes_forwarded = 0
         self._replies_too_large = 0
@@ -543,8 +560,15 @@ class Processor:
             now_ns,
         )
         self._requests += 1
+        self.guarded(request, self.handle, request)
+
+    def guarded(
+        self, request: Request, step: Callable[..., object], *arguments: Any, **keywords: Any
+    ) -> None:
+        """Run `step(*arguments, **keywords)`, a step of serving `request`, inside the request
+        boundary (module docstring): what it raises is answered to `request`, never fatal."""
         try:
-            self.handle(request)
+            step(*arguments, **keywords)
         except RemoteProtocolError as error:
             self._protocol_errors += 1
             self.reply(request, request.make_response(error.response_code, {}, remark=str(error)))
@@ -553,6 +577,27 @@ class Processor:
             self.reply(
                 request, request.make_response(ResponseCode.SYSTEM_ERROR, {}, remark=str(error))
             )
+        except Exception as error:
+            self._unexpected_errors += 1
+            self.failures.record(
+                f"serving request code {request.code} (conn {request.conn_id})", error
+            )
+            self._reply_failed(request, error)
+
+    def _reply_failed(self, request: Request, error: Exception) -> None:
+        """SYSTEM_ERROR for a request whose serving raised `error`. Encoding that answer takes
+        nothing from the request but its opaque, so it cannot fail the same way."""
+        remark = (
+            f"mqbox: {self.role_id} failed on this request ({type(error).__name__}); "
+            "the broker logged it and serves on"
+        )
+        self.reply(request, request.make_response(ResponseCode.SYSTEM_ERROR, {}, remark=remark))
+
+    def _on_quarantined(self, record_type: int, buffer: Buffer, offset: int, size: int) -> None:
+        """A record that stopped this role twice (records.Inbox): SYSTEM_ERROR if a request."""
+        failed = records.quarantined_request_failed(record_type, buffer, offset, self.role_id)
+        if failed is not None:
+            self._on_request_failed(failed)
 
     def _on_request_failed(self, failed: records.RequestFailed) -> None:
         response = RemotingCommand(
@@ -572,6 +617,7 @@ class Processor:
             replies_dropped=self._replies_dropped,
             protocol_errors=self._protocol_errors,
             operating_errors=self._operating_errors,
+            unexpected_errors=self._unexpected_errors,
             requests_failed=self._requests_failed,
             closes_forwarded=self._closes_forwarded,
             replies_too_large=self._replies_too_large,

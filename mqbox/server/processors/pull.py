@@ -499,7 +499,7 @@ class PullProcessor(Processor):
                 continue
             self._finish(held)
             self._woken += 1
-            self._run(held.request, held.header, held.queue, held.tag_hashes, may_hold=False)
+            self._run_again(held)
         if still:
             self._held[key] = still
         else:
@@ -523,7 +523,19 @@ class PullProcessor(Processor):
                 waiting.remove(held)
                 if not waiting:
                     del self._held[held.queue.key]
-            self._run(held.request, held.header, held.queue, held.tag_hashes, may_hold=False)
+            self._run_again(held)
+
+    def _run_again(self, held: _Held) -> None:
+        """Answer a held pull with what its queue has now, inside the request boundary."""
+        self.guarded(
+            held.request,
+            self._run,
+            held.request,
+            held.header,
+            held.queue,
+            held.tag_hashes,
+            may_hold=False,
+        )
 
     def next_deadline_ns(self) -> int | None:
         timers = self._timers

@@ -103,6 +103,8 @@ from mqbox.message import (
     encode_offset_msg_id,
     encode_record,
     inflate,
+    java_utf8_decode,
+    java_utf8_encode,
     pack_host,
     terminate_properties,
 )
@@ -577,7 +579,7 @@ class SendProcessor(Processor):
                 f"the message body is {len(body)} bytes, over maxMessageSize "
                 f"{self.max_message_size_bytes}",
             )
-        properties = terminate_properties(header.properties.encode("utf-8", "surrogateescape"))
+        properties = terminate_properties(java_utf8_encode(header.properties))  # message.py
         if len(properties) > PROPERTIES_SIZE_BYTES_MAX:
             raise _RefusedError(
                 ResponseCode.MESSAGE_ILLEGAL,
@@ -768,7 +770,7 @@ class SendProcessor(Processor):
             record = encode_record(message, body_size_bytes_max=self.max_message_size_bytes)
         except MessageIllegalError as error:
             raise _RefusedError(ResponseCode.SYSTEM_ERROR, str(error)) from None
-        properties = message.properties.decode("utf-8", "surrogateescape")  # WAIT=false
+        properties = java_utf8_decode(message.properties)  # WAIT=false
         self._append_one(
             request, message.topic, message.queue_id, record, properties, send_back=True
         )
@@ -965,7 +967,7 @@ class SendProcessor(Processor):
         if pending is None:
             return  # meant for this role's previous process
         self._acks += 1
-        self._answer(pending, ack)
+        self.guarded(pending.request, self._answer, pending, ack)
 
     def _answer(self, pending: _PendingSend, ack: AppendAck) -> None:
         request = pending.request

@@ -1,10 +1,11 @@
 """RemotingCommand and its two header encodings.
 
 Goal: decoded extFields are strings whatever JSON type the client used; encoded JSON headers follow
-the rules the C++ client depends on (section 2.3); bytes that are not UTF-8 survive a round trip
-unchanged; the ROCKETMQ binary header of section 2.4 round-trips and refuses bad lengths; misuse by
-mqbox is a LocalProtocolError. Method: hand-built headers with known bytes, exact expected output,
-and hypothesis round trips of the binary header.
+the rules the C++ client depends on (section 2.3); text is read and written as Java does (bytes
+that are not UTF-8 become U+FFFD, a lone surrogate is written as '?'); the ROCKETMQ binary header
+of section 2.4 round-trips and refuses bad lengths; misuse by mqbox is a LocalProtocolError.
+Method: hand-built headers with known bytes, exact expected output, and hypothesis round trips of
+the binary header.
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ def test_out_of_range_numbers_are_local_protocol_errors() -> None:
         encode_command(RemotingCommand(40_000, serialize_type=SerializeType.ROCKETMQ))
 
 
-def test_invalid_utf8_property_bytes_round_trip_byte_exact() -> None:
+def test_invalid_utf8_property_bytes_decode_as_java_decodes_them() -> None:
     properties = b"TAGS\x01\xe4\xb8\xad\xff\xfeA\xc3\x02KEYS\x01k\x80\x02"
     header = (
         b'{"code":10,"extFields":{"properties":"'
@@ -151,23 +152,48 @@ def test_invalid_utf8_property_bytes_round_trip_byte_exact() -> None:
     )
     command = decode_json(header)
     text = command.ext_fields["properties"]
-    assert text.encode("utf-8", "surrogateescape") == properties
-    # Written back by mqbox (a client resending, a broker echoing): the same bytes on the wire.
+    # Java's new String(bytes, UTF_8): one U+FFFD per malformed sequence.
+    assert text == "TAGS\x01\u4e2d\ufffd\ufffdA\ufffd\x02KEYS\x01k\ufffd\x02"
+    # Written back by mqbox (a client resending, a broker echoing): valid UTF-8 of that text.
     reencoded = encode_header(command)
-    assert reencoded == header  # this header was already in mqbox's key order
+    assert text.encode() in reencoded.replace(b"\\u0001", b"\x01").replace(b"\\u0002", b"\x02")
     assert decode_json(reencoded).ext_fields["properties"] == text
     command.serialize_type = SerializeType.ROCKETMQ
-    assert properties in encode_header(command)
+    assert text.encode() in encode_header(command)
     binary = decode_command(SerializeType.ROCKETMQ, encode_header(command), b"")
     assert binary.ext_fields["properties"] == text
 
 
-def test_lone_surrogate_escape_decodes_and_encodes_as_an_escape() -> None:
+def test_invalid_utf8_in_a_binary_header_decodes_as_java_decodes_it() -> None:
+    header = binary_header(10, 0, 0, 1, 0, b"r\xff", [(b"k\xed\xa0\x80", b"v\xc3")])
+    command = decode_command(SerializeType.ROCKETMQ, header, b"")
+    assert command.remark == "r\ufffd"
+    assert command.ext_fields == {"k\ufffd": "v\ufffd"}  # ED A0 80 is one U+FFFD in Java
+
+
+def test_lone_surrogate_escape_stays_in_the_str_and_encodes_as_a_question_mark() -> None:
     command = decode_json(b'{"code":10,"opaque":1,"flag":0,"extFields":{"k":"a\\ud800b"}}')
-    assert command.ext_fields == {"k": "a\ud800b"}
+    assert command.ext_fields == {"k": "a\ud800b"}  # a Java String holds it too
     header = encode_header(command)
-    assert b'"k":"a\\ud800b"' in header
-    assert decode_json(header).ext_fields == {"k": "a\ud800b"}
+    assert b'"k":"a?b"' in header  # Java's getBytes(UTF_8) writes '?'
+    command.serialize_type = SerializeType.ROCKETMQ
+    assert b"a?b" in encode_header(command)
+
+
+def test_an_ext_value_nested_too_deep_to_write_again_is_refused_not_a_crash() -> None:
+    """Found by the fuzz test: orjson reads 1020 levels, the json module cannot write them."""
+    nested = b"[" * 1020 + b"]" * 1020
+    command = decode_json(b'{"code":10,"opaque":1,"flag":0,"extFields":{"k":' + nested + b"}}")
+    with pytest.raises(RemoteProtocolError, match="nested too deep"):
+        _ = command.ext_fields
+    shallow = decode_json(b'{"code":10,"opaque":1,"flag":0,"extFields":{"k":[[1]]}}')
+    assert shallow.ext_fields == {"k": "[[1]]"}
+    for header in (
+        b'{"code":10,"opaque":1,"flag":0,"version":' + nested + b"}",
+        b'{"code":' + nested + b',"opaque":1,"flag":0}',
+    ):
+        with pytest.raises(RemoteProtocolError, match=r"\[\[\[\[\.\.\.\]\]\]\]"):
+            decode_json(header)  # the remark shows the value cut short
 
 
 def test_deeply_nested_json_is_refused_not_a_crash() -> None:
@@ -178,11 +204,12 @@ def test_deeply_nested_json_is_refused_not_a_crash() -> None:
         loads_json(b'["\xff",' + b"[" * 100_000 + b"]" * 100_000 + b"]")
 
 
-def test_json_helpers_round_trip_surrogate_escaped_text() -> None:
-    value = {"a": "x\udcff\udc80y", "b": [1, None, True]}
-    data = dumps_json(value)
-    assert data == b'{"a":"x\xff\x80y","b":[1,null,true]}'
-    assert loads_json(data) == value
+def test_json_helpers_read_and_write_text_as_java_does() -> None:
+    assert dumps_json({"a": "x\udcff\ud800y", "b": [1, None, True]}) == (
+        b'{"a":"x??y","b":[1,null,true]}'
+    )
+    assert loads_json(b'{"a":"x\xff\x80y"}') == {"a": "x\ufffd\ufffdy"}
+    assert loads_json(b'{"a":"\\ud83d\\ude00\\udc00"}') == {"a": "\U0001f600\udc00"}
 
 
 def binary_header(
@@ -219,9 +246,10 @@ def test_binary_header_decodes_the_documented_layout() -> None:
     assert command.opaque == 12345
     assert command.remark is None
     assert command.serialize_type is SerializeType.ROCKETMQ
-    assert command.ext_fields == {"a": "PG", "b": "test", "ключ": "\udcff"}
+    assert command.ext_fields == {"a": "PG", "b": "test", "ключ": "\ufffd"}  # Java's decode
     assert command.body == b"body"
-    assert encode_header(command) == header
+    fields = [(b"a", b"PG"), (b"b", b"test"), ("ключ".encode(), "\ufffd".encode())]
+    assert encode_header(command) == binary_header(310, 0, 407, 12345, 0, b"", fields)
 
 
 @pytest.mark.parametrize(

@@ -546,6 +546,18 @@ body_json = st.recursive(
 )
 
 
+@pytest.mark.parametrize("depth", [255, 1000, 1023])
+def test_json_bodies_nested_as_deep_as_orjson_reads_are_refused_with_a_short_remark(
+    depth: int,
+) -> None:
+    """Found by the fuzz test: the remark's repr of such a value raised RecursionError."""
+    nested = b"[" * depth + b"]" * depth
+    for body in (nested, b'{"consumerGroup":' + nested + b',"mqSet":' + nested + b"}"):
+        with pytest.raises(RemoteProtocolError) as refused:
+            LockBatchRequestBody.from_json(body)
+        assert len(str(refused.value)) < 200
+
+
 @settings(deadline=None, max_examples=300)
 @given(value=body_json)
 def test_any_json_body_gives_a_value_or_remote_protocol_error(value: object) -> None:

@@ -705,7 +705,7 @@ def test_commit_offset_records_round_trip_any_names() -> None:
     for group, topic in (("CG", "T"), ("组", "%RETRY%组"), ("g\udc80", "t")):
         payload = admin_records.pack_commit_offset(group, topic, 3, 2**40)
         assert admin_records.unpack_commit_offset(payload, 0, len(payload)) == (
-            group,
+            group.replace("\udc80", "?"),  # wire text (message.py): a lone surrogate is '?'
             topic,
             3,
             2**40,

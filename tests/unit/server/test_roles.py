@@ -35,15 +35,6 @@ from tests.support.front_in_process import FrontInProcess
 
 
 @pytest.fixture
-def front(shm_instance: str, tmp_path: Path) -> Iterator[FrontInProcess]:
-    graph = FrontInProcess(shm_instance, tmp_path / "store")
-    try:
-        yield graph
-    finally:
-        graph.close()
-
-
-@pytest.fixture
 def small_front(shm_instance: str, tmp_path: Path) -> Iterator[FrontInProcess]:
     graph = FrontInProcess(shm_instance, tmp_path / "store", small_rings=True)
     try:

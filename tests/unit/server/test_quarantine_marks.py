@@ -1,0 +1,93 @@
+"""Goal: the quarantine bookkeeping of records.Inbox and runtime.RecordMarks (runtime.py's
+module docstring). While a record is handled, the role's handling words hold its ring's number
+and its position, the byte count since the ring was made, also past a wrap of the ring with its
+padding record; between batches they say "nothing". The record the control block quarantined is
+not yielded: it goes to the on_quarantined hook, once, and the records around it are yielded.
+
+Method: a real 4 KiB ring in /dev/shm and a real ControlBlock (anonymous shared memory, as the
+supervisor makes it), with RecordMarks given to the Inbox directly instead of through a role
+process. Records of several sizes are written and drained one at a time, so the ring wraps
+several times; each record's expected position is the batch's end minus the record's size
+rounded up to the ring's 8-byte alignment, which holds with or without padding before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from mqbox.ipc import names
+from mqbox.ipc.layout import RECORD_ALIGNMENT_BYTES, RECORD_HEADER_SIZE_BYTES
+from mqbox.ipc.ring import Ring
+from mqbox.server import records, runtime
+from mqbox.server.records import Buffer
+
+ROLE_ID = "admin.0"
+
+
+@pytest.fixture
+def ring(shm_instance: str) -> Iterator[Ring]:
+    created = Ring.create(names.shm_name(shm_instance, "marks", 0), 4096)
+    try:
+        yield created
+    finally:
+        created.unlink()
+        created.close()
+
+
+def aligned_size_bytes(payload_size_bytes: int) -> int:
+    length = RECORD_HEADER_SIZE_BYTES + payload_size_bytes
+    return -(-length // RECORD_ALIGNMENT_BYTES) * RECORD_ALIGNMENT_BYTES
+
+
+def test_handling_words_name_each_record_by_its_position_across_wraps(ring: Ring) -> None:
+    control = runtime.ControlBlock.create([ROLE_ID])
+    marks = runtime.RecordMarks(control, ROLE_ID, ["other ring", ring.name])
+    inbox = records.Inbox(ring, "producer", marks)
+    positions = []
+    for number in range(60):  # about 15 KiB through a 4 KiB ring
+        payload = bytes([number]) * (100 + 37 * (number % 9))
+        assert ring.try_write_nowait(1, payload)
+        batch = inbox.drain_nowait(1)
+        for _type, buffer, offset, size in inbox.records(batch):
+            assert bytes(memoryview(buffer)[offset : offset + size]) == payload
+            position = batch.end_bytes - aligned_size_bytes(len(payload))
+            assert control.handling(ROLE_ID) == (2, position)
+            positions.append(position)
+        assert control.handling(ROLE_ID) is None  # the batch is done
+        inbox.release(batch)
+    assert positions == sorted(set(positions))
+    assert positions[-1] > 3 * ring.capacity_bytes
+
+
+def test_the_quarantined_record_goes_to_the_hook_and_the_others_are_yielded(ring: Ring) -> None:
+    control = runtime.ControlBlock.create([ROLE_ID])
+    for number in range(3):
+        assert ring.try_write_nowait(1, f"record {number}".encode())
+    second_position = aligned_size_bytes(len(b"record 0"))
+    control.quarantine(ROLE_ID, (1, second_position))
+    inbox = records.Inbox(ring, "producer", runtime.RecordMarks(control, ROLE_ID, [ring.name]))
+    skipped: list[bytes] = []
+
+    def on_quarantined(record_type: int, buffer: Buffer, offset: int, size: int) -> None:
+        skipped.append(bytes(memoryview(buffer)[offset : offset + size]))
+
+    inbox.on_quarantined = on_quarantined
+    batch = inbox.drain_nowait()
+    yielded = [
+        bytes(memoryview(buffer)[offset : offset + size])
+        for _type, buffer, offset, size in inbox.records(batch)
+    ]
+    inbox.release(batch)
+    assert yielded == [b"record 0", b"record 2"]
+    assert skipped == [b"record 1"]
+    assert inbox.quarantined_count == 1
+
+
+def test_die_on_marker_reads_the_test_hook_setting() -> None:
+    setting = "send.0:POISON,codec.0:OTHER"
+    assert runtime.die_on_marker_of("send.0", setting) == b"POISON"
+    assert runtime.die_on_marker_of("codec.0", setting) == b"OTHER"
+    assert runtime.die_on_marker_of("admin.0", setting) is None
+    assert runtime.die_on_marker_of("send.0", "") is None
