@@ -14,9 +14,10 @@ Rules:
    to calls that timed out, and requests a broker sends its clients (NOTIFY_CONSUMER_IDS_CHANGED).
 3. Failures are operating errors, each a `RemotingError`: the peer cannot be reached
    (`RemotingConnectError`), did not answer in time (`RemotingTimeoutError`), or closed or reset
-   the connection (`RemotingClosedError`); a peer breaking the protocol raises the codec's
-   `RemoteProtocolError`. After any of them the connection is closed, as the C++ client closes
-   a connection whose call timed out, because the stream may be cut inside a frame.
+   the connection (`RemotingClosedError`, also when it closed inside a frame); a peer breaking
+   the protocol raises the codec's `RemoteProtocolError`. After any of them the connection is
+   closed, as the C++ client closes a connection whose call timed out, because the stream may be
+   cut inside a frame.
 4. One lock serialises calls, so threads may share a client; they then wait for each other.
 """
 
@@ -201,11 +202,14 @@ class RemotingClient:
 
     def _receive(self, sock: socket.socket, opaque: int, deadline_ns: int) -> RemotingCommand:
         connection = self._connection
+        chunk_was_eof = False
         while True:
             try:
                 command = connection.next_command()
-            except RemoteProtocolError:
+            except RemoteProtocolError as error:
                 self.close()
+                if chunk_was_eof:  # the peer went away inside a frame: closed, not a breach
+                    raise RemotingClosedError(str(error), self.address) from None
                 raise
             if command is CLOSED:
                 self.close()
@@ -229,6 +233,7 @@ class RemotingClient:
                 raise RemotingClosedError(
                     f"receive failed: {error.strerror or error}", self.address
                 ) from None
+            chunk_was_eof = not chunk
             connection.receive_data(chunk)
 
 

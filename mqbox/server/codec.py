@@ -284,6 +284,7 @@ class Codec:
                 serialize_type,
                 int(command.language),
                 header_size,
+                0,  # the serving generation: the worker stamps it
             )
         except RemoteProtocolError as error:
             self._on_protocol_error(conn_id, serialize_type, header, error)

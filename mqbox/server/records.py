@@ -55,11 +55,16 @@ by mqbox/protocol alone (JSON with numbers or strings, or the ROCKETMQ binary la
 
     +0        +8      +12     +16     +20      +24        +28   +30  +31  +32       +36   +40
     +---------+-------+-------+-------+--------+----------+-----+----+----+---------+-----+
-    | conn_id | opaque| code  | flag  | version| peer_ipv4| peer| ser| lan| header  | pad |
-    | u64     | i32   | i32   | i32   | i32    | u32 (BE  | port| ial| gua| size    |     |
+    | conn_id | opaque| code  | flag  | version| peer_ipv4| peer| ser| lan| header  | gen |
+    | u64     | i32   | i32   | i32   | i32    | u32 (BE  | port| ial| gua| size    | u32 |
     |         |       |       |       |        | octets)  | u16 | u8 | u8 | u32     |     |
     +---------+-------+-------+-------+--------+----------+-----+----+----+---------+-----+
     +40: header (header_size bytes), then the body (the rest of the payload)
+
+    gen: the generation of the processor the worker routed a tracked request to (worker.py,
+    "serving generation"); 0 from the codec, for untracked requests and for spilled records.
+    A processor drops a request stamped with an older generation than its own: the worker has
+    answered it SYSTEM_ERROR, and serving it again would store a failed send a second time.
 
 REPLY: what a processor answers, with the header already encoded by protocol.encode_header in the
 request's serialize type. Why pre-encoded: the processor holds the RemotingCommand it built, and
@@ -332,13 +337,16 @@ COMMAND_HEAD = np.dtype(
             "serialize_type",
             "language",
             "header_size",
+            "serving_generation",
         ],
-        "formats": ["<u8", "<i4", "<i4", "<i4", "<i4", "S4", "<u2", "u1", "u1", "<u4"],
-        "offsets": [0, 8, 12, 16, 20, 24, 28, 30, 31, 32],
+        "formats": ["<u8", "<i4", "<i4", "<i4", "<i4", "S4", "<u2", "u1", "u1", "<u4", "<u4"],
+        "offsets": [0, 8, 12, 16, 20, 24, 28, 30, 31, 32, 36],
         "itemsize": 40,
     }
 )
-COMMAND_HEAD_STRUCT = struct.Struct("<Qiiii4sHBBI4x")
+COMMAND_HEAD_STRUCT = struct.Struct("<Qiiii4sHBBII")
+COMMAND_SERVING_GENERATION_STRUCT = struct.Struct("<I")
+COMMAND_SERVING_GENERATION_POSITION_BYTES: Final = 36
 
 REPLY_HEAD = np.dtype(
     {
@@ -608,14 +616,34 @@ class CommandHead(NamedTuple):
     serialize_type: int
     language: int
     header_size: int
+    serving_generation: int  # 0 from the codec; the worker stamps tracked requests
 
 
 pack_command_head = COMMAND_HEAD_STRUCT.pack  # (conn_id, opaque, code, flag, version, peer_ipv4,
-# peer_port, serialize_type, language, header_size): called once per request, so no wrapper
+# peer_port, serialize_type, language, header_size, serving_generation): once per request, so no
+# wrapper
 
 
 def unpack_command_head(buffer: Buffer, offset: int = 0) -> CommandHead:
     return CommandHead._make(COMMAND_HEAD_STRUCT.unpack_from(buffer, offset))
+
+
+def stamped_command_head(head: Buffer, serving_generation: int) -> bytearray:
+    """A copy of a COMMAND's fixed head with its serving generation set (the worker's stamp)."""
+    stamped = bytearray(head)
+    assert len(stamped) == COMMAND_HEAD_SIZE_BYTES
+    COMMAND_SERVING_GENERATION_STRUCT.pack_into(
+        stamped, COMMAND_SERVING_GENERATION_POSITION_BYTES, serving_generation
+    )
+    return stamped
+
+
+def command_serving_generation(buffer: Buffer, offset: int = 0) -> int:
+    """The serving generation stamped on the COMMAND whose head is at `offset`; 0 if none."""
+    (generation,) = COMMAND_SERVING_GENERATION_STRUCT.unpack_from(
+        buffer, offset + COMMAND_SERVING_GENERATION_POSITION_BYTES
+    )
+    return int(generation)
 
 
 def unpack_command_route(buffer: Buffer, offset: int = 0) -> tuple[int, int, int, int, int]:

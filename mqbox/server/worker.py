@@ -34,8 +34,11 @@ when a processor's generation changes: a request sent while generation g was cur
 by process g (odd) or, if the role was down, by the next process g + 1; once the generation
 moves past that, the process that held the request is gone, and the worker asks an admin
 processor to answer it with SYSTEM_ERROR. Records still in the ring are delivered again to the
-restarted process (ring.py), so a client may get that error and later a real answer; clients
-match responses by opaque and drop the second, and RocketMQ's delivery is at least once anyway.
+restarted process (ring.py); the worker stamps each tracked COMMAND with its serving generation
+(records.py), and a processor drops a COMMAND stamped older than its own generation, since that
+request has its answer already (a failed send served again would be stored twice). Spilled
+records go on unstamped and are served again; clients match responses by opaque and drop a
+second one.
 COMPLETED notices are lazy (codec.py), so an entry may outlive its answer by up to 20 ms; an
 error sent for such an entry reaches a client that no longer waits for it and is dropped there.
 Without a control block (unit tests), `on_processor_restarted(role_id)` does the same by hand.
@@ -317,8 +320,15 @@ class Worker:
         index = conn_id % len(pool.outboxes)
         slot = pool.first_slot + index
         payload = memoryview(buffer)[offset : offset + size]
+        tracked = not flag & _FLAG_UNTRACKED
+        serving_generation = self._serving_generation(slot) if tracked else 0
         if record_type == records.COMMAND:
-            pool.outboxes[index].append(records.COMMAND, payload)
+            if serving_generation:
+                head_end = records.COMMAND_HEAD_SIZE_BYTES
+                stamped = records.stamped_command_head(payload[:head_end], serving_generation)
+                pool.outboxes[index].append(records.COMMAND, stamped, payload[head_end:])
+            else:
+                pool.outboxes[index].append(records.COMMAND, payload)
         else:
             pool.outboxes[index].append_spilled(record_type, payload)
         self._commands_routed += 1
@@ -328,12 +338,12 @@ class Worker:
             connection.last_activity_ns = now_ns
             connection.request_count += 1
             connection.idle_close_sent = False
-        if flag & _FLAG_UNTRACKED:
+        if not tracked:
             return
         requests = self.in_flight.get(conn_id)
         if requests is None:
             requests = self.in_flight[conn_id] = {}
-        requests[opaque] = (slot, self._serving_generation(slot), serialize_type)
+        requests[opaque] = (slot, serving_generation, serialize_type)
 
     def _serving_generation(self, slot: int) -> int:
         """The generation of the process that will take a request sent to `slot` now."""

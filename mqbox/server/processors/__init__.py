@@ -223,6 +223,7 @@ class ProcessorStatistics:
     operating_errors: int  # requests answered SYSTEM_ERROR for an MqboxError
     unexpected_errors: int  # requests answered SYSTEM_ERROR for a bug they reached (logged)
     requests_failed: int  # REQUEST_FAILED answered for the worker
+    stale_requests_dropped: int  # routed to an earlier process of this role: answered already
     closes_forwarded: int
     replies_too_large: int
     spill_count: int
@@ -279,6 +280,7 @@ class Processor:
         self._replies_backed_up = False
         self._extra_backed_up = False
         self._requests = 0
+        self._stale_requests_dropped = 0
         self._replies = 0
         self._replies_dropped = 0
         self._protocol_errors = 0
@@ -541,9 +543,23 @@ class Processor:
         inbox.release(batch)
         return handled
 
+    def _own_generation(self) -> int:
+        """This process's generation in the control block (odd; the next one if the supervisor
+        has not written it yet); 0 without a control block (unit tests)."""
+        control = self.ctx.control
+        if control is None:
+            return 0
+        generation = control.generation(self.role_id)
+        return generation if generation % 2 == 1 else generation + 1
+
     def _on_command(self, buffer: Buffer, offset: int, size: int, now_ns: int) -> None:
         (conn_id, opaque, code, flag, _version, peer_ipv4, peer_port, serialize_type, _language,
-         header_size) = _COMMAND_HEAD.unpack_from(buffer, offset)  # fmt: skip
+         header_size, serving_generation) = _COMMAND_HEAD.unpack_from(buffer, offset)  # fmt: skip
+        if serving_generation and serving_generation < self._own_generation():
+            # The worker answered it SYSTEM_ERROR when the process it went to died (worker.py);
+            # serving it now would store a failed send once more.
+            self._stale_requests_dropped += 1
+            return
         header_start = offset + records.COMMAND_HEAD_SIZE_BYTES
         body_start = header_start + header_size
         assert body_start <= offset + size
@@ -619,6 +635,7 @@ class Processor:
             operating_errors=self._operating_errors,
             unexpected_errors=self._unexpected_errors,
             requests_failed=self._requests_failed,
+            stale_requests_dropped=self._stale_requests_dropped,
             closes_forwarded=self._closes_forwarded,
             replies_too_large=self._replies_too_large,
             spill_count=self.spill_writer.spill_count,

@@ -526,7 +526,7 @@ class AdminOnStore:
         header = encode_header(command)
         head = records.pack_command_head(
             1, command.opaque, code, command.flag, command.version, b"\x7f\0\0\1", 40_001, 0,
-            int(command.language), len(header),
+            int(command.language), len(header), 0,
         )  # fmt: skip
         self.requests.append(records.COMMAND, head, header, body)
         assert self.requests.flush_nowait()

@@ -45,7 +45,7 @@ def test_connection_event_round_trips(
     assert bytes(view["peer_host"]).rstrip(b"\0") == host.encode()
 
 
-@given(U64, I32, I32, I32, I32, st.binary(min_size=4, max_size=4), U16, U8, U8, U32)
+@given(U64, I32, I32, I32, I32, st.binary(min_size=4, max_size=4), U16, U8, U8, U32, U32)
 def test_command_head_round_trips(
     conn_id: int,
     opaque: int,
@@ -57,6 +57,7 @@ def test_command_head_round_trips(
     serialize_type: int,
     language: int,
     header_size: int,
+    serving_generation: int,
 ) -> None:
     fields = (
         conn_id,
@@ -69,6 +70,7 @@ def test_command_head_round_trips(
         serialize_type,
         language,
         header_size,
+        0,
     )
     packed = records.pack_command_head(*fields)
     assert len(packed) == records.COMMAND_HEAD_SIZE_BYTES
@@ -77,6 +79,10 @@ def test_command_head_round_trips(
     view = np.frombuffer(packed, dtype=records.COMMAND_HEAD)[0]
     assert int(view["code"]) == code
     assert int(view["header_size"]) == header_size
+    assert records.command_serving_generation(packed) == 0
+    stamped = records.stamped_command_head(packed, serving_generation)
+    assert tuple(records.unpack_command_head(stamped)) == (*fields[:-1], serving_generation)
+    assert records.command_serving_generation(b"x" + stamped, 1) == serving_generation
 
 
 @given(U64, I32, U8, U8, U32, U32, I64_NON_NEGATIVE)
@@ -267,7 +273,7 @@ def test_payload_above_the_inline_maximum_travels_as_a_spill_file(
 def test_a_spilled_record_forwarded_unread_keeps_its_file(ring: Ring, shm_instance: str) -> None:
     """The worker forwards a SPILLED COMMAND as it is: the file belongs to the next consumer."""
     outbox = records.Outbox(ring, records.SpillWriter(shm_instance, "codec.0"))
-    head = records.pack_command_head(1, 2, 10, 0, 63, b"\x7f\0\0\x01", 9, 0, 1, 5)
+    head = records.pack_command_head(1, 2, 10, 0, 63, b"\x7f\0\0\x01", 9, 0, 1, 5, 0)
     outbox.append(records.COMMAND, head, b"x" * (ring.payload_size_bytes_max + 1))
     assert outbox.flush_nowait()
     batch = ring.drain_nowait(16)
