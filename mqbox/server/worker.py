@@ -38,7 +38,9 @@ restarted process (ring.py); the worker stamps each tracked COMMAND with its ser
 (records.py), and a processor drops a COMMAND stamped older than its own generation, since that
 request has its answer already (a failed send served again would be stored twice). Spilled
 records go on unstamped and are served again; clients match responses by opaque and drop a
-second one.
+second one. The codec and the worker themselves never forward a request twice: each releases a
+drained batch before it flushes what it staged from it, so one that dies in between loses those
+requests (their clients time out and retry) rather than delivering them again.
 COMPLETED notices are lazy (codec.py), so an entry may outlive its answer by up to 20 ms; an
 error sent for such an entry reaches a client that no longer waits for it and is dropped there.
 Without a control block (unit tests), `on_processor_restarted(role_id)` does the same by hand.

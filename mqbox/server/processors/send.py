@@ -161,10 +161,6 @@ SEND_BACK_CODE: Final = int(RequestCode.CONSUMER_SEND_MSG_BACK)
 # content (delivery.py); only those pay for parsing their properties.
 _DELAY_NAME: Final = "DELAY\x01"
 GROUPS_RELOAD_CHECK_INTERVAL_NS: Final = 1_000_000_000
-# How many recent (conn, opaque) pairs a send processor remembers to drop a replayed request: more
-# records than a 4 MiB ring holds of the smallest SEND (about 250 bytes), so every record a
-# restarted codec or worker delivers again is among them; about 3 MB of dict.
-RECENT_REQUEST_COUNT_MAX: Final = 1 << 15
 
 
 # --- The batch kernel ---------------------------------------------------------------------------
@@ -388,7 +384,6 @@ class SendStatistics:
     delayed: int  # messages stored under SCHEDULE_TOPIC_XXXX
     dead_letters: int  # messages routed to a %DLQ% topic
     send_backs: int  # CONSUMER_SEND_MSG_BACK requests
-    replays_dropped: int  # requests delivered again after a codec or worker restart
 
 
 class _RefusedError(Exception):
@@ -484,18 +479,12 @@ class SendProcessor(Processor):
         self._delayed = 0
         self._dead_letters = 0
         self._send_backs = 0
-        self._replays_dropped = 0
-        # The requests taken most recently, conn << 32 | opaque, oldest first (a dict keeps
-        # insertion order).
-        self._recent_requests: dict[int, None] = {}
 
     # -- requests ---------------------------------------------------------------------------------
 
     def handle(self, request: Request) -> None:
         if request.code not in SEND_CODES and request.code != SEND_BACK_CODE:
             super().handle(request)
-            return
-        if self._seen_recently(request):
             return
         if request.code == SEND_BACK_CODE:
             self._send_back(request)
@@ -515,20 +504,6 @@ class SendProcessor(Processor):
         except _RefusedError as refused:
             self._refused += 1
             self.reply(request, request.make_response(refused.code, {}, remark=refused.remark))
-
-    def _seen_recently(self, request: Request) -> bool:
-        """True for a request this process has taken already: a ring record delivered again
-        after a codec or worker restart (ring.py). Storing it again would duplicate a message
-        that may have been acknowledged. A connection id is never reused (the reactor's pid is
-        in it) and clients number their requests, so (conn, opaque) names one request."""
-        key = request.conn_id << 32 | request.opaque & 0xFFFFFFFF
-        if key in self._recent_requests:
-            self._replays_dropped += 1
-            return True
-        self._recent_requests[key] = None
-        if len(self._recent_requests) > RECENT_REQUEST_COUNT_MAX:
-            del self._recent_requests[next(iter(self._recent_requests))]
-        return False
 
     def _check_topic(self, header: SendMessageRequestHeader) -> TopicConfig:
         topic = header.topic
@@ -1032,7 +1007,6 @@ class SendProcessor(Processor):
             delayed=self._delayed,
             dead_letters=self._dead_letters,
             send_backs=self._send_backs,
-            replays_dropped=self._replays_dropped,
         )
 
 

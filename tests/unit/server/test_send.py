@@ -332,24 +332,6 @@ def test_a_single_message_is_stored_and_answered_with_its_offset_msg_id(graph: S
     assert graph.read_record(second_offset).queue_index == 1
 
 
-def test_a_send_delivered_again_by_a_ring_is_stored_once(graph: StoreGraph) -> None:
-    """A restarted codec or worker delivers the records it had not released again; the send
-    processor knows (conn, opaque) and stores the message once, answered once."""
-    graph.send.topics.create_if_absent(TopicConfig("TopicReplay", 1, 1, 6))
-    header = send_header("TopicReplay", queue_id=0)
-    opaque = graph.next_opaque()
-    command = make_request(RequestCode.SEND_MESSAGE, opaque, header.to_ext(), body=b"once")
-    graph.submit(graph.send, command, conn_id=7)
-    graph.submit(graph.send, command, conn_id=7)  # the replay
-    graph.submit(graph.send, command, conn_id=8)  # another connection's request, same opaque
-    assert graph.wait_reply(opaque).code == ResponseCode.SUCCESS
-    assert graph.wait_reply(opaque).code == ResponseCode.SUCCESS
-    graph.pump()
-    assert not graph.has_reply(opaque)
-    assert graph.send.statistics_send().replays_dropped == 1
-    assert graph.send.statistics_send().messages == 2
-
-
 def test_send_message_v2_reads_the_single_letter_header(graph: StoreGraph) -> None:
     graph.send.topics.create_if_absent(TopicConfig("TopicV2", 2, 2, 6))
     header = send_header("TopicV2", queue_id=1, properties=properties_text(TAGS="x"))
