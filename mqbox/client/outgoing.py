@@ -1,0 +1,383 @@
+"""What a producer puts on the wire, and what it reads back: pure functions, no I/O.
+
+Owns (client-ha-acl-facts.md A.4, A.5, A.7, A.8; remoting-protocol.md section 4.2):
+
+    Message                 one message of a batch (or of send(), spelled as keywords there)
+    check_topic/check_group Java's Validators.checkTopic and checkGroup
+    encode_single()         one message: properties with UNIQ_KEY and WAIT, the body compressed
+                            from COMPRESS_THRESHOLD_BYTES (zlib level 5, sysflag bit 0)
+    encode_batch()          RocketMQ's batch body (message.encode_batch), a UNIQ_KEY per element,
+                            never compressed, sent as SEND_BATCH_MESSAGE (320)
+    send_request_ext()      the V2 header (310 / 320) of one attempt at one queue
+    read_send_response()    Java's processSendResponse: SendResult for 0/10/11/12, else None
+
+Never: sockets, clocks (the caller passes `born_timestamp_ms` and the UNIQ_KEYs), retries or queue
+choice (producer.py, fault.py).
+
+Rules:
+
+1. Validation runs before anything is sent, on what the user gave: the topic (1..127 characters
+   of [%|a-zA-Z0-9_-], not TBW102 itself), a non-empty body of at most `body_size_bytes_max`
+   before compression (Java checks the plain body), property names the client does not own, and
+   for a batch every element and the whole encoded body. A refusal is InvalidMessageError.
+2. Properties go out as `name 0x01 value 0x02` pairs: the user's, then TAGS, KEYS (joined by
+   spaces), DELAY, WAIT=true and UNIQ_KEY. A batch element carries the user's, TAGS, KEYS and its
+   own UNIQ_KEY; WAIT=true travels once, in the batch header's properties, as Java and C++ send it.
+3. Compression sets sysflag bit 0 only (0x1), as C++ and Java up to 4.9.3 do: every consumer
+   inflates on that bit, and 4.9.4's extra type bits (0x300, zlib) say nothing more.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from mqbox.client.errors import InvalidMessageError
+from mqbox.errors import MessageIllegalError
+from mqbox.message import (
+    PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
+    PROPERTY_CLUSTER,
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_KEYS_SEPARATOR,
+    PROPERTY_MAX_OFFSET,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_MIN_OFFSET,
+    PROPERTY_MSG_REGION,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_TRACE_ON,
+    PROPERTY_TRANSACTION_CHECK_TIMES,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
+    SYSFLAG_COMPRESSED,
+    BatchElement,
+    deflate,
+    encode_properties_str,
+)
+from mqbox.message import encode_batch as encode_batch_body
+from mqbox.protocol.codes import RequestCode, ResponseCode
+from mqbox.protocol.command import INT32_MAX, INT32_MIN, RemotingCommand
+from mqbox.protocol.headers import (
+    MessageQueue,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    validate_topic,
+)
+
+BODY_SIZE_BYTES_MAX_DEFAULT: Final = 4 * 1024 * 1024  # Java's maxMessageSize
+COMPRESS_THRESHOLD_BYTES_DEFAULT: Final = 4096  # compressMsgBodyOverHowmuch
+COMPRESS_LEVEL_DEFAULT: Final = 5  # rocketmq.message.compressLevel
+DEFAULT_TOPIC: Final = "TBW102"  # AUTO_CREATE_TOPIC_KEY_TOPIC: the template of auto-creation
+DEFAULT_TOPIC_QUEUE_NUMS: Final = 4  # defaultTopicQueueNums of Java's producer
+GROUP_SIZE_CHARS_MAX: Final = 255  # Validators.CHARACTER_MAX_LENGTH
+RETRY_GROUP_TOPIC_PREFIX: Final = "%RETRY%"
+DEFAULT_PRODUCER_GROUP: Final = "DEFAULT_PRODUCER"
+
+_GROUP_PATTERN: Final = re.compile(r"[%|a-zA-Z0-9_-]+")
+_WAIT_TRUE: Final = {PROPERTY_WAIT: "true"}
+_BATCH_HEADER_PROPERTIES: Final = encode_properties_str(_WAIT_TRUE).decode()
+
+SEND_SINGLE_CODE: Final = int(RequestCode.SEND_MESSAGE_V2)
+SEND_BATCH_CODE: Final = int(RequestCode.SEND_BATCH_MESSAGE)
+
+# Names the client writes itself or brokers own (Java's MessageConst.STRING_HASH_SET, the part
+# remoting-protocol.md section 5.3 lists): a user property of one of these names is refused.
+RESERVED_PROPERTY_NAMES: Final = frozenset(
+    {
+        PROPERTY_KEYS,
+        PROPERTY_TAGS,
+        PROPERTY_UNIQ_KEY,
+        PROPERTY_WAIT,
+        PROPERTY_DELAY,
+        PROPERTY_REAL_TOPIC,
+        PROPERTY_REAL_QUEUE_ID,
+        PROPERTY_RETRY_TOPIC,
+        PROPERTY_ORIGIN_MESSAGE_ID,
+        PROPERTY_RECONSUME_TIME,
+        PROPERTY_MAX_RECONSUME_TIMES,
+        PROPERTY_TRANSACTION_PREPARED,
+        PROPERTY_PRODUCER_GROUP,
+        PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
+        PROPERTY_TRANSACTION_CHECK_TIMES,
+        PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
+        PROPERTY_MIN_OFFSET,
+        PROPERTY_MAX_OFFSET,
+        PROPERTY_CLUSTER,
+        PROPERTY_MSG_REGION,
+        PROPERTY_TRACE_ON,
+    }
+)
+
+# Broker codes a sync send retries on another broker (Java's retryResponseCodes, A.4).
+RETRY_RESPONSE_CODES: Final = frozenset(
+    {
+        int(ResponseCode.TOPIC_NOT_EXIST),
+        int(ResponseCode.SERVICE_NOT_AVAILABLE),
+        int(ResponseCode.SYSTEM_ERROR),
+        int(ResponseCode.NO_PERMISSION),
+        int(ResponseCode.NO_BUYER_ID),
+        int(ResponseCode.NOT_IN_CURRENT_UNIT),
+    }
+)
+
+
+class SendStatus(enum.Enum):
+    """How a stored message fared (Java's SendStatus); anything else is an exception."""
+
+    SEND_OK = 0
+    FLUSH_DISK_TIMEOUT = 10
+    SLAVE_NOT_AVAILABLE = 11
+    FLUSH_SLAVE_TIMEOUT = 12
+
+
+_STATUS_BY_CODE: Final = {status.value: status for status in SendStatus}
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """A send the broker acknowledged.
+
+    `msg_id` is the client's UNIQ_KEY (a batch: its elements' keys joined by commas, as Java's);
+    `offset_msg_id` the broker's id of the stored record (store host + commit-log offset; a
+    batch: one per element, joined by commas); `queue` the topic, broker and queue id it went
+    to; `queue_offset` its index in that queue (a batch: the first element's).
+    """
+
+    status: SendStatus
+    msg_id: str
+    offset_msg_id: str
+    queue: MessageQueue
+    queue_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message of `Producer.send_batch`; `keys` is one string of space-separated keys or a
+    sequence of keys, joined by spaces on the wire. A batch refuses a `delay_level` (Java)."""
+
+    body: bytes
+    tags: str | None = None
+    keys: str | Sequence[str] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    flag: int = 0
+    delay_level: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    """A message or a batch, checked and encoded once, sent by one or more attempts."""
+
+    topic: str
+    body: bytes  # as sent: compressed when sysflag says so, a batch body for a batch
+    sysflag: int
+    flag: int
+    properties: str  # the header's properties, surrogate-escaped text
+    msg_id: str  # UNIQ_KEY, or the batch's keys joined by commas
+    batch: bool
+    message_count: int
+
+
+def check_topic(topic: str) -> None:
+    """Validators.checkTopic; InvalidMessageError saying why a topic cannot be sent to."""
+    problem = validate_topic(topic)
+    if problem is not None:
+        raise InvalidMessageError(problem)
+    if topic == DEFAULT_TOPIC:
+        raise InvalidMessageError(f"the topic {topic} is the auto-creation template (TBW102)")
+
+
+def check_group(group: str) -> None:
+    """Validators.checkGroup, and Java's refusal of the DEFAULT_PRODUCER group."""
+    if not group:
+        raise InvalidMessageError("the group name is empty")
+    if len(group) > GROUP_SIZE_CHARS_MAX:
+        raise InvalidMessageError(f"the group name is longer than {GROUP_SIZE_CHARS_MAX}")
+    if not _GROUP_PATTERN.fullmatch(group):
+        raise InvalidMessageError(
+            f"the group name {group!r} has characters outside [%|a-zA-Z0-9_-]"
+        )
+    if group == DEFAULT_PRODUCER_GROUP:
+        raise InvalidMessageError(f"{DEFAULT_PRODUCER_GROUP} is reserved; name the producer group")
+
+
+def _check_body(body: bytes, body_size_bytes_max: int, what: str) -> None:
+    if not isinstance(body, bytes | bytearray | memoryview):
+        raise InvalidMessageError(f"{what}: the body is a {type(body).__name__}, not bytes")
+    if len(body) == 0:
+        raise InvalidMessageError(f"{what}: the body is empty")
+    if len(body) > body_size_bytes_max:
+        raise InvalidMessageError(
+            f"{what}: the body is {len(body)} bytes, over the maximum {body_size_bytes_max}"
+        )
+
+
+def _check_flag(flag: int) -> None:
+    if not INT32_MIN <= flag <= INT32_MAX:
+        raise InvalidMessageError(f"the flag {flag} is not a 32-bit integer")
+
+
+def _properties(
+    tags: str | None,
+    keys: str | Sequence[str],
+    user: Mapping[str, str] | None,
+    delay_level: int,
+) -> dict[str, str]:
+    """Rule 2's properties without WAIT and UNIQ_KEY; InvalidMessageError for a reserved or
+    empty user property."""
+    properties: dict[str, str] = {}
+    if user:
+        for name, value in user.items():
+            if not name or not value:
+                raise InvalidMessageError(
+                    f"the property {name!r}: names and values must not be empty"
+                )
+            if name in RESERVED_PROPERTY_NAMES:
+                raise InvalidMessageError(f"the property {name} is the client's; use the keyword")
+            properties[name] = value
+    if tags:
+        properties[PROPERTY_TAGS] = tags
+    key_text = keys if isinstance(keys, str) else PROPERTY_KEYS_SEPARATOR.join(keys)
+    if key_text:
+        properties[PROPERTY_KEYS] = key_text
+    if delay_level:
+        if delay_level < 0:
+            raise InvalidMessageError(f"the delay level {delay_level} is negative")
+        properties[PROPERTY_DELAY] = str(delay_level)
+    return properties
+
+
+def _encode_properties(properties: Mapping[str, str]) -> bytes:
+    try:
+        return encode_properties_str(properties)
+    except MessageIllegalError as error:
+        raise InvalidMessageError(str(error)) from None
+
+
+def encode_single(
+    topic: str,
+    body: bytes,
+    *,
+    uniq_key: str,
+    tags: str | None = None,
+    keys: str | Sequence[str] = (),
+    properties: Mapping[str, str] | None = None,
+    delay_level: int = 0,
+    flag: int = 0,
+    body_size_bytes_max: int = BODY_SIZE_BYTES_MAX_DEFAULT,
+    compress_threshold_bytes: int = COMPRESS_THRESHOLD_BYTES_DEFAULT,
+    compress_level: int = COMPRESS_LEVEL_DEFAULT,
+) -> OutgoingMessage:
+    """One message, checked (rule 1) and encoded (rules 2 and 3)."""
+    check_topic(topic)
+    _check_body(body, body_size_bytes_max, f"topic {topic}")
+    _check_flag(flag)
+    fields = _properties(tags, keys, properties, delay_level)
+    fields[PROPERTY_WAIT] = "true"
+    fields[PROPERTY_UNIQ_KEY] = uniq_key
+    encoded = _encode_properties(fields).decode("utf-8", "surrogateescape")
+    data = bytes(body)
+    sysflag = 0
+    if len(data) >= compress_threshold_bytes:
+        data = deflate(data, compress_level)
+        sysflag = SYSFLAG_COMPRESSED
+    return OutgoingMessage(topic, data, sysflag, flag, encoded, uniq_key, False, 1)
+
+
+def encode_batch(
+    topic: str,
+    messages: Iterable[Message | bytes],
+    uniq_keys: Sequence[str],
+    *,
+    body_size_bytes_max: int = BODY_SIZE_BYTES_MAX_DEFAULT,
+) -> OutgoingMessage:
+    """A batch: every element checked (Java's MessageBatch.generateFromList and checkMessage),
+    its properties with its own UNIQ_KEY (`uniq_keys[i]`, one per element), the batch body of
+    message.encode_batch, itself at most `body_size_bytes_max` bytes (rule 1)."""
+    check_topic(topic)
+    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        raise InvalidMessageError("a batch cannot go to a retry topic")
+    elements: list[BatchElement] = []
+    uniq_key_prefix = PROPERTY_UNIQ_KEY.encode() + b"\x01"
+    where = f"topic {topic}"
+    for index, message in enumerate(messages):
+        if index >= len(uniq_keys):
+            raise InvalidMessageError(f"{where}: more messages than UNIQ_KEYs")  # caller's bug
+        key = uniq_key_prefix + uniq_keys[index].encode() + b"\x02"
+        if isinstance(message, bytes | bytearray):
+            _check_body(message, body_size_bytes_max, where)
+            elements.append(BatchElement(bytes(message), 0, key))
+            continue
+        _check_body(message.body, body_size_bytes_max, where)
+        _check_flag(message.flag)
+        if message.delay_level:
+            raise InvalidMessageError("a batch cannot hold a delayed message")
+        fields = _properties(message.tags, message.keys, message.properties, 0)
+        encoded = _encode_properties(fields) + key if fields else key
+        elements.append(BatchElement(bytes(message.body), message.flag, encoded))
+    if not elements:
+        raise InvalidMessageError(f"{where}: the batch is empty")
+    body = encode_batch_body(elements)
+    if len(body) > body_size_bytes_max:
+        raise InvalidMessageError(
+            f"{where}: the batch body is {len(body)} bytes, over the maximum {body_size_bytes_max}"
+        )
+    msg_id = ",".join(uniq_keys[: len(elements)])
+    return OutgoingMessage(topic, body, 0, 0, _BATCH_HEADER_PROPERTIES, msg_id, True, len(elements))
+
+
+def send_request_ext(
+    producer_group: str,
+    message: OutgoingMessage,
+    queue_id: int,
+    born_timestamp_ms: int,
+    *,
+    default_topic: str = DEFAULT_TOPIC,
+    default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
+) -> dict[str, str]:
+    """The V2 header of one attempt: SEND_MESSAGE_V2 (310) or SEND_BATCH_MESSAGE (320)."""
+    return SendMessageRequestHeader(
+        producer_group,
+        message.topic,
+        default_topic,
+        default_topic_queue_nums,
+        queue_id,
+        message.sysflag,
+        born_timestamp_ms,
+        message.flag,
+        message.properties,
+        batch=message.batch,
+    ).to_ext_v2()
+
+
+def request_code(message: OutgoingMessage) -> int:
+    return SEND_BATCH_CODE if message.batch else SEND_SINGLE_CODE
+
+
+def read_send_response(
+    response: RemotingCommand, message: OutgoingMessage, broker_name: str
+) -> SendResult | None:
+    """SendResult for codes 0/10/11/12 (Java's processSendResponse), None for any other code
+    (the caller raises BrokerError with it). RemoteProtocolError when a stored-message answer
+    lacks its fields."""
+    status = _STATUS_BY_CODE.get(response.code)
+    if status is None:
+        return None
+    answer = SendMessageResponseHeader.from_ext(response.ext_fields)
+    return SendResult(
+        status,
+        message.msg_id,
+        answer.msg_id,
+        MessageQueue(message.topic, broker_name, answer.queue_id),
+        answer.queue_index,
+    )
