@@ -208,32 +208,36 @@ class _Channel:
         """All of `frame` onto the socket by the deadline. A failure fails the channel (outside
         the write lock, so the callbacks it runs may write elsewhere) and raises: a frame cut
         half-way leaves nothing else to do with the stream."""
+        error_kind: type[RemotingClosedError] | type[RemotingTimeoutError] = RemotingClosedError
         with self.write_lock:
             if self.dead is not None:
                 raise RemotingClosedError(self.dead, self.address)
             try:
                 sent = self.sock.send(frame)
-                failure = None if sent == len(frame) else self._write_rest(frame, sent, deadline_ns)
+                failure = None
+                if sent < len(frame) and not self._write_rest(frame, sent, deadline_ns):
+                    failure = "timed out writing a request, the stream cut inside a frame"
+                    error_kind = RemotingTimeoutError
             except OSError as error:
                 failure = f"send failed: {error.strerror or error}"
         if failure is not None:
             self.fail(failure)
-            raise RemotingClosedError(failure, self.address)
+            raise error_kind(failure, self.address)
         self.transport._frame_count += 1
 
-    def _write_rest(self, frame: bytes, sent: int, deadline_ns: int) -> str | None:
-        """Write what the first send() left; the reason it could not, or None."""
+    def _write_rest(self, frame: bytes, sent: int, deadline_ns: int) -> bool:
+        """Write what the first send() left; False when the deadline came first."""
         view = memoryview(frame)
         while sent < len(view):
             if time.monotonic_ns() >= deadline_ns:
-                return "timed out writing a request, the stream cut inside a frame"
+                return False
             if not self.write_poll.poll(_remaining_ms(deadline_ns)):
                 continue
             try:
                 sent += self.sock.send(view[sent:])
             except BlockingIOError:
                 continue
-        return None
+        return True
 
     # -- the reader role --------------------------------------------------------------------------
 
@@ -547,7 +551,7 @@ class Transport:
             return encode_command(command, self.frame_size_bytes_max)
         except LocalProtocolError as error:
             # Only a body over the frame limit gets here from outside: the caller's to fix.
-            raise ClientStateError(f"{self._address}: cannot encode the request: {error}") from None
+            raise ClientError(f"{self._address}: cannot encode the request: {error}") from None
 
     # -- connections ------------------------------------------------------------------------------
 

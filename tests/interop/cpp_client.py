@@ -4,9 +4,10 @@ Owns: the real appliance of a test (`running_appliance`: the supervisor with the
 topology and the real name server, both on 127.0.0.1 port 0, in a home of the test's own), the
 child processes that run the wrapper (`cpp_child`: one client per child, a script written to the
 child's directory, HOME pointed there for the client's logs, JSON lines on stdout, "stop" on
-stdin, a bounded wait, SIGKILL by PID in `finally`), and the one comparable view of a message (`MessageView`) that every check uses, whether the
-message was sent, read back raw, or received by a C++ consumer. The raw-protocol read-back of
-what the broker stored lives in tests/support/read_back.py and is re-exported here.
+stdin, a bounded wait, SIGKILL by PID in `finally`), and the one comparable view of a message
+(`MessageView`) that every check uses, whether the message was sent, read back raw, or received
+by a C++ consumer. The raw-protocol read-back of what the broker stored lives in
+tests/support/read_back.py and is re-exported here.
 
 Never: broker behaviour of its own, fixed ports or names, or a client in the test's own process
 (the wrapper starts native threads that a later fork would copy half-way, and its `__del__`

@@ -65,6 +65,13 @@ class Appliance:
         """The orderly stop: SIGTERM, then wait; the exit status (None if it had to be killed)."""
         return stop_process(self.process)
 
+    def kill(self) -> None:
+        """SIGKILL by PID to the supervisor and every role it reported (a broker crash)."""
+        for pid in (self.process.pid, *self.role_pids):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        self.process.wait(STOP_TIMEOUT_S)
+
     def output(self) -> str:
         return self.output_path.read_text(encoding="utf-8", errors="replace")
 
@@ -152,13 +159,26 @@ def running_appliance(
     broker_conf: str = BROKER_CONF,
     *,
     file_limit: tuple[int, int] | None = None,
+    namesrv_address: str | None = None,
+    broker_port: int = 0,
+    namesrv_port: int = 0,
 ) -> Iterator[Appliance]:
     """Start the appliance on `home` and yield it once every role is ready; every PID it starts
-    is appended to `reap_pids` as well. `file_limit`: running_supervisor's."""
+    is appended to `reap_pids` as well. `file_limit`: running_supervisor's.
+
+    `namesrv_address`: run no name server of its own and register the broker with that one
+    instead (namesrvAddr, `--no-namesrv`), so several appliances (with brokerName set apart in
+    `broker_conf`) make one cluster. The ports are 0 (any) unless given, so a restart on the same
+    home can keep its clients' addresses."""
     home.mkdir(parents=True, exist_ok=True)
     conf = home / "broker.conf"
+    arguments = ["--config", str(conf), "--broker-port", str(broker_port)]
+    if namesrv_address is None:
+        arguments += ["--namesrv-port", str(namesrv_port)]
+    else:
+        broker_conf += f"namesrvAddr={namesrv_address}\n"
+        arguments.append("--no-namesrv")
     conf.write_text(broker_conf, encoding="utf-8")
-    arguments = ["--config", str(conf), "--broker-port", "0", "--namesrv-port", "0"]
     with running_supervisor(home, arguments, reap_pids, file_limit=file_limit) as (
         process,
         ready,
@@ -168,7 +188,7 @@ def running_appliance(
             process,
             home,
             str(ready["broker"]),
-            str(ready["namesrv"]),
+            str(ready["namesrv"]) or str(namesrv_address),
             str(ready["instance"]),
             output_path,
             [int(pid) for pid in ready["roles"].values()],
