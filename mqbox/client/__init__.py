@@ -22,7 +22,7 @@ from mqbox.client.errors import (
 )
 from mqbox.client.instance import ClientInstance
 from mqbox.client.outgoing import Message, SendResult, SendStatus
-from mqbox.client.producer import Producer, ProducerStatistics
+from mqbox.client.producer import Producer, ProducerStatistics, SendOptions
 
 __all__ = [
     "BrokerError",
@@ -40,6 +40,7 @@ __all__ = [
     "RemotingError",
     "RemotingResponseError",
     "RemotingTimeoutError",
+    "SendOptions",
     "SendResult",
     "SendStatus",
 ]
