@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import pytest
 
@@ -35,19 +35,12 @@ from mqbox.protocol.codes import (
 from mqbox.protocol.command import RemotingCommand
 from mqbox.protocol.headers import ConsumerListBody
 from tests.conftest import unique_name
-from tests.support.appliance import Appliance, running_appliance
+from tests.support.appliance import Appliance
 from tests.support.read_back import create_topic
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
-WAIT_S = 10.0
-
-
-@pytest.fixture(scope="module")
-def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
-    pids: list[int] = []
-    with running_appliance(tmp_path_factory.mktemp("instance"), pids) as running:
-        yield running
 
 
 class RecordingHooks:
@@ -93,14 +86,6 @@ def consumer_ids(appliance: Appliance, group: str) -> tuple[str, ...]:
     return ConsumerListBody.from_json(answer.body).consumer_id_list
 
 
-def wait_until(condition: object, what: str) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def started_consumer(
     appliance: Appliance, group: str, topic: str
 ) -> tuple[ClientInstance, RecordingHooks]:
@@ -143,8 +128,10 @@ def test_broker_requests_reach_their_group_on_the_request_thread(appliance: Appl
             reset = reset_consumer_offset(admin, group, topic, RESET_TO_EARLIEST)
             assert reset.clients_notified == 2
         reset_code = RequestCode.RESET_CONSUMER_CLIENT_OFFSET
-        for hooks in (first_hooks, second_hooks):
-            wait_until(lambda hooks=hooks: reset_code in hooks.codes(), "220 at every member")
+        wait_until(
+            lambda: all(reset_code in h.codes() for h in (first_hooks, second_hooks)),
+            "220 at every member",
+        )
         assert RequestCode.GET_CONSUMER_RUNNING_INFO in second_hooks.codes()
         threads = {name for hooks in (first_hooks, second_hooks) for _, name in hooks.requests}
         assert all(name.startswith("mqbox-client-requests-") for name in threads), threads

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -53,17 +52,11 @@ from mqbox.protocol.headers import PullMessageRequestHeader
 from tests.conftest import unique_name
 from tests.support.appliance import Appliance, running_appliance
 from tests.support.read_back import create_topic
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 WAIT_S = 10.0
-
-
-@pytest.fixture(scope="module")
-def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
-    pids: list[int] = []
-    with running_appliance(tmp_path_factory.mktemp("transport"), pids) as running:
-        yield running
 
 
 def send_ext(topic: str, number: int) -> dict[str, str]:
@@ -85,14 +78,6 @@ def held_pull_ext(topic: str, hold_ms: int) -> dict[str, str]:
         0,
         "*",
     ).to_ext()
-
-
-def wait_until(condition: object, what: str) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def test_many_sync_and_async_calls_share_one_connection(appliance: Appliance) -> None:

@@ -44,20 +44,13 @@ from mqbox.message import (
 )
 from mqbox.protocol.codes import PERM_INHERIT
 from tests.conftest import unique_name
-from tests.support.appliance import Appliance, running_appliance
+from tests.support.appliance import Appliance
 from tests.support.read_back import create_topic, read_back, read_back_until, read_queue_count
 
 pytestmark = pytest.mark.integration
 
 QUEUE_COUNT = 4
 SYSTEM_PROPERTIES = frozenset({"UNIQ_KEY", "WAIT", "TAGS", "KEYS", "CLUSTER", "DELAY"})
-
-
-@pytest.fixture(scope="module")
-def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
-    pids: list[int] = []
-    with running_appliance(tmp_path_factory.mktemp("producer"), pids) as running:
-        yield running
 
 
 @pytest.fixture

@@ -3,8 +3,9 @@ topology and the real name server, both on 127.0.0.1 port 0, in a home of the te
 
 Owns: starting it (a broker.conf with small store files, a ready pipe), reading its ready line,
 the orderly stop (SIGTERM, then SIGKILL), and on the way out SIGKILL by PID of the supervisor and
-everything it started, then the sweep of its shared memory. Never: fixed ports or names. A second
-start on the same home recovers that home's store (the output file is appended to).
+everything it started (waiting until they are gone), then the sweep of its shared memory. Never:
+fixed ports or names, unless a test asks for its earlier ports back. A second start on the same
+home recovers that home's store (the output file is appended to).
 """
 
 from __future__ import annotations
@@ -132,9 +133,14 @@ def running_supervisor(
     finally:
         os.close(read_fd)
         stop_process(process)
+        survivors: list[psutil.Process] = []
         for pid in family:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                survivor = psutil.Process(pid)
+                survivor.kill()
+                survivors.append(survivor)
+        # Gone before returning: a restart on the same ports must find them free.
+        psutil.wait_procs(survivors, timeout=STOP_TIMEOUT_S)
         if instance:
             names.unlink_instance(instance)
 
