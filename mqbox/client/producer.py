@@ -375,7 +375,8 @@ class Producer:
         try:
             info = self._publish_info(topic)
             queue = selector.by_hash(info.queues, sharding_key)
-            result = self._attempt(message, queue, deadline_ns, update_fault=False)
+            address = self._master_address(queue)
+            result = self._attempt(message, queue, address, deadline_ns, update_fault=False)
         except ClientError:
             self._failed += 1
             raise
@@ -474,15 +475,16 @@ class Producer:
         self,
         message: OutgoingMessage,
         queue: MessageQueue,
+        address: str,
         deadline_ns: int,
         *,
         update_fault: bool = True,
     ) -> SendResult:
-        """One request to the queue's broker: its SendResult, or the ClientError it met."""
+        """One request to the queue's broker at `address`: its SendResult, or the ClientError
+        it met."""
         remaining_ms = _remaining_ms(deadline_ns)
         if remaining_ms <= 0:
-            raise RemotingTimeoutError(f"no time left to send to {queue.topic}", queue.broker_name)
-        address = self._master_address(queue)
+            raise RemotingTimeoutError(f"no time left to send to {queue.topic}", address)
         ext = self._ext(message, queue)
         code = request_code(message)
         started_ns = time.monotonic_ns()
@@ -533,9 +535,9 @@ class Producer:
                 self._retries += 1
             queue = self._select_queue(info, last_broker)
             last_broker = queue.broker_name
-            last_address = self.instance.master_address(queue.broker_name) or queue.broker_name
             try:
-                result = self._attempt(message, queue, deadline_ns)
+                last_address = self._master_address(queue)
+                result = self._attempt(message, queue, last_address, deadline_ns)
             except BrokerError as error:
                 if error.code not in RETRY_RESPONSE_CODES:
                     self._failed += 1

@@ -42,7 +42,6 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.integration
 
 
-
 class RecordingHooks:
     """A consumer's side of the seam that records every broker request and the thread it ran
     on, and answers GET_CONSUMER_RUNNING_INFO after a blocking call of its own."""

@@ -36,7 +36,12 @@ from mqbox.client.outgoing import (
     send_request_ext,
 )
 from mqbox.errors import MessageIllegalError
-from mqbox.message import SYSFLAG_COMPRESSED, decode_batch, decode_properties_str
+from mqbox.message import (
+    SYSFLAG_COMPRESSED,
+    decode_batch,
+    decode_properties_str,
+    encode_properties_str,
+)
 from mqbox.protocol.codes import ResponseCode
 from mqbox.protocol.command import RemotingCommand, make_request
 from mqbox.protocol.headers import MessageQueue, SendMessageRequestHeader
@@ -102,6 +107,39 @@ def test_single_message_properties_and_header_round_trip() -> None:
     assert (header.sys_flag, header.flag, header.born_timestamp_ms) == (0, 7, 1_700_000_000_123)
     assert header.properties == message.properties
     assert not header.batch
+
+
+PROPERTY_TEXT = st.text("aZ \x01\x02é✓", max_size=6) | st.text(max_size=6)
+
+
+@given(
+    tags=st.one_of(st.none(), PROPERTY_TEXT),
+    keys=st.one_of(PROPERTY_TEXT, st.lists(PROPERTY_TEXT, max_size=3)),
+    delay_level=st.integers(0, 20),
+)
+def test_the_quick_properties_path_writes_what_the_general_one_writes(
+    tags: str | None, keys: str | list[str], delay_level: int
+) -> None:
+    """encode_single writes messages without user properties as text at once; the general
+    path (the property dict through message.encode_properties_str) must give the same string,
+    or the same refusal."""
+    fields: dict[str, str] = {}
+    if tags:
+        fields["TAGS"] = tags
+    key_text = keys if isinstance(keys, str) else " ".join(keys)
+    if key_text:
+        fields["KEYS"] = key_text
+    if delay_level:
+        fields["DELAY"] = str(delay_level)
+    fields.update({"WAIT": "true", "UNIQ_KEY": KEY})
+    try:
+        expected = encode_properties_str(fields).decode("utf-8", "surrogateescape")
+    except MessageIllegalError:
+        with pytest.raises(InvalidMessageError):
+            encode_single("T", b"x", uniq_key=KEY, tags=tags, keys=keys, delay_level=delay_level)
+        return
+    message = encode_single("T", b"x", uniq_key=KEY, tags=tags, keys=keys, delay_level=delay_level)
+    assert message.properties == expected
 
 
 def test_keys_may_be_one_string() -> None:
