@@ -57,13 +57,14 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Final, TypedDict, Unpack
+from typing import Final, TypedDict, Unpack, cast
 
 from mqbox.client import selector
 from mqbox.client.errors import (
     BrokerError,
     ClientError,
     ClientStateError,
+    InvalidMessageError,
     NoRouteError,
     RemotingError,
     RemotingResponseError,
@@ -84,6 +85,7 @@ from mqbox.client.outgoing import (
     SendStatus,
     check_group,
     encode_batch,
+    encode_plain_batch,
     encode_single,
     read_send_response,
     request_code,
@@ -143,6 +145,10 @@ class _AsyncSend:
         self.future = future
         self.deadline_ns = deadline_ns
         self.retries_left = retries_left
+
+
+def _warm_batch_kernel() -> None:
+    encode_plain_batch("WarmUp", [b"x"], "0" * 28, 0)
 
 
 def _remaining_ms(deadline_ns: int) -> int:
@@ -228,6 +234,9 @@ class Producer:
             self.instance.start()
         self.instance.register_producer(self.group)
         self._state = "running"
+        # The batch kernel compiles (or loads from numba's cache) on first use: do it now, off
+        # the caller's thread, rather than inside the first batch's send budget.
+        self.instance.scheduler.call_soon("warm-batch-kernel", _warm_batch_kernel)
 
     def shutdown(self, timeout_ms: int = SHUTDOWN_TIMEOUT_MS_DEFAULT) -> None:
         """Unregister the group (35 to every broker) and stop the instance this producer owns,
@@ -353,9 +362,7 @@ class Producer:
             self._attempt_failed(queue, started_ns, error)
             self._failed += 1
             raise
-        self._update_fault(
-            queue.broker_name, (time.monotonic_ns() - started_ns) // 1_000_000, False
-        )
+        self._update_fault(queue.broker_name, started_ns, False)
         self._sent += 1
 
     def send_orderly(
@@ -406,8 +413,21 @@ class Producer:
     def _batch(self, topic: str, messages: Iterable[Message | bytes]) -> OutgoingMessage:
         self._check_running()
         elements = messages if isinstance(messages, list | tuple) else list(messages)
+        if not elements:
+            raise InvalidMessageError(f"topic {topic}: the batch is empty")
+        now_ms = time.time_ns() // 1_000_000
+        if all(type(element) is bytes for element in elements):
+            with self._uniq_lock:
+                head, counter_start = self._uniq.reserve(now_ms, len(elements))
+            return encode_plain_batch(
+                topic,
+                cast(Sequence[bytes], elements),
+                head,
+                counter_start,
+                body_size_bytes_max=self.body_size_bytes_max,
+            )
         with self._uniq_lock:
-            uniq_keys = self._uniq.next_keys(time.time_ns() // 1_000_000, len(elements))
+            uniq_keys = self._uniq.next_keys(now_ms, len(elements))
         return encode_batch(
             topic, elements, uniq_keys, body_size_bytes_max=self.body_size_bytes_max
         )
@@ -441,8 +461,10 @@ class Producer:
         with self._fault_lock:
             return self._fault.select_one(info, last_broker, _now_ms())
 
-    def _update_fault(self, broker_name: str, latency_ms: int, isolation: bool) -> None:
+    def _update_fault(self, broker_name: str, started_ns: int, isolation: bool) -> None:
+        """Tell the fault strategy how an attempt begun at `started_ns` went (rule 4)."""
         if self._fault.enabled:
+            latency_ms = (time.monotonic_ns() - started_ns) // 1_000_000
             with self._fault_lock:
                 self._fault.update_fault_item(broker_name, latency_ms, isolation, _now_ms())
 
@@ -466,7 +488,7 @@ class Producer:
         if isinstance(error, RemotingResponseError) and not retried_answer:
             return
         self._failed_attempts[broker] = self._failed_attempts.get(broker, 0) + 1
-        self._update_fault(broker, (time.monotonic_ns() - started_ns) // 1_000_000, True)
+        self._update_fault(broker, started_ns, True)
         self.instance.refresh_route_soon(queue.topic)
 
     # -- sync sends -------------------------------------------------------------------------------
@@ -499,9 +521,7 @@ class Producer:
                 self._attempt_failed(queue, started_ns, error)
             raise
         if update_fault:
-            self._update_fault(
-                queue.broker_name, (time.monotonic_ns() - started_ns) // 1_000_000, False
-            )
+            self._update_fault(queue.broker_name, started_ns, False)
         return result
 
     def _read(
@@ -640,9 +660,7 @@ class Producer:
                 self._attempt_failed(queue, started_ns, failure)
             self._async_failed(send, failure)
             return
-        self._update_fault(
-            queue.broker_name, (time.monotonic_ns() - started_ns) // 1_000_000, False
-        )
+        self._update_fault(queue.broker_name, started_ns, False)
         self._sent += 1
         send.future.set_result(result)  # running from the start: nobody else completes it
 

@@ -81,6 +81,7 @@ PURE_CLIENT_MODULES = (
     "errors",
     "route_table",
     "outgoing",
+    "batch_kernels",
     "allocate",
     "fault",
     "selector",
