@@ -370,8 +370,7 @@ class ClientInstance:
         """The topic's publish queues (Java's tryToFindTopicPublishInfo): the cached ones if any
         is usable, else its route asked afresh, else, with `default_topic`, the route borrowed
         from it. None when neither exists. Raises as update_route."""
-        with self._lock:
-            info = self._routes.publish_info(topic)
+        info = self._routes.publish_info(topic)  # one dict read: atomic, no lock needed
         if info is not None and info.ok():
             return info
         self.update_route(topic)
@@ -396,8 +395,8 @@ class ClientInstance:
         return () if route is None else subscribe_queues(topic, route)
 
     def master_address(self, broker_name: str) -> str | None:
-        with self._lock:
-            return self._routes.master_address(broker_name)
+        # Dict reads only (RouteTable.update replaces a broker's address dict whole): no lock.
+        return self._routes.master_address(broker_name)
 
     def subscribe_address(
         self, broker_name: str, broker_id: int, only_this_broker: bool = False
@@ -441,6 +440,9 @@ class ClientInstance:
     def transport(self, address: str) -> Transport:
         """The connection to a broker address, made on first use; ClientStateError after
         shutdown."""
+        transport = self._transports.get(address)  # the usual case, without the lock
+        if transport is not None:
+            return transport
         with self._lock:
             transport = self._transports.get(address)
             if transport is None:

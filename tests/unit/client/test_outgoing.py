@@ -142,6 +142,31 @@ def test_the_quick_properties_path_writes_what_the_general_one_writes(
     assert message.properties == expected
 
 
+@pytest.mark.parametrize("batch", [False, True])
+def test_the_header_filled_into_a_template_is_the_dataclass_header(batch: bool) -> None:
+    message = (
+        encode_batch("Orders", [b"a", b"b"], keys(2))
+        if batch
+        else encode_single("Orders", b"x" * 5000, uniq_key=KEY, tags="T", flag=-3)
+    )
+    for queue_id, born_ms in ((0, 1), (7, 1_700_000_000_123)):
+        ext = send_request_ext("PG", message, queue_id, born_ms, default_topic_queue_nums=8)
+        expected = SendMessageRequestHeader(
+            "PG",
+            "Orders",
+            "TBW102",
+            8,
+            queue_id,
+            message.sysflag,
+            born_ms,
+            message.flag,
+            message.properties,
+            batch=batch,
+        ).to_ext_v2()
+        assert ext == expected
+        assert list(ext) == list(expected)  # the same JSON, key order included
+
+
 def test_keys_may_be_one_string() -> None:
     message = encode_single("T", b"x", uniq_key=KEY, keys="a b")
     assert decode_properties_str(message.properties.encode())["KEYS"] == "a b"
