@@ -199,9 +199,37 @@ def cpp_part(app: Appliance, topic: str, body: bytes, count: int, warmup: int) -
     return Part(samples, result["failures"], secs, cpu_secs, warmup + count, roles)
 
 
+def raw_send(client: RemotingClient, topic: str, body: bytes, number: int) -> int | None:
+    """One SEND_MESSAGE (10) of the C++ client's header shape: the ns `invoke` took, or None
+    when it failed (logged). The header is built before the clock starts."""
+    stamp = f"raw{os.getpid():08d}{number:010d}".encode()
+    properties = encode_properties_str({"UNIQ_KEY": uniq_key(stamp), "WAIT": "true"})
+    ext = SendMessageRequestHeader(
+        "bench_latency_raw",
+        topic,
+        DEFAULT_TOPIC,
+        DEFAULT_TOPIC_QUEUE_COUNT,
+        number % DEFAULT_TOPIC_QUEUE_COUNT,
+        0,
+        int(time.time() * 1000),
+        0,
+        properties.decode(),
+    ).to_ext()
+    sent_ns = time.perf_counter_ns()
+    try:
+        response = client.invoke(RequestCode.SEND_MESSAGE, ext, body)
+    except RemotingError as error:
+        log(f"{BENCH}: raw send failed: {error}")
+        return None
+    elapsed_ns = time.perf_counter_ns() - sent_ns
+    if response.code != ResponseCode.SUCCESS:
+        log(f"{BENCH}: raw send answered {response.code}: {response.remark}")
+        return None
+    return elapsed_ns
+
+
 def raw_part(app: Appliance, topic: str, body: bytes, count: int, warmup: int) -> Part:
     """RemotingClient, one SEND_MESSAGE (10) in flight, the C++ client's header shape."""
-    clock = time.perf_counter_ns
     samples: list[int] = []
     failures = 0
     failed_in_a_row = 0
@@ -210,33 +238,12 @@ def raw_part(app: Appliance, topic: str, body: bytes, count: int, warmup: int) -
     started = time.perf_counter()
     with RemotingClient(app.broker_address, SEND_TIMEOUT_MS) as client:
         for number in range(warmup + count):
-            stamp = f"raw{os.getpid():08d}{number:010d}".encode()
-            properties = encode_properties_str({"UNIQ_KEY": uniq_key(stamp), "WAIT": "true"})
-            ext = SendMessageRequestHeader(
-                "bench_latency_raw",
-                topic,
-                DEFAULT_TOPIC,
-                DEFAULT_TOPIC_QUEUE_COUNT,
-                number % DEFAULT_TOPIC_QUEUE_COUNT,
-                0,
-                int(time.time() * 1000),
-                0,
-                properties.decode(),
-            ).to_ext()
-            sent_ns = clock()
-            try:
-                response = client.invoke(RequestCode.SEND_MESSAGE, ext, body)
-            except RemotingError as error:
-                response = None
-                log(f"{BENCH}: raw send failed: {error}")
-            elapsed_ns = clock() - sent_ns
-            if response is not None and response.code == ResponseCode.SUCCESS:
+            elapsed_ns = raw_send(client, topic, body, number)
+            if elapsed_ns is not None:
                 failed_in_a_row = 0
                 if number >= warmup:
                     samples.append(elapsed_ns)
                 continue
-            if response is not None:
-                log(f"{BENCH}: raw send answered {response.code}: {response.remark}")
             failures += 1
             failed_in_a_row += 1
             if failed_in_a_row >= FAILURES_IN_A_ROW_MAX:

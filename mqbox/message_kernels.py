@@ -30,7 +30,7 @@ from mqbox.message import (
     PROPERTY_TAGS,
 )
 
-# --- Big-endian readers (helpers inlined into the kernels) --------------------------------------
+# --- Big-endian readers and a writer (helpers inlined into the kernels) --------------------------
 
 
 @kernel
@@ -71,6 +71,16 @@ def read_s64_be(buf: NDArray[np.uint8], at: int) -> int:
     The high half is signed, so shifting it left by 32 stays inside int64 and the result is exact.
     """
     return read_s32_be(buf, at) << 32 | read_u32_be(buf, at + 4)
+
+
+@kernel
+def write_u32_be(buf: NDArray[np.uint8], at: int, value: int) -> None:
+    """The low 32 bits of `value`, big-endian, at buf[at:at + 4] (an int32's two's complement
+    for a negative value)."""
+    buf[at] = (value >> 24) & 0xFF
+    buf[at + 1] = (value >> 16) & 0xFF
+    buf[at + 2] = (value >> 8) & 0xFF
+    buf[at + 3] = value & 0xFF
 
 
 # --- split_batch --------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ import hypothesis
 import psutil
 import pytest
 
+from tests.support.appliance import Appliance, running_appliance
+
 # The first example of a kernel test measures JIT compilation, so deadlines would only flake.
 hypothesis.settings.register_profile("mqbox", deadline=None, print_blob=True)
 hypothesis.settings.load_profile("mqbox")
@@ -60,3 +62,21 @@ def reap_pids() -> Iterator[list[int]]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.send_signal(signal.SIGKILL)
         psutil.wait_procs(family, timeout=10)
+
+
+@pytest.fixture(scope="module")
+def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
+    """A running appliance shared by the tests of one module (integration and interop tests
+    that need nothing special: each uses topics and groups of its own, from `unique_name`).
+    Starting one costs seconds; a module may define its own `appliance`, which takes
+    precedence, and a test that stops or restarts its broker starts its own with
+    `running_appliance`. Every process it started is SIGKILLed by PID at the end (the
+    function-scoped `reap_pids` cannot outlive one test)."""
+    pids: list[int] = []
+    try:
+        with running_appliance(tmp_path_factory.mktemp("appliance"), pids) as running:
+            yield running
+    finally:
+        for pid in pids:
+            with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+                psutil.Process(pid).send_signal(signal.SIGKILL)

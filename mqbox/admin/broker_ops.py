@@ -3,15 +3,18 @@
 Owns: finding the brokers a command must ask (through the name server: a topic's route, or the
 cluster table), asking them with mqbox.client.admin_api, merging the answers of several brokers
 into one result, and turning every failure into an MqboxError whose message is one line a user
-can act on. Never: prints or exits (cli.py does), wire formats (mqbox.client and
-mqbox.protocol), or business rules the broker owns (it checks queue counts, group names, ...;
-its remark is passed on).
+can act on. `send` is mqbox.client's Producer (its route lookup, queue choice and retries); the
+name server list and the master and read addresses come from mqbox.client too
+(namesrv_api.NamesrvList, route_table). Never: prints or exits (cli.py does), wire formats
+(mqbox.client and mqbox.protocol), or business rules the broker owns (it checks queue counts,
+group names, ...; its remark is passed on).
 
 Rules:
 
 1. A command opens one WireSession: one connection to the first name server of the list that
-   answers, one per broker it asks, all closed at the end. `--namesrv` wins, then
-   $MQBOX_NAMESRV, then namesrvAddr of etc/broker.conf (ops.namesrv_addr).
+   answers, one per broker it asks, all closed at the end (`send` opens a Producer instead).
+   `--namesrv` wins, then $MQBOX_NAMESRV, then namesrvAddr of etc/broker.conf
+   (ops.namesrv_addr).
 2. Writes (topic create/update/delete, offset reset, send) go to a broker's master (broker id 0),
    as RocketMQ clients send them; reads (status, offsets, view, query, pull) to the master, else
    to the lowest broker id.
@@ -32,16 +35,22 @@ import base64
 import contextlib
 import dataclasses
 import datetime
-import os
-import random
 import time
 from collections.abc import Callable, Generator
 from typing import Any, Concatenate, Final, ParamSpec, Self, TypeVar
 
 from mqbox.admin import ops
 from mqbox.client import admin_api, namesrv_api
-from mqbox.client.registration import split_namesrv_addr
-from mqbox.client.remoting import RemotingClient, RemotingError, RemotingResponseError
+from mqbox.client.errors import NamesrvUnreachableError
+from mqbox.client.namesrv_api import NamesrvList
+from mqbox.client.producer import Producer
+from mqbox.client.remoting import (
+    RemotingCaller,
+    RemotingClient,
+    RemotingError,
+    RemotingResponseError,
+)
+from mqbox.client.route_table import master_address, read_address
 from mqbox.errors import ConfigError, MessageIllegalError, MqboxError
 from mqbox.message import (
     BODY_SIZE_BYTES_MAX_LIMIT,
@@ -49,15 +58,12 @@ from mqbox.message import (
     PROPERTY_KEYS_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    PROPERTY_WAIT,
     SYSFLAG_COMPRESSED,
     StoredMessage,
-    UniqKeyGenerator,
     decode_offset_msg_id,
     decode_properties_str,
     decompress_body,
     encode_offset_msg_id,
-    encode_properties_str,
     unpack_host,
 )
 from mqbox.protocol.codes import PERM_READ, PERM_WRITE, PULL_FLAG_SUBSCRIPTION, ResponseCode
@@ -67,7 +73,6 @@ from mqbox.protocol.headers import (
     BrokerData,
     PullMessageRequestHeader,
     QueryMessageRequestHeader,
-    SendMessageRequestHeader,
     TopicRouteData,
     UpdateAndCreateTopicRequestHeader,
     validate_topic,
@@ -81,7 +86,6 @@ MASTER_ID: Final = 0
 PRODUCER_GROUP: Final = "mqbox_cli"
 TAIL_GROUP_DEFAULT: Final = "mqbox_tail"
 DEFAULT_TOPIC: Final = "TBW102"  # the template a send names, as every RocketMQ producer does
-DEFAULT_TOPIC_QUEUE_NUMS: Final = 4
 TAIL_POLL_INTERVAL_S: Final = 0.2
 PULL_BATCH_MESSAGE_COUNT: Final = 32
 QUERY_MESSAGE_COUNT_DEFAULT: Final = 32
@@ -91,7 +95,6 @@ START_EARLIEST: Final = "earliest"
 START_LATEST: Final = "latest"
 PERM_NAMES: Final = {"rw": PERM_READ | PERM_WRITE, "r": PERM_READ, "w": PERM_WRITE, "none": 0}
 PERM_MAX: Final = 0xF
-_LOCALHOST_IPV4: Final = bytes((127, 0, 0, 1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,25 +168,27 @@ class BrokerTarget:
 
 
 def master_target(broker: BrokerData) -> BrokerTarget | None:
-    """The broker's master, or None when it has none (writes need one)."""
-    address = broker.broker_addrs.get(MASTER_ID)
+    """The broker's master (route_table.master_address), or None: writes need one."""
+    address = master_address(broker)
     return None if address is None else BrokerTarget(broker.broker_name, address)
 
 
 def read_target(broker: BrokerData) -> BrokerTarget | None:
-    """The master, else the lowest broker id; None without any address."""
-    if not broker.broker_addrs:
-        return None
-    return BrokerTarget(broker.broker_name, broker.broker_addrs[min(broker.broker_addrs)])
+    """The master, else the lowest broker id (route_table.read_address); None without any."""
+    address = read_address(broker)
+    return None if address is None else BrokerTarget(broker.broker_name, address)
 
 
 class WireSession:
     """The connections one command uses (rule 1); a context manager that closes them."""
 
     def __init__(self, namesrv: str | None, *, timeout_ms: int = TIMEOUT_MS_DEFAULT) -> None:
-        self.namesrv_addresses: Final = split_namesrv_addr(ops.namesrv_addr(namesrv))
+        self.namesrv_addr: Final = ops.namesrv_addr(namesrv)
+        self._namesrvs = NamesrvList(
+            self.namesrv_addr, lambda address: RemotingClient(address, timeout_ms)
+        )
+        self.namesrv_addresses: Final = self._namesrvs.addresses
         self.timeout_ms: Final = timeout_ms
-        self._namesrv: RemotingClient | None = None
         self._brokers: dict[str, RemotingClient] = {}
 
     def __enter__(self) -> Self:
@@ -193,9 +198,7 @@ class WireSession:
         self.close()
 
     def close(self) -> None:
-        if self._namesrv is not None:
-            self._namesrv.close()
-            self._namesrv = None
+        self._namesrvs.close()
         for client in self._brokers.values():
             client.close()
         self._brokers.clear()
@@ -204,39 +207,20 @@ class WireSession:
 
     def ask_namesrv(
         self,
-        call: Callable[Concatenate[RemotingClient, P], T],
+        call: Callable[Concatenate[RemotingCaller, P], T],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
         """`call(client, *args, **kwargs)` on the name server that answered last, else on each
-        of the list in turn until one answers; MqboxError naming every address when none does,
-        and for a refusal."""
-        failures: list[str] = []
-        candidates = [self._namesrv] if self._namesrv is not None else []
-        candidates += [
-            RemotingClient(address, self.timeout_ms)
-            for address in self.namesrv_addresses
-            if self._namesrv is None or address != self._namesrv.address
-        ]
-        for client in candidates:
-            try:
-                result = call(client, *args, **kwargs)
-            except RemotingResponseError as error:
-                remark = _clean_remark(error.remark) or "no remark"
-                raise MqboxError(
-                    f"name server {client.address}: {remark} (code {error.code})"
-                ) from None
-            except RemotingError as error:
-                client.close()
-                failures.append(str(error))
-                continue
-            if client is not self._namesrv:
-                if self._namesrv is not None:
-                    self._namesrv.close()
-                self._namesrv = client
-            return result
-        self._namesrv = None
-        raise MqboxError(f"cannot reach the name server {'; '.join(failures)}")
+        of the list in turn until one answers (namesrv_api.NamesrvList); MqboxError naming
+        every address when none does, and for a refusal."""
+        try:
+            return self._namesrvs.call(call, *args, **kwargs)
+        except RemotingResponseError as error:
+            remark = _clean_remark(error.remark) or "no remark"
+            raise MqboxError(f"name server {error.address}: {remark} (code {error.code})") from None
+        except NamesrvUnreachableError as error:
+            raise MqboxError(str(error)) from None
 
     def route(self, topic: str) -> TopicRouteData:
         """The topic's route (rule 3: MqboxError for a topic without one)."""
@@ -255,7 +239,7 @@ class WireSession:
     def ask_broker(
         self,
         target: BrokerTarget,
-        call: Callable[Concatenate[RemotingClient, P], T],
+        call: Callable[Concatenate[RemotingCaller, P], T],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
@@ -884,50 +868,21 @@ def send(
     tags: str | None = None,
     keys: str | None = None,
 ) -> SendResult:
-    """One SEND_MESSAGE (10) to a write queue of the topic chosen at random, on a master."""
-    with WireSession(namesrv) as session:
-        route = session.route(topic)
-        by_name = {broker.broker_name: broker for broker in route.broker_datas}
-        queues = [
-            (target, queue_id)
-            for queue in route.queue_datas
-            if queue.perm & PERM_WRITE
-            and queue.broker_name in by_name
-            and (target := master_target(by_name[queue.broker_name])) is not None
-            for queue_id in range(queue.write_queue_nums)
-        ]
-        if not queues:
-            raise MqboxError(f"topic {topic} has no writable queue on a master")
-        target, queue_id = random.choice(queues)
-        now_ms = time.time_ns() // 1_000_000
-        uniq_key = UniqKeyGenerator(_LOCALHOST_IPV4, os.getpid(), random.getrandbits(32)).next_key(
-            now_ms
-        )
-        properties = {PROPERTY_UNIQ_KEY: uniq_key, PROPERTY_WAIT: "true"}
-        if tags:
-            properties[PROPERTY_TAGS] = tags
-        if keys:
-            properties[PROPERTY_KEYS] = keys
-        header = SendMessageRequestHeader(
-            producer_group=PRODUCER_GROUP,
-            topic=topic,
-            default_topic=DEFAULT_TOPIC,
-            default_topic_queue_nums=DEFAULT_TOPIC_QUEUE_NUMS,
-            queue_id=queue_id,
-            sys_flag=0,
-            born_timestamp_ms=now_ms,
-            flag=0,
-            properties=encode_properties_str(properties).decode("utf-8", "surrogateescape"),
-        )
-        answer = session.ask_broker(target, admin_api.send_message, header, body)
+    """One message through mqbox.client's Producer (a sync send, retried as RocketMQ retries).
+    A topic without a route is refused rather than auto-created from TBW102, as every other
+    command refuses an unknown topic (rule 3)."""
+    check_topic(topic)
+    with Producer(PRODUCER_GROUP, ops.namesrv_addr(namesrv), create_topic_key=None) as producer:
+        sent = producer.send(topic, body, tags=tags, keys=keys or ())
+        address = producer.instance.master_address(sent.queue.broker_name) or ""
     return SendResult(
         topic,
-        answer.msg_id,
-        uniq_key,
-        target.name,
-        target.address,
-        answer.queue_id,
-        answer.queue_index,
+        sent.offset_msg_id,
+        sent.msg_id,
+        sent.queue.broker_name,
+        address,
+        sent.queue.queue_id,
+        sent.queue_offset,
     )
 
 

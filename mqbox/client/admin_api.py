@@ -1,4 +1,5 @@
-"""Typed broker calls over a RemotingClient, for the admin CLI and tests: one function per code.
+"""Typed broker calls over a RemotingCaller (a RemotingClient or a Transport), for the admin CLI,
+the clients and tests: one function per code.
 
 Owns: building each request from typed headers (mqbox.protocol.headers), and reading each answer
 into typed values: the topic admin codes (17 UPDATE_AND_CREATE_TOPIC, 215 DELETE_TOPIC_IN_BROKER,
@@ -24,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from mqbox.client.remoting import RemotingClient, RemotingResponseError
+from mqbox.client.remoting import RemotingCaller, RemotingResponseError
 from mqbox.message import StoredMessage, decode_record
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import RemotingCommand, loads_json
@@ -64,7 +65,7 @@ PULL_CODES: Final = frozenset(
 )
 
 
-def _expect(client: RemotingClient, request_code: int, response: RemotingCommand, *ok: int) -> None:
+def _expect(client: RemotingCaller, request_code: int, response: RemotingCommand, *ok: int) -> None:
     if response.code not in ok:
         raise RemotingResponseError(client.address, request_code, response.code, response.remark)
 
@@ -111,7 +112,7 @@ def _text(fields: dict[str, Any], key: str, where: str) -> str:
 
 
 def update_and_create_topic(
-    client: RemotingClient,
+    client: RemotingCaller,
     header: UpdateAndCreateTopicRequestHeader,
     *,
     timeout_ms: int | None = None,
@@ -123,7 +124,7 @@ def update_and_create_topic(
 
 
 def delete_topic_in_broker(
-    client: RemotingClient, topic: str, *, timeout_ms: int | None = None
+    client: RemotingCaller, topic: str, *, timeout_ms: int | None = None
 ) -> None:
     """215 DELETE_TOPIC_IN_BROKER: the broker forgets the topic's configuration (17 if it has
     none); the name server keeps its route until 216 (namesrv_api.delete_topic)."""
@@ -140,7 +141,7 @@ class AllTopicConfig:
     data_version: DataVersion  # dataVersion
 
 
-def all_topic_config(client: RemotingClient, *, timeout_ms: int | None = None) -> AllTopicConfig:
+def all_topic_config(client: RemotingCaller, *, timeout_ms: int | None = None) -> AllTopicConfig:
     """21 GET_ALL_TOPIC_CONFIG."""
     code = RequestCode.GET_ALL_TOPIC_CONFIG
     response = client.invoke(code, timeout_ms=timeout_ms)
@@ -162,7 +163,7 @@ def all_topic_config(client: RemotingClient, *, timeout_ms: int | None = None) -
 
 
 def get_max_offset(
-    client: RemotingClient, topic: str, queue_id: int, *, timeout_ms: int | None = None
+    client: RemotingCaller, topic: str, queue_id: int, *, timeout_ms: int | None = None
 ) -> int:
     """30 GET_MAX_OFFSET: the queue's entry count, i.e. the next queue_index to be written."""
     code = RequestCode.GET_MAX_OFFSET
@@ -173,7 +174,7 @@ def get_max_offset(
 
 
 def get_min_offset(
-    client: RemotingClient, topic: str, queue_id: int, *, timeout_ms: int | None = None
+    client: RemotingCaller, topic: str, queue_id: int, *, timeout_ms: int | None = None
 ) -> int:
     """31 GET_MIN_OFFSET: the queue's first queue_index still readable."""
     code = RequestCode.GET_MIN_OFFSET
@@ -198,7 +199,7 @@ def decode_records(body: bytes) -> tuple[StoredMessage, ...]:
 
 
 def view_message(
-    client: RemotingClient, log_offset_bytes: int, *, timeout_ms: int | None = None
+    client: RemotingCaller, log_offset_bytes: int, *, timeout_ms: int | None = None
 ) -> StoredMessage:
     """33 VIEW_MESSAGE_BY_ID: the record at `log_offset_bytes` (from an offset msgId). The broker
     answers 1 SYSTEM_ERROR when no record starts there; that raises RemotingResponseError."""
@@ -210,7 +211,7 @@ def view_message(
 
 
 def query_message(
-    client: RemotingClient,
+    client: RemotingCaller,
     header: QueryMessageRequestHeader,
     *,
     timeout_ms: int | None = None,
@@ -230,7 +231,7 @@ def query_message(
 
 
 def send_message(
-    client: RemotingClient,
+    client: RemotingCaller,
     header: SendMessageRequestHeader,
     body: bytes,
     *,
@@ -256,7 +257,7 @@ class PullResult:
 
 
 def pull_message(
-    client: RemotingClient, header: PullMessageRequestHeader, *, timeout_ms: int | None = None
+    client: RemotingCaller, header: PullMessageRequestHeader, *, timeout_ms: int | None = None
 ) -> PullResult:
     """11 PULL_MESSAGE. A pull with the SUSPEND bit may be held up to suspend_timeout_ms, so the
     default timeout is that plus PULL_TIMEOUT_MARGIN_MS."""
@@ -297,7 +298,7 @@ class TopicStatus:
 
 
 def topic_status(
-    client: RemotingClient, topic: str, *, timeout_ms: int | None = None
+    client: RemotingCaller, topic: str, *, timeout_ms: int | None = None
 ) -> TopicStatus:
     """MQBOX_TOPIC_STATUS (10001); 17 TOPIC_NOT_EXIST raises RemotingResponseError."""
     response = client.invoke(MQBOX_TOPIC_STATUS, {"topic": topic}, timeout_ms=timeout_ms)
@@ -338,7 +339,7 @@ class ConsumerProgress:
 
 
 def consumer_progress(
-    client: RemotingClient,
+    client: RemotingCaller,
     group: str,
     topic: str | None = None,
     *,
@@ -394,7 +395,7 @@ class ResetResult:
 
 
 def reset_consumer_offset(
-    client: RemotingClient,
+    client: RemotingCaller,
     group: str,
     topic: str,
     to: str,

@@ -29,9 +29,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from mqbox.client.namesrv_api import RegisterBrokerOutcome, register_broker, unregister_broker
-from mqbox.client.remoting import RemotingClient, parse_address
-from mqbox.errors import ConfigError, MqboxError
+from mqbox.client.namesrv_api import (
+    RegisterBrokerOutcome,
+    register_broker,
+    split_namesrv_addr,
+    unregister_broker,
+)
+from mqbox.client.remoting import RemotingClient
+from mqbox.errors import MqboxError
 from mqbox.protocol.headers import (
     RegisterBrokerBody,
     RegisterBrokerRequestHeader,
@@ -46,19 +51,6 @@ TIMEOUT_MS_DEFAULT: Final = 6_000  # the Java broker's registerBrokerTimeoutMill
 
 RegistrationSource = Callable[[], tuple[RegisterBrokerRequestHeader, RegisterBrokerBody]]
 RegisteredCallback = Callable[[str, RegisterBrokerOutcome], None]
-
-
-def split_namesrv_addr(namesrv_addr: str) -> tuple[str, ...]:
-    """The addresses of a ';'-separated namesrvAddr, checked, blanks and repeats dropped."""
-    addresses: list[str] = []
-    for item in namesrv_addr.split(";"):
-        address = item.strip()
-        if address and address not in addresses:
-            parse_address(address)
-            addresses.append(address)
-    if not addresses:
-        raise ConfigError(f"namesrvAddr {namesrv_addr!r} names no name server")
-    return tuple(addresses)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,12 @@ Rules:
    callers that register keep one client open rather than one per call.
 2. `invoke` waits for the response whose opaque it sent and skips every other frame: late answers
    to calls that timed out, and requests a broker sends its clients (NOTIFY_CONSUMER_IDS_CHANGED).
-3. Failures are operating errors, each a `RemotingError`: the peer cannot be reached
-   (`RemotingConnectError`), did not answer in time (`RemotingTimeoutError`), or closed or reset
-   the connection (`RemotingClosedError`, also when it closed inside a frame); a peer breaking
-   the protocol raises the codec's `RemoteProtocolError`. After any of them the connection is
-   closed, as the C++ client closes a connection whose call timed out, because the stream may be
-   cut inside a frame.
+3. Failures are operating errors, each a `RemotingError` (errors.py, re-exported here): the peer
+   cannot be reached (`RemotingConnectError`), did not answer in time (`RemotingTimeoutError`),
+   or closed or reset the connection (`RemotingClosedError`, also when it closed inside a frame);
+   a peer breaking the protocol raises the codec's `RemoteProtocolError`. After any of them the
+   connection is closed, as the C++ client closes a connection whose call timed out, because the
+   stream may be cut inside a frame.
 4. One lock serialises calls, so threads may share a client; they then wait for each other.
 """
 
@@ -27,9 +27,14 @@ import socket
 import threading
 import time
 from types import TracebackType
-from typing import Final, Self
+from typing import Final, Protocol, Self
 
-from mqbox.errors import ConfigError, MqboxError
+from mqbox.client.errors import RemotingClosedError as RemotingClosedError
+from mqbox.client.errors import RemotingConnectError as RemotingConnectError
+from mqbox.client.errors import RemotingError as RemotingError
+from mqbox.client.errors import RemotingResponseError as RemotingResponseError
+from mqbox.client.errors import RemotingTimeoutError as RemotingTimeoutError
+from mqbox.errors import ConfigError
 from mqbox.protocol.command import RemotingCommand, make_request
 from mqbox.protocol.connection import CLOSED, NEED_DATA, Connection, Role
 from mqbox.protocol.errors import RemoteProtocolError
@@ -39,34 +44,22 @@ RECEIVE_SIZE_BYTES: Final = 256 * 1024
 TIMEOUT_MS_DEFAULT: Final = 3000  # the C++ client's default for most calls
 
 
-class RemotingError(MqboxError):
-    """A remote call failed; the subclass says how. `address` is the peer's `ip:port`."""
+class RemotingCaller(Protocol):
+    """What namesrv_api.py and admin_api.py call through: a blocking RemotingClient here, or a
+    multiplexed transport.Transport (the producer's and consumers' connections)."""
 
-    def __init__(self, message: str, address: str) -> None:
-        super().__init__(f"{address}: {message}")
-        self.address = address
+    @property
+    def address(self) -> str: ...
 
+    def invoke(
+        self,
+        code: int,
+        ext: dict[str, str] | None = None,
+        body: bytes = b"",
+        timeout_ms: int | None = None,
+    ) -> RemotingCommand: ...
 
-class RemotingConnectError(RemotingError):
-    """The connection could not be made: refused, unreachable, or the connect timed out."""
-
-
-class RemotingTimeoutError(RemotingError):
-    """The peer did not answer (or take the request) within the timeout."""
-
-
-class RemotingClosedError(RemotingError):
-    """The peer closed or reset the connection before the response arrived."""
-
-
-class RemotingResponseError(RemotingError):
-    """The peer answered with a response code the caller cannot accept (namesrv_api.py)."""
-
-    def __init__(self, address: str, request_code: int, code: int, remark: str | None) -> None:
-        super().__init__(f"request {request_code} answered {code}: {remark or ''}", address)
-        self.request_code = request_code
-        self.code = code
-        self.remark = remark
+    def close(self) -> None: ...
 
 
 def parse_address(address: str) -> tuple[str, int]:

@@ -27,7 +27,7 @@ Classes are slotted and not frozen: a frozen dataclass pays an `object.__setattr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import Any, Final, Protocol, Self, TypeAlias, TypeVar
 
@@ -571,6 +571,15 @@ class SendMessageRequestHeader:
         return ext
 
 
+# The V2 (310 / 320) wire key of each SendMessageRequestHeader field, for a caller that fills in
+# a header built once (a producer's requests to one topic differ in a few fields only).
+SEND_V2_KEY_BY_FIELD: Final = dict(
+    zip((item.name for item in fields(SendMessageRequestHeader)), _SEND_KEYS_V2, strict=True)
+)
+assert SEND_V2_KEY_BY_FIELD["queue_id"] == "e"
+assert SEND_V2_KEY_BY_FIELD["batch"] == "m"
+
+
 @dataclass(slots=True)
 class SendMessageResponseHeader:
     """Response to 10 / 310 / 320. Every field a string; the C++ client crashes without them."""
@@ -579,6 +588,35 @@ class SendMessageResponseHeader:
     queue_id: int  # queueId
     queue_index: int  # queueOffset: for a batch, the first element's
     transaction_id: str | None = None  # transactionId
+
+    @classmethod
+    def from_command(cls, command: RemotingCommand) -> Self:
+        """Decode a SEND answer's header (a producer reads one per message): straight from the
+        decoded JSON when every field is a string, as brokers send them; anything else through
+        from_ext, the reference, which names a bad field."""
+        ext = command.ext_fields_json
+        msg_id = ext.get("msgId")
+        queue_id = ext.get("queueId")
+        queue_index = ext.get("queueOffset")
+        transaction_id = ext.get("transactionId")
+        if (
+            type(msg_id) is str
+            and type(queue_id) is str
+            and type(queue_index) is str
+            and (transaction_id is None or type(transaction_id) is str)
+        ):
+            try:
+                queue_id_value = int(queue_id)
+                queue_index_value = int(queue_index)
+            except ValueError:
+                pass
+            else:
+                if (
+                    INT32_MIN <= queue_id_value <= INT32_MAX
+                    and INT64_MIN <= queue_index_value <= INT64_MAX
+                ):
+                    return cls(msg_id, queue_id_value, queue_index_value, transaction_id)
+        return cls.from_ext(command.ext_fields)
 
     @classmethod
     def from_ext(cls, ext: Ext) -> Self:

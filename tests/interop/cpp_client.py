@@ -4,10 +4,10 @@ Owns: the real appliance of a test (`running_appliance`: the supervisor with the
 topology and the real name server, both on 127.0.0.1 port 0, in a home of the test's own), the
 child processes that run the wrapper (`cpp_child`: one client per child, a script written to the
 child's directory, HOME pointed there for the client's logs, JSON lines on stdout, "stop" on
-stdin, a bounded wait, SIGKILL by PID in `finally`), the raw-protocol read-back of what the
-broker stored (PULL from queue offset 0, records decoded with `mqbox.message.decode_record`),
-and the one comparable view of a message (`MessageView`) that every check uses, whether the
-message was sent, read back raw, or received by a C++ consumer.
+stdin, a bounded wait, SIGKILL by PID in `finally`), and the one comparable view of a message
+(`MessageView`) that every check uses, whether the message was sent, read back raw, or received
+by a C++ consumer. The raw-protocol read-back of what the broker stored lives in
+tests/support/read_back.py and is re-exported here.
 
 Never: broker behaviour of its own, fixed ports or names, or a client in the test's own process
 (the wrapper starts native threads that a later fork would copy half-way, and its `__del__`
@@ -34,135 +34,38 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from mqbox.client.namesrv_api import get_route
 from mqbox.client.remoting import RemotingClient
 from mqbox.message import (
     BODY_SIZE_BYTES_MAX_DEFAULT,
     StoredMessage,
     decode_properties_str,
-    decode_record,
     decompress_body,
 )
-from mqbox.protocol.codes import PULL_FLAG_SUBSCRIPTION, RequestCode, ResponseCode
+from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.headers import (
     ConsumerListBody,
-    PullMessageRequestHeader,
-    UpdateAndCreateTopicRequestHeader,
 )
 from tests.conftest import unique_name
 from tests.support.appliance import Appliance
+from tests.support.read_back import REQUEST_TIMEOUT_MS as REQUEST_TIMEOUT_MS
+from tests.support.read_back import create_topic as create_topic
+from tests.support.read_back import decode_records as decode_records
+from tests.support.read_back import read_back as read_back
+from tests.support.read_back import read_back_until as read_back_until
+from tests.support.read_back import read_queue_count as read_queue_count
+from tests.support.read_back import wait_routed as wait_routed
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
-ROUTE_WAIT_S: Final = 15.0
 CHILD_STOP_TIMEOUT_S: Final = 30.0  # a push consumer's shutdown persists offsets and unregisters
-READ_BACK_TIMEOUT_S: Final = 20.0
-REQUEST_TIMEOUT_MS: Final = 5000
 
 SEQ_PROPERTY: Final = "mqboxSeq"  # user property naming each test message uniquely
 # Properties the client or the broker add; everything else in a stored record is the user's.
 SYSTEM_PROPERTY_NAMES: Final = frozenset(
     {"UNIQ_KEY", "WAIT", "TAGS", "KEYS", "CLUSTER", "MSG_REGION", "TRACE_ON"}
 )
-READ_BACK_GROUP: Final = "mqbox_interop_read_back"
 
 
-# --- raw protocol -------------------------------------------------------------------------------
-
-
-def create_topic(appliance: Appliance, topic: str, queue_count: int) -> None:
-    """UPDATE_AND_CREATE_TOPIC (perm 6), then wait until the name server routes it: a C++
-    consumer that finds no route waits 30 s for its next refresh."""
-    header = UpdateAndCreateTopicRequestHeader(topic, "TBW102", queue_count, queue_count, 6)
-    with RemotingClient(appliance.broker_address, REQUEST_TIMEOUT_MS) as broker:
-        response = broker.invoke(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext())
-    assert response.code == ResponseCode.SUCCESS, (response.code, response.remark)
-    wait_routed(appliance, topic)
-
-
-def wait_routed(appliance: Appliance, topic: str) -> None:
-    deadline = time.monotonic() + ROUTE_WAIT_S
-    with RemotingClient(appliance.namesrv_address, REQUEST_TIMEOUT_MS) as namesrv:
-        while get_route(namesrv, topic) is None:
-            assert time.monotonic() < deadline, f"the name server never routed {topic}"
-            time.sleep(0.1)
-
-
-def read_queue_count(appliance: Appliance, topic: str) -> int:
-    """readQueueNums of `topic` in the broker's GET_ALL_TOPIC_CONFIG."""
-    with RemotingClient(appliance.broker_address, REQUEST_TIMEOUT_MS) as broker:
-        response = broker.invoke(RequestCode.GET_ALL_TOPIC_CONFIG)
-    assert response.code == ResponseCode.SUCCESS, (response.code, response.remark)
-    table = json.loads(response.body)["topicConfigTable"]
-    assert topic in table, f"the broker has no topic {topic}"
-    return int(table[topic]["readQueueNums"])
-
-
-def pull_queue(
-    broker: RemotingClient, topic: str, queue_id: int, subscription: str = "*"
-) -> list[StoredMessage]:
-    """Every record of one queue from index 0: PULL (subscription flag, no suspend) 32 at a time
-    until PULL_NOT_FOUND, each body decoded record by record."""
-    found: list[StoredMessage] = []
-    queue_index = 0
-    deadline = time.monotonic() + READ_BACK_TIMEOUT_S
-    while True:
-        assert time.monotonic() < deadline, f"{topic}:{queue_id} did not end at {queue_index}"
-        header = PullMessageRequestHeader(
-            READ_BACK_GROUP,
-            topic,
-            queue_id,
-            queue_index,
-            32,
-            PULL_FLAG_SUBSCRIPTION,
-            0,
-            0,
-            0,
-            subscription,
-        )
-        response = broker.invoke(RequestCode.PULL_MESSAGE, header.to_ext())
-        if response.code == ResponseCode.PULL_NOT_FOUND:
-            return found
-        assert response.code in (ResponseCode.SUCCESS, ResponseCode.PULL_RETRY_IMMEDIATELY), (
-            response.code,
-            response.remark,
-        )
-        next_index = int(response.ext_fields["nextBeginOffset"])
-        if response.code == ResponseCode.SUCCESS:
-            records = decode_records(response.body)
-            assert {(r.topic, r.queue_id) for r in records} == {(topic, queue_id)}, records
-            found.extend(records)
-        assert next_index > queue_index, (response.code, response.ext_fields)
-        queue_index = next_index
-
-
-def decode_records(body: bytes) -> list[StoredMessage]:
-    records: list[StoredMessage] = []
-    position = 0
-    while position < len(body):
-        record = decode_record(body, position)
-        records.append(record)
-        position += record.size_bytes
-    return records
-
-
-def read_back(appliance: Appliance, topic: str) -> dict[int, list[StoredMessage]]:
-    """Every stored record of every queue of `topic`, by queue id, in queue order."""
-    queue_count = read_queue_count(appliance, topic)
-    with RemotingClient(appliance.broker_address, REQUEST_TIMEOUT_MS) as broker:
-        return {queue_id: pull_queue(broker, topic, queue_id) for queue_id in range(queue_count)}
-
-
-def read_back_until(
-    appliance: Appliance, topic: str, count: int, timeout_s: float = READ_BACK_TIMEOUT_S
-) -> dict[int, list[StoredMessage]]:
-    """read_back() until it holds at least `count` records or the time is up (a oneway send is
-    stored some time after the client returned)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        stored = read_back(appliance, topic)
-        if sum(map(len, stored.values())) >= count or time.monotonic() > deadline:
-            return stored
-        time.sleep(0.2)
+# --- raw protocol (tests/support/read_back.py) ---------------------------------------------------
 
 
 def committed_offset(appliance: Appliance, group: str, topic: str, queue_id: int) -> int:

@@ -3,8 +3,9 @@ topology and the real name server, both on 127.0.0.1 port 0, in a home of the te
 
 Owns: starting it (a broker.conf with small store files, a ready pipe), reading its ready line,
 the orderly stop (SIGTERM, then SIGKILL), and on the way out SIGKILL by PID of the supervisor and
-everything it started, then the sweep of its shared memory. Never: fixed ports or names. A second
-start on the same home recovers that home's store (the output file is appended to).
+everything it started (waiting until they are gone), then the sweep of its shared memory. Never:
+fixed ports or names, unless a test asks for its earlier ports back. A second start on the same
+home recovers that home's store (the output file is appended to).
 """
 
 from __future__ import annotations
@@ -64,6 +65,13 @@ class Appliance:
     def stop(self) -> int | None:
         """The orderly stop: SIGTERM, then wait; the exit status (None if it had to be killed)."""
         return stop_process(self.process)
+
+    def kill(self) -> None:
+        """SIGKILL by PID to the supervisor and every role it reported (a broker crash)."""
+        for pid in (self.process.pid, *self.role_pids):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        self.process.wait(STOP_TIMEOUT_S)
 
     def output(self) -> str:
         return self.output_path.read_text(encoding="utf-8", errors="replace")
@@ -132,9 +140,14 @@ def running_supervisor(
     finally:
         os.close(read_fd)
         stop_process(process)
+        survivors: list[psutil.Process] = []
         for pid in family:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                survivor = psutil.Process(pid)
+                survivor.kill()
+                survivors.append(survivor)
+        # Gone before returning: a restart on the same ports must find them free.
+        psutil.wait_procs(survivors, timeout=STOP_TIMEOUT_S)
         if instance:
             names.unlink_instance(instance)
 
@@ -160,13 +173,26 @@ def running_appliance(
     *,
     file_limit: tuple[int, int] | None = None,
     environment: Mapping[str, str] | None = None,
+    namesrv_address: str | None = None,
+    broker_port: int = 0,
+    namesrv_port: int = 0,
 ) -> Iterator[Appliance]:
     """Start the appliance on `home` and yield it once every role is ready; every PID it starts
-    is appended to `reap_pids` as well. `file_limit` and `environment`: running_supervisor's."""
+    is appended to `reap_pids` as well. `file_limit` and `environment`: running_supervisor's.
+
+    `namesrv_address`: run no name server of its own and register the broker with that one
+    instead (namesrvAddr, `--no-namesrv`), so several appliances (with brokerName set apart in
+    `broker_conf`) make one cluster. The ports are 0 (any) unless given, so a restart on the same
+    home can keep its clients' addresses."""
     home.mkdir(parents=True, exist_ok=True)
     conf = home / "broker.conf"
+    arguments = ["--config", str(conf), "--broker-port", str(broker_port)]
+    if namesrv_address is None:
+        arguments += ["--namesrv-port", str(namesrv_port)]
+    else:
+        broker_conf += f"namesrvAddr={namesrv_address}\n"
+        arguments.append("--no-namesrv")
     conf.write_text(broker_conf, encoding="utf-8")
-    arguments = ["--config", str(conf), "--broker-port", "0", "--namesrv-port", "0"]
     with running_supervisor(
         home, arguments, reap_pids, file_limit=file_limit, environment=environment
     ) as (
@@ -178,7 +204,7 @@ def running_appliance(
             process,
             home,
             str(ready["broker"]),
-            str(ready["namesrv"]),
+            str(ready["namesrv"]) or str(namesrv_address),
             str(ready["instance"]),
             output_path,
             [int(pid) for pid in ready["roles"].values()],

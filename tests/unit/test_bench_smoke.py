@@ -23,12 +23,20 @@ FIGURE_KEYS = {
     "latency": {"cpp_p50_us", "cpp_p99_us", "cpp_count", "raw_p50_us", "raw_p99_us", "raw_count"},
     "sync_flush": {"single_msgs_per_s", "batch_msgs_per_s", "single_client_cpu_pct"},
     "memory": {"idle_pss_mb", "after_pss_mb", "ratio", "requests"},
+    "client_latency": {"client_p50_us", "client_count", "raw_p50_us", "raw_count"},
+    "client_produce": {
+        "batch_msgs_per_s_median",
+        "raw_batch_msgs_per_s_median",
+        "async_msgs_per_s_median",
+        "raw_single_msgs_per_s_median",
+    },
 }
 # Counts of refused or failed requests that a smoke run must leave at zero.
 FAILURE_KEYS = {
     "latency": {"cpp_failures", "raw_failures"},
     "sync_flush": {"single_failures", "batch_failures"},
     "memory": {"failures"},
+    "client_latency": {"client_failures", "raw_failures"},
 }
 SMOKE_TIMEOUT_SECS = 240
 

@@ -78,6 +78,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 # The client's pure foundation (algorithms, tables, decoding): no sockets, threads or clocks, and
 # none of the client's I/O modules. Callers pass `now_ms` in and do the I/O themselves.
 PURE_CLIENT_MODULES = (
+    "errors",
+    "route_table",
+    "outgoing",
+    "batch_kernels",
     "allocate",
     "fault",
     "selector",
@@ -99,6 +103,10 @@ PURE_CLIENT_FORBIDDEN = (
     "mqbox.client.namesrv_api",
     "mqbox.client.admin_api",
     "mqbox.client.registration",
+    "mqbox.client.transport",
+    "mqbox.client.scheduler",
+    "mqbox.client.instance",
+    "mqbox.client.producer",
 )
 FORBIDDEN.update({f"mqbox.client.{name}": PURE_CLIENT_FORBIDDEN for name in PURE_CLIENT_MODULES})
 # Only mqbox/_jit.py imports numba; nothing outside mqbox/spark imports mqbox.spark.

@@ -707,6 +707,22 @@ def test_uniq_key_time_restarts_each_month_and_counter_wraps() -> None:
     assert int(after[20:28], 16) == 5
 
 
+@given(
+    counter=st.integers(0, 0xFFFF),
+    counts=st.lists(st.integers(0, 300), max_size=5),
+    now_ms=st.integers(1_700_000_000_000, 1_900_000_000_000),
+)
+def test_uniq_keys_in_bulk_equal_one_by_one(counter: int, counts: list[int], now_ms: int) -> None:
+    bulk = m.UniqKeyGenerator(bytes([10, 0, 0, 7]), pid=77, salt=5)
+    single = m.UniqKeyGenerator(bytes([10, 0, 0, 7]), pid=77, salt=5)
+    bulk.next_keys(now_ms, counter)
+    for _ in range(counter):
+        single.next_key(now_ms)
+    for count in counts:
+        assert bulk.next_keys(now_ms, count) == [single.next_key(now_ms) for _ in range(count)]
+    assert bulk.next_key(now_ms + 1) == single.next_key(now_ms + 1)
+
+
 # --- Compression --------------------------------------------------------------------------------
 
 
