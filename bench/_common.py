@@ -1,7 +1,8 @@
 """Shared by every bench script: the one JSON line, host facts, percentiles, checksums.
 
-Each script answers one question and prints exactly one JSON line on stdout (STYLE.md section 7);
-everything else goes to stderr. The keys match the peer-broker benchmarks so figures fit one table.
+Each script answers one question and prints exactly one JSON line on stdout (docs/style.md
+section 7); everything else goes to stderr. The keys match the peer-broker benchmarks so figures fit
+one table.
 """
 
 from __future__ import annotations

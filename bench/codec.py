@@ -37,7 +37,7 @@ from mqbox.store.kernels import scan_records
 BODY_SIZE_BYTES = 128
 RECORD_SIZE_BYTES = 128
 
-# The SEND header exactly as the official C++ client writes it (remoting-protocol.md section 10).
+# The SEND header exactly as the official C++ client writes it (docs/protocol.md section 10).
 SEND_HEADER = (
     b'{"code":10,"extFields":{"AccessKey":"","OnsChannel":"ALIYUN",'
     b'"Signature":"XoIGQbHGTkIrkkxmsEJ8vLPfJxg=","batch":"0","bornTimestamp":"1795243948045",'

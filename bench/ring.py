@@ -12,7 +12,7 @@ so runs with the same parameters print the same checksum. The ring has no doorbe
 space, so a producer facing a full ring yields, then sleeps briefly; the consumer spins a little
 on an empty ring, then sleeps on the ring's doorbell.
 
-Prints one JSON line on stdout (STYLE.md section 7); chatter goes to stderr. Run:
+Prints one JSON line on stdout (docs/style.md section 7); chatter goes to stderr. Run:
     .venv/bin/python bench/ring.py --size-bytes 128
     .venv/bin/python bench/ring.py --size-bytes 65536
 """

@@ -15,7 +15,7 @@ batch. The checksum covers every commit-log byte written, so a change in what is
 Extra key `cpu_secs`: the process's CPU time (all threads) over the timed part; on shared cores
 secs / cpu_secs tells waiting for a core from the code's own cost.
 
-Prints one JSON line on stdout (STYLE.md section 7); chatter goes to stderr. Run:
+Prints one JSON line on stdout (docs/style.md section 7); chatter goes to stderr. Run:
     .venv/bin/python bench/store_append.py --size-bytes 128
     .venv/bin/python bench/store_append.py --size-bytes 1024
 """

@@ -19,7 +19,7 @@ twice its value at the checkpoint. RocketMQ's question is 1M vs 100M stored mess
 `--count 100000000` asks it (13 GB of disk, hours at today's rate); the default (3M) runs in a
 few minutes.
 
-Prints one JSON line on stdout (STYLE.md section 7); chatter goes to stderr. Run:
+Prints one JSON line on stdout (docs/style.md section 7); chatter goes to stderr. Run:
     .venv/bin/python bench/store_backlog.py
     .venv/bin/python bench/store_backlog.py --count 100000000
 """

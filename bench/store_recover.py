@@ -11,7 +11,7 @@ it; `GB_per_s` is the bytes it scanned over its wall time (target >= 1.0). The s
 also timed with one thread and with the default thread count. Everything runs over the page
 cache (the log was just written), so this measures the CPU side of recovery, not the disk.
 
-Prints one JSON line on stdout (STYLE.md section 7); chatter goes to stderr. Run:
+Prints one JSON line on stdout (docs/style.md section 7); chatter goes to stderr. Run:
     .venv/bin/python bench/store_recover.py
     .venv/bin/python bench/store_recover.py --size-bytes 256 --count 8000000
 """

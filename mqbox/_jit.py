@@ -3,7 +3,7 @@
 Owns: the `kernel` decorator and the registry of kernels that each role warms up before it reports
 ready. Never: policy, I/O, or numba options anywhere else.
 
-A kernel is one loop over numpy arrays and integers (STYLE.md section 4). Options are explicit:
+A kernel is one loop over numpy arrays and integers (docs/style.md section 4). Options are explicit:
 `cache=True` so a role that starts after another reuses the compiled machine code from
 `__pycache__`, `nogil=True` so a thread may run beside it, `fastmath=False` because offsets and
 CRCs must be exact, `boundscheck=False` for speed; `bin/test` runs the store tests once more with

@@ -1,4 +1,4 @@
-"""Operating errors: expected failures that callers handle (STYLE.md section 3).
+"""Operating errors: expected failures that callers handle (docs/style.md section 3).
 
 Owns: the exception classes for disk, configuration and input trouble. Never: programmer errors,
 which are `assert`s that stop the process. Wire-level failures map these to RocketMQ response codes

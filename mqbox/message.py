@@ -12,7 +12,7 @@ numba, sockets or clocks, or decides policy. Callers pass in every time, host an
 Invariants:
 - Every record encode_record() returns is self-consistent: TOTALSIZE equals 91 + body + topic +
   properties bytes, hosts are IPv4 (sysflag 0x10 and 0x20 clear), BODYCRC covers the stored body.
-  decode_record() checks the same facts again when the record is read back (STYLE.md section 3:
+  decode_record() checks the same facts again when the record is read back (docs/style.md section 3:
   each fact guarded on both sides of the disk).
 - Every size that comes from outside is bounded before anything is allocated from it: topic <= 127
   bytes, properties <= 32767 bytes, body <= a caller-given maximum, and every inflate is bounded
@@ -20,7 +20,7 @@ Invariants:
 - Bad input from outside raises MessageIllegalError (or MessageTooLargeError); a broken internal
   contract is an assert.
 
-Stored record, big-endian, IPv4 hosts (docs/remoting-protocol.md section 5.1). X_POSITION_BYTES
+Stored record, big-endian, IPv4 hosts (docs/protocol.md section 5.1). X_POSITION_BYTES
 is where field X starts, counted from the record's first byte; n, t and p are the body, topic and
 properties lengths::
 

@@ -2,7 +2,7 @@
 
 Owns: the numba data-plane versions of three message.py rules, and the big-endian readers the
 store kernels share. message_kernels_ref.py restates each contract in plain Python; a unit test
-feeds both the same hypothesis-built bytes and asserts they agree exactly (STYLE.md section 4).
+feeds both the same hypothesis-built bytes and asserts they agree exactly (docs/style.md section 4).
 
 Never: imports anything but mqbox._jit and mqbox.message, allocates inside a kernel, raises for
 bad input (a kernel returns a code; the Python parent decides), or reads outside [start, end):

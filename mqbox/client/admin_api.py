@@ -16,7 +16,7 @@ not an error where the protocol has a code for it: `query_message` returns () on
 QUERY_NOT_FOUND, and `pull_message` returns a PullResult for each of 0/19/20/21.
 
 mqbox's private codes are restated here, not imported: the client package may not import
-mqbox.server (tests/unit/test_layering.py), so tests/unit/admin/test_cli_wire.py checks that the
+mqbox.server (tests/unit/test_layering.py), so tests/integration/test_cli_wire.py checks that the
 numbers and words agree with mqbox/server/admin_records.py, their owner.
 """
 

@@ -1,7 +1,7 @@
 """Queue allocation for consumer rebalance: which queues of a topic this client pulls.
 
 Owns: the allocation strategies of RocketMQ 4.9.7's `consumer/rebalance` package, restated as
-pure functions, and the two sort orders their inputs need (client-ha-acl-facts.md B.3, B.4):
+pure functions, and the two sort orders their inputs need (docs/client.md B.3, B.4):
 
     averagely            AllocateMessageQueueAveragely, the default, and the C++ client's only one
     averagely_by_circle  AllocateMessageQueueAveragelyByCircle

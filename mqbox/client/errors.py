@@ -1,7 +1,7 @@
 """The client's operating errors: every failure a caller of mqbox.client can catch, by kind.
 
 Owns: the exception classes of the client package. Never: programmer errors, which are asserts
-(STYLE.md section 3), and no behaviour beyond carrying the facts a caller needs (the peer's
+(docs/style.md section 3), and no behaviour beyond carrying the facts a caller needs (the peer's
 address, the broker's response code and remark, the topic).
 
     MqboxError

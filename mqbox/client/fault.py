@@ -1,6 +1,6 @@
 """Producer queue choice: the publish queue list, round robin, and latency fault avoidance.
 
-Owns, restated from RocketMQ 4.9.7 (client-ha-acl-facts.md A.1 to A.3):
+Owns, restated from RocketMQ 4.9.7 (docs/client.md A.1 to A.3):
 
     TopicPublishInfo        publish queues of one route, its round-robin counter, select_one()
     SendIndex               ThreadLocalIndex: the counter, one per TopicPublishInfo here

@@ -1,6 +1,6 @@
 """Consumer offsets: the in-memory table both of Java's offset stores keep, and the local file.
 
-Owns (client-ha-acl-facts.md B.8):
+Owns (docs/client.md B.8):
 - OffsetTable: RemoteBrokerOffsetStore's and LocalFileOffsetStore's offsetTable, with Java's
   update (increase-only or set), read (memory, store, memory-then-store, answering -1 and -2 as
   Java does) and the choice of what persistAll sends (assigned queues) and forgets (the others).
@@ -16,7 +16,7 @@ Local file: `<base_dir>/<clientId>/<group>/offsets.json`, base_dir being Java's
 `{"offsetTable":{{"brokerName":..,"queueId":..,"topic":..}:offset}}`, whose object keys are not
 JSON, and C++ writes a boost text archive to `offsets.Json`; neither can be read by the other,
 nor by a JSON parser. mqbox writes standard JSON, one object per queue, in the shape of the
-offset table C++ reads in RESET_CONSUMER_CLIENT_OFFSET (remoting-protocol.md section 4.4):
+offset table C++ reads in RESET_CONSUMER_CLIENT_OFFSET (docs/protocol.md section 4.4):
 
     {"offsetTable": [{"brokerName": "broker-a", "offset": 42, "queueId": 0, "topic": "T"}, ...],
      "version": 1}

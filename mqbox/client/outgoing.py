@@ -1,6 +1,6 @@
 """What a producer puts on the wire, and what it reads back: pure functions, no I/O.
 
-Owns (client-ha-acl-facts.md A.4, A.5, A.7, A.8; remoting-protocol.md section 4.2):
+Owns (docs/client.md A.4, A.5, A.7, A.8; docs/protocol.md section 4.2):
 
     Message                 one message of a batch (or of send(), spelled as keywords there)
     check_topic/check_group Java's Validators.checkTopic and checkGroup
@@ -97,7 +97,7 @@ SEND_SINGLE_CODE: Final = int(RequestCode.SEND_MESSAGE_V2)
 SEND_BATCH_CODE: Final = int(RequestCode.SEND_BATCH_MESSAGE)
 
 # Names the client writes itself or brokers own (Java's MessageConst.STRING_HASH_SET, the part
-# remoting-protocol.md section 5.3 lists): a user property of one of these names is refused.
+# docs/protocol.md section 5.3 lists): a user property of one of these names is refused.
 RESERVED_PROPERTY_NAMES: Final = frozenset(
     {
         PROPERTY_KEYS,

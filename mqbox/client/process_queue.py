@@ -1,6 +1,6 @@
 """ProcessQueue: one consumed queue's messages between pull and acknowledgement.
 
-Owns: Java 4.9.7's ProcessQueue (client-ha-acl-facts.md B.5, B.7, B.9, B.10) as a single-owner
+Owns: Java 4.9.7's ProcessQueue (docs/client.md B.5, B.7, B.9, B.10) as a single-owner
 table: the messages pulled and not yet acknowledged, by queue index; their count and body bytes
 for flow control; the offset a consumer may commit; the orderly "consuming" set with commit,
 rollback and make_message_to_consume_again; the dropped flag, the lock flag and the pull,

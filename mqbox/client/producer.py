@@ -15,7 +15,7 @@ outgoing.py), routes or heartbeats (instance.py).
         producer.send_orderly("Orders", b"...", sharding_key="order-17")
         producer.send("Orders", b"...", delay_level=3)
 
-Rules (client-ha-acl-facts.md A.2 to A.6):
+Rules (docs/client.md A.2 to A.6):
 
 1. Queues. A send takes the topic's publish queues from the instance (its route, asked on first
    use; without one, TBW102's route borrowed with `default_topic_queue_nums` queues when

@@ -3,7 +3,7 @@
 Owns: a second statement of decode_pull_records, written with struct.unpack_from over a bytes copy
 and a bytes split for the TAGS value. It shares no helper with the kernel, so a unit test that
 feeds both the same bytes and gets the same table checks two independent readings of the record
-layout (remoting-protocol.md section 5.1, with Java's IPv6 host sizes).
+layout (docs/protocol.md section 5.1, with Java's IPv6 host sizes).
 
 Never: used on the data plane (it is slow), or changed without its kernel.
 """

@@ -1,6 +1,6 @@
 """The routes a client knows: topic routes, publish and subscribe queues, broker addresses.
 
-Owns, restated from Java's MQClientInstance (client-ha-acl-facts.md A.1, B.3, B.7):
+Owns, restated from Java's MQClientInstance (docs/client.md A.1, B.3, B.7):
 
     RouteTable.routes          topicRouteTable: the last route the name server gave per topic
     RouteTable.publish         topicPublishInfoTable: one TopicPublishInfo per route (fault.py)

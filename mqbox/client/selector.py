@@ -1,7 +1,7 @@
 """Orderly send selectors: which publish queue a sharding key goes to.
 
 Owns: Java's SelectMessageQueueByHash and SelectMessageQueueByRandom
-(`producer/selector/`, client-ha-acl-facts.md A.6), and the Python wheel's
+(`producer/selector/`, docs/client.md A.6), and the Python wheel's
 `hashing_queue_selector` for producers that must place int keys where the wheel does. The
 queue list is TopicPublishInfo.queues (fault.py), the same ordered list Java and C++ select from.
 

@@ -1,6 +1,6 @@
 """Subscription expressions: what a consumer asks for, what it tells brokers, what it keeps.
 
-Owns: Java's FilterAPI.buildSubscriptionData (client-ha-acl-facts.md B.11, remoting-protocol.md
+Owns: Java's FilterAPI.buildSubscriptionData (docs/client.md B.11, docs/protocol.md
 section 4.3), the SubscriptionData a heartbeat carries in Java's JSON form, and the client-side
 exact tag check of PullAPIWrapper.processPullResult (B.7 step 3).
 
@@ -20,7 +20,7 @@ Rules, as Java 4.9.7 has them:
 3. Tags and codes are sets in Java (HashSet); here they are tuples in first-seen order without
    repeats, so the JSON is the same on every run.
 
-The C++ 1.2.3 client's heartbeat entry differs (remoting-protocol.md section 4.3): it sends
+The C++ 1.2.3 client's heartbeat entry differs (docs/protocol.md section 4.3): it sends
 `{"subString", "subVersion" (a string), "topic"}`, plus `tagsSet` and `codeSet` only when there
 are tags, and its codeSet holds `atoi(tag)` (zeros for non-numeric tags), never the hash; it has
 no classFilterMode or expressionType. Brokers must therefore not trust codeSet; mqbox's broker

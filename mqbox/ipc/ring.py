@@ -10,7 +10,7 @@ One process writes a ring and one process reads it; fan-in uses one ring per pro
 may be restarted: a producer continues after the last published record, a consumer at the oldest
 record it had not released (records drained but not released are delivered again).
 
-Invariants, asserted once per batch (STYLE.md section 3):
+Invariants, asserted once per batch (docs/style.md section 3):
 - `tail_bytes <= head_bytes <= tail_bytes + capacity_bytes - END_RESERVE_BYTES`, both multiples
   of 8, and both only grow. (The head stored in the segment may lag the producer's own after a
   producer crash; a restarted producer finds the true one by following the chain.)

@@ -30,7 +30,7 @@ Invariants, checked by `check_invariants()` (tests call it after every operation
    `namespace_entry_count_max` in one namespace, none of them empty; its entry count is kept
    exactly. Keys and values are within their sizes (checked at `kv_put`).
 
-Semantics follow RocketMQ 4.5.2's RouteInfoManager (remoting-protocol.md section 4.1); where this
+Semantics follow RocketMQ 4.5.2's RouteInfoManager (docs/protocol.md section 4.1); where this
 file differs, the comment says so.
 """
 

@@ -13,7 +13,7 @@ others); every complete request is answered at once by `NamesrvRequestHandler`, 
 and the responses go into the peer's outbox, which is written straight away and, for what does
 not fit the socket buffer, when the socket turns writable.
 
-Bounds on everything from outside (STYLE.md section 3):
+Bounds on everything from outside (docs/style.md section 3):
 
 - a frame is at most `frame_size_bytes_max` bytes, checked by the codec before buffering;
 - a peer breaking the protocol (garbage, an oversized length) is closed; nobody else notices;

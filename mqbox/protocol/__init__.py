@@ -1,4 +1,4 @@
-"""mqbox.protocol: the sans-IO RocketMQ remoting codec (STYLE.md section 5).
+"""mqbox.protocol: the sans-IO RocketMQ remoting codec (docs/style.md section 5).
 
 Owns: frames (frame.py, where the layout is drawn), commands and their JSON and binary headers
 (command.py), typed extFields headers and JSON bodies (headers.py), the per-connection state

@@ -1,6 +1,6 @@
 """Numbers with names on the RocketMQ wire: request and response codes, languages, flag bits.
 
-Owns: the enums and bit constants of remoting-protocol.md sections 2 and 3, spelled as RocketMQ
+Owns: the enums and bit constants of docs/protocol.md sections 2 and 3, spelled as RocketMQ
 spells them so a grep for a Java constant lands here. Never: behaviour. A code missing from an enum
 is still a valid int on the wire; the codec passes codes through as ints, and only the processors
 decide which ones they serve (an unknown request code is answered with REQUEST_CODE_NOT_SUPPORTED).
@@ -13,7 +13,7 @@ from typing import Final
 
 
 class RequestCode(IntEnum):
-    """Request codes of remoting-protocol.md section 3.1 (Java's `RequestCode`)."""
+    """Request codes of docs/protocol.md section 3.1 (Java's `RequestCode`)."""
 
     SEND_MESSAGE = 10
     PULL_MESSAGE = 11
@@ -56,7 +56,7 @@ class RequestCode(IntEnum):
 
 
 class ResponseCode(IntEnum):
-    """Response codes of remoting-protocol.md section 3.2 (Java's `ResponseCode`)."""
+    """Response codes of docs/protocol.md section 3.2 (Java's `ResponseCode`)."""
 
     SUCCESS = 0
     SYSTEM_ERROR = 1

@@ -4,7 +4,7 @@ Owns: the command record, the JSON and ROCKETMQ (binary) header codecs, whole-fr
 the JSON helpers the body codecs in headers.py share. Never: buffering or I/O (connection.py),
 meaning of extFields (headers.py).
 
-Rules this module keeps (remoting-protocol.md sections 2 and 12):
+Rules this module keeps (docs/protocol.md sections 2 and 12):
 
 1. `RemotingCommand.ext_fields` is always a `dict[str, str]`. The C++ client sends 32-bit fields
    as JSON numbers and everything else as strings; numbers become their decimal text, booleans
@@ -428,7 +428,7 @@ def _raise_bad_ext(ext: Mapping[str, object]) -> NoReturn:
 
 
 # ---------------------------------------------------------------------------------------------
-# ROCKETMQ binary header (remoting-protocol.md section 2.4)
+# ROCKETMQ binary header (docs/protocol.md section 2.4)
 #
 #   code int16 | language int8 | version int16 | opaque int32 | flag int32
 #   | remark length int32 | remark UTF-8 (length 0 means null)

@@ -1,9 +1,9 @@
 """Connection: the sans-IO state machine of one remoting connection (h11's design).
 
 Owns: the receive buffer of one connection, frame extraction, opaque allocation and counters.
-Never: sockets, clocks, threads, logging (STYLE.md section 5). Whoever owns the socket pushes bytes
-in with `receive_data` and takes commands out with `next_command`; `send` turns a command into bytes
-for that owner to write.
+Never: sockets, clocks, threads, logging (docs/style.md section 5). Whoever owns the socket pushes
+bytes in with `receive_data` and takes commands out with `next_command`; `send` turns a command into
+bytes for that owner to write.
 
 Rules:
 

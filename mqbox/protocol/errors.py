@@ -1,4 +1,4 @@
-"""The two ways the remoting codec fails (STYLE.md section 5; h11's split).
+"""The two ways the remoting codec fails (docs/style.md section 5; h11's split).
 
 Owns: `RemoteProtocolError` and `LocalProtocolError`. Never: I/O or logging.
 

@@ -17,8 +17,8 @@ Rules:
    "true"/"false"), false otherwise, as Java's `Boolean.parseBoolean` plus the C++ spelling.
 4. `to_ext()` writes every value as a string (command.py refuses anything else) and leaves out
    optional fields that are None.
-5. Python names follow STYLE.md: RocketMQ's "queue offset" is `queue_index`, its physical offset is
-   `log_offset_bytes`, times are `*_ms`; each field's comment gives the wire name.
+5. Python names follow docs/style.md: RocketMQ's "queue offset" is `queue_index`, its physical
+   offset is `log_offset_bytes`, times are `*_ms`; each field's comment gives the wire name.
 
 Classes are slotted and not frozen: a frozen dataclass pays an `object.__setattr__` per field in
 `__init__`, and the SEND and PULL headers are built once per request on the hot path.
@@ -350,7 +350,7 @@ class GetKvConfigResponseHeader:
 
 
 # Wire names of SendMessageRequestHeader's fields in field order: code 10 spells them out, the V2
-# header of 310/320 uses one letter each (remoting-protocol.md section 4.2).
+# header of 310/320 uses one letter each (docs/protocol.md section 4.2).
 _SEND_KEYS: Final = (
     "producerGroup",
     "topic",
@@ -1551,7 +1551,7 @@ class BrokerData:
 
 @dataclass(slots=True, frozen=True)
 class TopicRouteData:
-    """105 GET_ROUTEINFO_BY_TOPIC answer (remoting-protocol.md section 4.1)."""
+    """105 GET_ROUTEINFO_BY_TOPIC answer (docs/protocol.md section 4.1)."""
 
     queue_datas: tuple[QueueData, ...] = ()  # queueDatas
     broker_datas: tuple[BrokerData, ...] = ()  # brokerDatas

@@ -70,7 +70,7 @@ RESET_TO_LATEST: Final = "latest"
 RESET_TO_TIMESTAMP: Final = "timestamp"
 
 # Java's admin request that resets a group's offsets and tells its live clients (220). It is not
-# in codes.RequestCode, which mirrors remoting-protocol.md section 3.1 exactly.
+# in codes.RequestCode, which mirrors docs/protocol.md section 3.1 exactly.
 INVOKE_BROKER_TO_RESET_OFFSET: Final = 222
 
 # Codes whose answer needs the client, offset and lock tables, which admin.0 alone holds (and the
@@ -99,7 +99,7 @@ ADMIN_ZERO_CODES: Final = frozenset(
 #
 #     {"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:17,...}}
 #
-# The C++ client cannot parse that (remoting-protocol.md section 4.4); it reads Java's
+# The C++ client cannot parse that (docs/protocol.md section 4.4); it reads Java's
 # ResetOffsetBodyForC, a list, which the Java broker sends to C++ clients instead:
 #
 #     {"offsetTable":[{"brokerName":"broker-a","offset":17,"queueId":0,"topic":"T"},...]}

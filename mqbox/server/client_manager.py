@@ -10,7 +10,7 @@ name from outside. Never: I/O, clocks (callers pass monotonic ns), sockets, ring
 what to send (the admin processor turns a `ClientChange` into NOTIFY_CONSUMER_IDS_CHANGED
 requests and file writes).
 
-Rules (remoting-protocol.md sections 4.3 and 8.1, Java's ConsumerManager):
+Rules (docs/protocol.md sections 4.3 and 8.1, Java's ConsumerManager):
 - A member is keyed by client id within its group, and remembers the connection its newest
   heartbeat came on: a client that reconnects moves, it does not appear twice in the consumer
   list. Closing a connection removes only the members whose newest heartbeat came on it.

@@ -1,6 +1,6 @@
 """How a message changes on its way through delay levels, retry and the dead-letter queue.
 
-Owns the rewrites of remoting-protocol.md section 9, as pure functions over message.py's types:
+Owns the rewrites of docs/protocol.md section 9, as pure functions over message.py's types:
 - `route_delayed`: a message with DELAY > 0 (transaction type NOT or COMMIT) is stored under
   SCHEDULE_TOPIC_XXXX, queue level - 1, with REAL_TOPIC and REAL_QID saved and the level cut to
   the highest configured one (Java's CommitLog.putMessage);

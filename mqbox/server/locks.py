@@ -4,7 +4,7 @@ Owns: `QueueLocks`, which client of a consumer group holds which message queue a
 (RocketMQ's RebalanceLockManager). Never: I/O, clocks (callers pass monotonic ns), or answering
 (the admin processor does, quickly: the C++ client gives a lock request 1 s).
 
-Rules (remoting-protocol.md section 4.3, Java's RebalanceLockManager):
+Rules (docs/protocol.md section 4.3, Java's RebalanceLockManager):
 - A queue is granted to a client when nobody holds it, when its holder's lock expired
   (`lifetime_ns` after the last grant, 60 s: rocketmq.broker.rebalance.lockMaxLiveTime), or when
   the client holds it already; every grant renews the lock.

@@ -56,7 +56,7 @@ Theory of operation: one loop; each turn drains the response rings (at most BATC
 records each), writes what it can, handles the epoll events of the sockets, then writes the
 staged FRAME records to the codec rings in one batch per ring. Sockets and ring doorbells share
 the one epoll (records.Sleeper), so a response wakes the reactor the same way a request does.
-Descriptor numbers of segments mean nothing in another process (STYLE.md section 9), so each
+Descriptor numbers of segments mean nothing in another process (docs/style.md section 9), so each
 reactor opens the segments itself, caches one descriptor per segment, and closes a descriptor
 whose file was deleted (retention), so the disk space is freed.
 """

@@ -280,7 +280,7 @@ REPLY_FLAG_REQUEST: Final = 2  # a broker request to the client (40, 220, 307), 
 APPEND_FLAG_WAIT_FLUSH: Final = 1  # SYNC_FLUSH: acknowledge once a flush covers the records
 QUEUES_GREW_FLAG_MANY: Final = 1  # too many queues grew to list: every held pull looks again
 
-# Each role drains at most this many records per ring per turn (STYLE.md section 3).
+# Each role drains at most this many records per ring per turn (docs/style.md section 3).
 BATCH_COUNT_MAX: Final = 256
 # A spill file name's index runs 0..SPILL_INDEX_LIMIT - 1, then wraps (names.py allows 9 digits).
 SPILL_INDEX_LIMIT: Final = 1_000_000_000

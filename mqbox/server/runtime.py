@@ -563,7 +563,7 @@ class LoopStatistics:
 class RoleLoop:
     """Drain every inbound ring in batches, then sleep on their doorbells; until stopped.
 
-    Each turn drains at most `batch_count_max` records per ring (STYLE.md section 9) and hands
+    Each turn drains at most `batch_count_max` records per ring (docs/style.md section 9) and hands
     each non-empty batch to `on_batch(producer_role_id, ring, batch)`; the loop releases the
     batch when the handler returns, so the handler must copy what it keeps. `on_tick()` runs
     every `tick_interval_ms` (timers, idle checks), `on_control(role_ids)` when the control

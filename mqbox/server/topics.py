@@ -2,7 +2,7 @@
 
 Owns: `TopicConfigStore`, every process's view of the topic table (the send processors create
 topics on the fly, the pull processors read them, the services role registers them with the name
-server), the system topics of a new store (remoting-protocol.md section 9), and the rules of
+server), the system topics of a new store (docs/protocol.md section 9), and the rules of
 auto-creation (from a template topic with the INHERIT permission, such as TBW102, and `%RETRY%`
 topics with one queue), and topic admin's replace and delete (`put`, `delete`: the admin
 processors' UPDATE_AND_CREATE_TOPIC and DELETE_TOPIC_IN_BROKER). The file format and its atomic

@@ -1,4 +1,4 @@
-"""Plain-Python twins of the index kernels in index.py, for tests (STYLE.md section 4).
+"""Plain-Python twins of the index kernels in index.py, for tests (docs/style.md section 4).
 
 Owns: a restatement of `put_index_batch` and `query_index` with `struct` and plain loops,
 sharing no helper with the kernels (only the layout constants). Never: used by the broker at

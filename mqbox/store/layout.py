@@ -4,14 +4,14 @@ Owns: the directory and file names under a store root, the 20-digit segment name
 17-digit index file names (and their parse), the default sizes, the byte layouts of the
 consume-queue entry, the index file and the checkpoint page (as offsets and numpy structured
 dtypes), and `StoreGeometry`, the sizes one store runs with. Never: I/O, mmap, policy. Other
-modules and documents point here instead of drawing a layout again (STYLE.md section 8).
+modules and documents point here instead of drawing a layout again (docs/style.md section 8).
 
 Invariants, asserted at import: each dtype's itemsize equals its drawn size, each field sits
 where its diagram puts it, and each default segment size is a whole number of entries. Every
 integer on disk is big-endian, as RocketMQ's Java `ByteBuffer` writes it, so a RocketMQ operator's
 tools read these files.
 
-The layout mirrors RocketMQ 4.x (remoting-protocol.md section 7):
+The layout mirrors RocketMQ 4.x (docs/protocol.md section 7):
 
     <store root>/
       commitlog/<20-digit log_offset_bytes of the segment's first byte>

@@ -1,7 +1,7 @@
 """Read plans: what a PULL sends, as (segment, file offset, size) runs for the reactor's sendfile.
 
 Owns: RocketMQ's GetMessageStatus, the bounds rules of DefaultMessageStore.getMessage (which
-status and which nextBeginOffset each situation gets: remoting-protocol.md section 4.3), the
+status and which nextBeginOffset each situation gets: docs/protocol.md section 4.3), the
 mapping from a status to the PULL response code (PullMessageProcessor's), the `ReadPlan`
 record, and `plan_read`, the kernel that walks a window of consume-queue entries straight from
 the segment's map, filters them by tag hash and merges adjacent records into runs.
@@ -48,7 +48,7 @@ from mqbox.store.layout import (
     CQ_ENTRY_TAG_HASH_POSITION_BYTES,
 )
 
-# PULL response codes (remoting-protocol.md section 3.2); the store does not import protocol/.
+# PULL response codes (docs/protocol.md section 3.2); the store does not import protocol/.
 PULL_SUCCESS: Final = 0
 PULL_NOT_FOUND: Final = 19
 PULL_RETRY_IMMEDIATELY: Final = 20

@@ -1,7 +1,7 @@
 """The name server process and the blocking client, over real sockets on 127.0.0.1.
 
 Goal: `python -m mqbox.namesrv` on port 0 reports its port in the ready file; a registered broker's
-topic routes as the exact JSON of remoting-protocol.md section 4.1 and an unknown topic gets 17; a
+topic routes as the exact JSON of docs/protocol.md section 4.1 and an unknown topic gets 17; a
 broker that stops registering is evicted after the (shrunk) expiry and its connection closed;
 closing the registering connection removes its routes at once; garbage and an oversized frame
 length close only the offending connection; a peer that never reads is closed once its unread

@@ -6,7 +6,7 @@ untagged record, no tag that differs only in case; every matching record comes b
 queue order while the reader follows nextBeginOffset to the end of the queue; and "*" returns
 everything (so the filter is not an empty queue in disguise). The C++ client filters again on its
 side, so a broker that did not filter would pass every interop test while sending consumers
-everything; only a raw read shows it (remoting-protocol.md section 12, rule 11).
+everything; only a raw read shows it (docs/protocol.md section 12, rule 11).
 Method: the real appliance (tests/interop/cpp_client.running_appliance: supervisor with every
 broker role and the name server, port 0, a home of its own) shared by the module; a one-queue
 topic created over the wire; SEND_MESSAGE (10) with TAGS in the properties, as the C++ client

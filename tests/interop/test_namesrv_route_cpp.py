@@ -4,7 +4,7 @@ Goal: a C++ producer pointed at `python -m mqbox.namesrv` (1) sends to the broke
 route from mqbox named, which proves the client parsed our TopicRouteData JSON (queueDatas with
 the write permission, a master address in brokerDatas) and used it; and (2) fails cleanly, with
 "No route info of this topic", for a topic nobody registered, after asking the name server for
-that topic and for TBW102, as remoting-protocol.md section 4.1 says it does.
+that topic and for TBW102, as docs/protocol.md section 4.1 says it does.
 Method: the wrapper is not fork-safe, so the producer runs in a child `python` process (a small
 script written to tmp_path, HOME pointed there for its logs) under a bounded timeout and is killed
 by PID in `finally`. For (1) the "broker" is a listening socket owned by the test and registered

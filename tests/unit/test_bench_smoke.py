@@ -1,7 +1,7 @@
 """Goal: every bench script still runs and prints exactly one well-formed JSON line.
 
 Method: run each `bench/*.py --smoke` as a subprocess (tiny parameters, about a second each) and
-check stdout is one JSON object with the shared keys of STYLE.md section 7. Figures are not
+check stdout is one JSON object with the shared keys of docs/style.md section 7. Figures are not
 judged here: speed is measured by the scripts themselves, never by timed tests.
 """
 

@@ -1,4 +1,4 @@
-"""Goal: mqbox.message writes and reads exactly the RocketMQ formats of remoting-protocol.md
+"""Goal: mqbox.message writes and reads exactly the RocketMQ formats of docs/protocol.md
 sections 4.2, 5, 6 and 7, and refuses anything from outside that breaks them with
 MessageIllegalError (or MessageTooLargeError), never another exception.
 

@@ -38,7 +38,7 @@ How a processor plugs in (send.py and pull.py follow admin.py):
   any other Exception, which is a bug that a request reached (a failed assert included), with
   SYSTEM_ERROR and a remark naming it; that one is counted and logged with its traceback
   (runtime.FailureLog, at most a few a minute), and the process keeps serving. Why catch asserts
-  here, against STYLE.md section 3's rule that a bug kills its process: a processor's state is
+  here, against docs/style.md section 3's rule that a bug kills its process: a processor's state is
   its own request tables and read-only store views, so what dying would protect is little, and a
   request that reaches the bug would be replayed to every restarted process until the broker
   stops (issue 9). The commit log's writer catches nothing (store_writer.py). BaseException
@@ -169,7 +169,7 @@ class Request:
     @property
     def command(self) -> RemotingCommand:
         """The whole decoded command. The codec decoded these very bytes already, so this
-        cannot fail; the asserts pair the codec's head with the header (STYLE.md section 3)."""
+        cannot fail; the asserts pair the codec's head with the header (docs/style.md section 3)."""
         command = self._command
         if command is None:
             with memoryview(self._payload) as view:

@@ -654,7 +654,7 @@ class AdminProcessor(Processor):
 
     def _ensure_groups(self, names: list[str]) -> tuple[frozenset[str], list[str]]:
         """Each consumer group's subscription group config and `%RETRY%<group>` topic, made by
-        a heartbeat when missing, as the Java broker makes them (remoting-protocol.md section
+        a heartbeat when missing, as the Java broker makes them (docs/protocol.md section
         4.3); returns (the groups refused, the retry topics refused), both for full tables.
         Looked at on every heartbeat (two dict lookups per group), so a retry topic deleted by
         any admin processor comes back with the group's next heartbeat.

@@ -11,7 +11,7 @@ Never: copies a message byte (the body is a read plan; the reactor sends it from
 descriptors), writes the store, blocks: a held pull is a table entry, and this loop keeps serving
 every other request (of every connection, and of the same one) meanwhile.
 
-Long polling (remoting-protocol.md section 4.3): a pull that would get 19 (nothing new) with the
+Long polling (docs/protocol.md section 4.3): a pull that would get 19 (nothing new) with the
 SUSPEND bit is held until the dispatcher's QUEUES_GREW names its queue (or says MANY) and the
 published count passed the pull's index, or until min(suspendTimeoutMillis, 30 s) passes; then it
 runs once more without suspending and gets whatever that finds. With longPollingEnable=false it

@@ -12,7 +12,7 @@ Never: writes the commit log (the store writer does, and assigns queue indexes a
 answers 10/11/12 except for the store writer's real flush timeout, or copies a batch element in
 a Python loop (the kernel walks the elements; Python touches the batch as a whole).
 
-Rules from remoting-protocol.md section 4.2 (the Java broker's, as far as they go here):
+Rules from docs/protocol.md section 4.2 (the Java broker's, as far as they go here):
 - `batch` is true for code 320 and for "1"/"true" (C++ sends batches as code 10 with "1"); a
   batch with sysFlag bit 0 was compressed as a whole by C++ 1.2.3: it is inflated, split, and
   each element stored as its own message with the compression bits cleared.
@@ -34,7 +34,7 @@ Rules from remoting-protocol.md section 4.2 (the Java broker's, as far as they g
   messageDelayLevel's count is cut to the last); a DELAY that is not an integer: 13. The
   answer names the queue the client asked for and the index in the queue it was stored in.
 
-CONSUMER_SEND_MSG_BACK (remoting-protocol.md sections 4.3 and 9): the failed record is read by
+CONSUMER_SEND_MSG_BACK (docs/protocol.md sections 4.3 and 9): the failed record is read by
 its commit-log offset from a read-only map of the commit log (bounded by the writer's published
 position; a bad offset or a record that does not decode: 1 with "look message by offset
 failed"); the group's retryQueueNums and retryMaxTimes come from subscriptionGroup.json, which

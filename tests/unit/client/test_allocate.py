@@ -1,7 +1,7 @@
 """Allocation strategies: the same queues for the same inputs as Java 4.9.7 and C++ 1.2.3.
 
 Goal: averagely, averagely_by_circle and consistent_hash reproduce the golden vector of
-client-ha-acl-facts.md B.4 (checked there against the compiled Java classes and C++'s
+docs/client.md B.4 (checked there against the compiled Java classes and C++'s
 AllocateMQAveragely), the averagely examples of the same section, Java's `check` rules, its sort
 orders and its hash ring details (later put wins, repeated ids); and every strategy splits the
 queues of a topic among the listed clients with no overlap and no gap.
@@ -47,7 +47,7 @@ GOLDEN_QUEUES = [
     MessageQueue(TOPIC, f"broker-{name}", queue_id) for name in "ab" for queue_id in range(4)
 ]
 GOLDEN_CLIENT_IDS = ["10.0.0.1@999#111", "10.0.0.2@1234#567", "12345-10.0.0.1@DEFAULT"]
-# client-ha-acl-facts.md B.4, "Golden vector [T]": a0 is broker-a queue 0, and so on.
+# docs/client.md B.4, "Golden vector [T]": a0 is broker-a queue 0, and so on.
 GOLDEN = {
     "averagely": ["a0 a1 a2", "a3 b0 b1", "b2 b3"],
     "averagely_by_circle": ["a0 a3 b2", "a1 b0 b3", "a2 b1"],

@@ -1,6 +1,6 @@
 """Producer queue choice: publish lists, round robin, last-broker avoidance, latency faults.
 
-Goal: fault.py follows RocketMQ 4.9.7 as client-ha-acl-facts.md A.1 to A.3 states it: the
+Goal: fault.py follows RocketMQ 4.9.7 as docs/client.md A.1 to A.3 states it: the
 not-available duration table at each boundary, an isolation lasting 600 s, selection that skips
 unavailable brokers and falls back to pick_one_at_least's ranking and turn-taking, the
 last-broker avoidance of the plain round robin, Java int wrapping of the counters, and the

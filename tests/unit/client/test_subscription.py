@@ -6,7 +6,7 @@ what it refuses, and produces the heartbeat JSON Java writes, which mqbox's own 
 accepts()/accepts_utf8() keep exactly the messages PullAPIWrapper keeps.
 
 Method: a table of expressions with the subString, tags and codes Java gives (hash values from
-remoting-protocol.md section 7.1: TagA 2598919, TagB 2598920, 中文 646394), the JSON compared
+docs/protocol.md section 7.1: TagA 2598919, TagB 2598920, 中文 646394), the JSON compared
 key for key, and a hypothesis property that the bytes fast path agrees with the str check on
 Java-decoded TAGS.
 """

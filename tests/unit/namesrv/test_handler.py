@@ -1,7 +1,7 @@
 """NamesrvRequestHandler: every name server request code answered as RocketMQ answers it.
 
 Goal: 103/104/105/106/205/206/216/100/101/102 give the codes, extFields and bodies of
-remoting-protocol.md section 4.1; an unknown code gets 3 with Java's remark; a header that does not
+docs/protocol.md section 4.1; an unknown code gets 3 with Java's remark; a header that does not
 decode gets SYSTEM_ERROR and nothing else changes; oneway requests and stray responses get no
 answer; a golden C++ GET_ROUTEINFO frame decodes, is answered, and the answer is a JSON frame with
 flag 1, the echoed opaque and string-only extFields, which is what the C++ client needs.
@@ -44,7 +44,7 @@ ROUTE_JSON = (
     b'"cluster":"DefaultCluster"}],"filterServerTable":{},"queueDatas":[{"brokerName":'
     b'"broker-a","perm":6,"readQueueNums":4,"topicSynFlag":0,"writeQueueNums":4}]}'
 )
-# remoting-protocol.md section 10, with the Signature value trimmed as there.
+# docs/protocol.md section 10, with the Signature value trimmed as there.
 GOLDEN_GET_ROUTEINFO = (
     b'{"code":105,"extFields":{"AccessKey":"","OnsChannel":"ALIYUN","Signature":"x",'
     b'"topic":"test"},"flag":0,"language":"CPP","opaque":0,"remark":"","version":63}\n'

@@ -3,7 +3,7 @@
 Goal: registration (first time, dataVersion changed or not, masters and slaves, a slave promoted),
 unregistration, eviction after exactly 120 s of silence, eviction when the registering connection
 closes, routes with and without orderTopicConf, cluster info, topic list, topic deletion, write
-permission wipes and KV config all follow remoting-protocol.md section 4.1 and RocketMQ 4.5.2's
+permission wipes and KV config all follow docs/protocol.md section 4.1 and RocketMQ 4.5.2's
 RouteInfoManager; the route of a registered topic serialises byte for byte to the example that
 the C++ wheel accepted.
 Method: drive one RouteTable per test with hand-made headers and bodies and explicit `now_ms`
@@ -41,7 +41,7 @@ CLUSTER = "DefaultCluster"
 MASTER_ADDR = "127.0.0.1:10911"
 SLAVE_ADDR = "127.0.0.1:10921"
 
-# remoting-protocol.md section 4.1, "Example that the wheel accepts", byte for byte.
+# docs/protocol.md section 4.1, "Example that the wheel accepts", byte for byte.
 WHEEL_ROUTE = (
     b'{"brokerDatas":[{"brokerAddrs":{"0":"127.0.0.1:10911"},"brokerName":"broker-a",'
     b'"cluster":"DefaultCluster"}],"filterServerTable":{},"queueDatas":[{"brokerName":'

@@ -1,6 +1,6 @@
 """Codes, flag bits and the two codec error classes.
 
-Goal: the numbers mqbox puts on the wire are RocketMQ's (remoting-protocol.md sections 2 and 3),
+Goal: the numbers mqbox puts on the wire are RocketMQ's (docs/protocol.md sections 2 and 3),
 and the two codec errors sit where callers expect them. Method: tables copied from the document
 compared with the enums. (The import boundary is tests/unit/test_layering.py's job.)
 """

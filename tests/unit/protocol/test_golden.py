@@ -1,6 +1,6 @@
 """Golden frames: what the real C++ client sent and accepted decodes and encodes as it must.
 
-Goal: the codec reads the frames of remoting-protocol.md section 10 (captured from the wheel's
+Goal: the codec reads the frames of docs/protocol.md section 10 (captured from the wheel's
 librocketmq) into the right commands and typed headers, and writes responses and bodies in the form
 that client accepted. Method: each frame is rebuilt here byte for byte from the header JSON shown in
 the document (only the trimmed Signature value is invented), decoded through a broker Connection,

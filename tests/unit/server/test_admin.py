@@ -1,5 +1,5 @@
 """Goal: the admin processor serves the client, offset, lock, query and topic requests of
-remoting-protocol.md sections 4.3-4.5 and mqbox's own admin views: heartbeats fill the consumer
+docs/protocol.md sections 4.3-4.5 and mqbox's own admin views: heartbeats fill the consumer
 list (38), membership changes reach every member as NOTIFY_CONSUMER_IDS_CHANGED (40, a oneway
 broker request with ext consumerGroup), 15 then 14 returns the offset and a new group starts by
 rule 7, pulls' COMMIT_OFFSET records count as commits, the offsets reach consumerOffset.json on

@@ -7,7 +7,7 @@ a topic replaced only by a newer subVersion, topics a heartbeat leaves out dropp
 forgotten with its last member).
 
 Method: HeartbeatData bodies as the C++ wheel and the Java client write them (golden text from
-remoting-protocol.md section 10, and a Java-style body with enum names), fed to ClientManager
+docs/protocol.md section 10, and a Java-style body with enum names), fed to ClientManager
 with explicit monotonic times; and a hypothesis test that drives random sequences of
 heartbeats, unregisters, closes and expiries against a plain model of who is in which group,
 checking the reported changes and `check_invariants` after every step.

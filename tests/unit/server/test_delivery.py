@@ -1,5 +1,5 @@
 """Goal: the rewrites of delayed delivery, retry and the DLQ (mqbox/server/delivery.py) do what
-remoting-protocol.md section 9 says the Java broker does: a DELAY > 0 goes under
+docs/protocol.md section 9 says the Java broker does: a DELAY > 0 goes under
 SCHEDULE_TOPIC_XXXX at queue level - 1 with REAL_TOPIC / REAL_QID (the level cut to the last
 configured one), only for transaction types NOT and COMMIT; a due delivery restores the topic
 and queue and removes DELAY, REAL_TOPIC and REAL_QID, keeping everything else; a send-back goes

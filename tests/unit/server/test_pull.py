@@ -1,4 +1,4 @@
-"""Goal: the pull processor answers every row of the PULL table of remoting-protocol.md section
+"""Goal: the pull processor answers every row of the PULL table of docs/protocol.md section
 4.3 with its code and nextBeginOffset/minOffset/maxOffset/suggestWhichBrokerId (all strings),
 sends found messages as sendfile runs of whole stored records, filters by the subscription's
 tags, refuses unknown topics, unreadable topics and bad queue ids (never an existing empty

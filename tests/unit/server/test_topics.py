@@ -1,5 +1,5 @@
 """Goal: the topic table is shared safely by the broker's processes: a new store gets the system
-topics of remoting-protocol.md section 9 once, creations from several processes at once all land
+topics of docs/protocol.md section 9 once, creations from several processes at once all land
 (the file lock and the re-read inside it), readers see another process's change within the check
 interval (or at once with get_fresh), every change bumps dataVersion, topic admin's put and
 delete reach every reader, and auto-creation follows the Java broker's rules. The services role

@@ -4,7 +4,7 @@ plain-Python twins.
 
 Method: tiny geometries (a handful of slots and entries) in tmp_path, so collisions, long chains
 and rolls happen in a few puts. Keys are hashed with a Java String.hashCode written here
-(checked against the vectors in remoting-protocol.md section 7.1). Hypothesis feeds the kernel
+(checked against the vectors in docs/protocol.md section 7.1). Hypothesis feeds the kernel
 and `index_ref` the same batches on the same starting bytes and compares the bytes and the query
 answers. A fake clock names the files, so rolls within one millisecond are covered.
 """

@@ -1,7 +1,7 @@
 """Goal: the store's names and byte layouts are RocketMQ's and agree with each other.
 
 Method: compare each numpy dtype against `struct` formats written independently from
-remoting-protocol.md section 7, round-trip the file names (hypothesis over the whole range),
+docs/protocol.md section 7, round-trip the file names (hypothesis over the whole range),
 and check the defaults and the geometry's validation.
 """
 

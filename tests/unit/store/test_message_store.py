@@ -1,5 +1,5 @@
 """Goal: the store facade answers like RocketMQ's DefaultMessageStore: every row of the PULL
-result table (remoting-protocol.md section 4.3), tag filtering, merged runs whose bytes are the
+result table (docs/protocol.md section 4.3), tag filtering, merged runs whose bytes are the
 stored records, one record by offset, records by key, SEARCH_OFFSET_BY_TIMESTAMP's rules, queue
 bounds and earliest store time; a clean close and reopen keeps write position, queue bounds and
 queue offsets exactly, without dispatching anything twice; flushes write the checkpoint; SYNC_FLUSH

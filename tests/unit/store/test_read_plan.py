@@ -1,4 +1,4 @@
-"""Goal: a read plan follows RocketMQ's getMessage: the bounds table of remoting-protocol.md
+"""Goal: a read plan follows RocketMQ's getMessage: the bounds table of docs/protocol.md
 section 4.3 (status and nextBeginOffset per situation), the per-pull limits (count, bytes, the
 first message always taken), the tag-hash filter, deleted records, and runs that merge records
 adjacent in one commit-log segment; plan_read and its plain-Python twin agree exactly.
