@@ -83,6 +83,8 @@ from mqbox.message_kernels import (
     read_s32_be,
     read_u8,
     read_u32_be,
+    write_i32_be,
+    write_i64_be,
 )
 from mqbox.store.layout import (
     CQ_ENTRY_LOG_OFFSET_POSITION_BYTES,
@@ -282,14 +284,6 @@ def _key_hash_utf8(
         scratch[size] = segment[at]
         size += 1
     return _positive_key_hash(java_hash_utf8(scratch, 0, size) & _HASH_MASK)
-
-
-@kernel
-def _write_s32_be(buf: NDArray[np.uint8], at: int, value: int) -> None:
-    buf[at] = (value >> 24) & 0xFF
-    buf[at + 1] = (value >> 16) & 0xFF
-    buf[at + 2] = (value >> 8) & 0xFF
-    buf[at + 3] = value & 0xFF
 
 
 # --- dispatch_scan ------------------------------------------------------------------------------
@@ -652,19 +646,17 @@ def dispatch_scan(
         entry = int(group_counts[queue_slot])
         group_counts[queue_slot] = entry + 1
         at = entry * CQ_ENTRY_SIZE_BYTES
-        # Calls to helpers that take arrays are real calls unless LLVM inlines them; the
-        # 32-bit writer is small enough to be inlined, a 64-bit one was not (measured).
-        log_offset_bytes = int(out_records[record, RECORD_LOG_OFFSET])
-        tag_hash = int(out_records[record, RECORD_TAG_HASH])
-        at_log_offset = at + CQ_ENTRY_LOG_OFFSET_POSITION_BYTES
-        _write_s32_be(out_cq, at_log_offset, (log_offset_bytes >> 32) & _HASH_MASK)
-        _write_s32_be(out_cq, at_log_offset + 4, log_offset_bytes & _HASH_MASK)
-        _write_s32_be(
+        write_i64_be(
+            out_cq,
+            at + CQ_ENTRY_LOG_OFFSET_POSITION_BYTES,
+            int(out_records[record, RECORD_LOG_OFFSET]),
+        )
+        write_i32_be(
             out_cq, at + CQ_ENTRY_SIZE_POSITION_BYTES, int(out_records[record, RECORD_SIZE])
         )
-        at_tag_hash = at + CQ_ENTRY_TAG_HASH_POSITION_BYTES
-        _write_s32_be(out_cq, at_tag_hash, (tag_hash >> 32) & _HASH_MASK)
-        _write_s32_be(out_cq, at_tag_hash + 4, tag_hash & _HASH_MASK)
+        write_i64_be(
+            out_cq, at + CQ_ENTRY_TAG_HASH_POSITION_BYTES, int(out_records[record, RECORD_TAG_HASH])
+        )
     for group in range(group_count):
         group_counts[out_groups[group, GROUP_QUEUE_SLOT]] = 0
     out_info[INFO_RECORD_COUNT] = record_count

@@ -26,6 +26,7 @@ from mqbox.message import (
     BLANK_SIZE_BYTES,
     BODY_LENGTH_POSITION_BYTES,
     BODY_POSITION_BYTES,
+    BODYCRC_MASK,
     BODYCRC_POSITION_BYTES,
     MAGICCODE_POSITION_BYTES,
     MESSAGE_MAGIC,
@@ -132,8 +133,6 @@ SCAN_STOP_INVALID = 4  # bad magic, TOTALSIZE < 91, IPv6 sysflag, or inner lengt
 SCAN_STOP_CRC_MISMATCH = 5  # check_crc and BODYCRC does not match the body
 SCAN_STOP_OFFSET_MISMATCH = 6  # PHYSICALOFFSET is not base_log_offset_bytes + position
 
-_BODYCRC_MASK = 0x7FFFFFFF
-
 
 @kernel
 def scan_records(
@@ -232,7 +231,7 @@ def scan_records(
             stop_reason = SCAN_STOP_OFFSET_MISMATCH
             break
         if check_crc:
-            crc = crc32(segment, body_position_bytes, topic_length_position_bytes) & _BODYCRC_MASK
+            crc = crc32(segment, body_position_bytes, topic_length_position_bytes) & BODYCRC_MASK
             if crc != read_u32_be(segment, position_bytes + BODYCRC_POSITION_BYTES):
                 stop_reason = SCAN_STOP_CRC_MISMATCH
                 break

@@ -58,6 +58,40 @@ def test_readers_match_struct(data: bytes) -> None:
     assert fast.read_s64_be(buf, 1) == struct.unpack(">q", data)[0]
 
 
+@settings(deadline=None)
+@given(
+    value=st.integers(-(2**63), 2**63 - 1),
+    width_and_format=st.sampled_from([(2, ">H"), (4, ">I"), (8, ">Q")]),
+    at=st.integers(0, 3),
+)
+def test_writers_store_the_low_bits_big_endian(
+    value: int, width_and_format: tuple[int, str], at: int
+) -> None:
+    width, fmt = width_and_format
+    writer = {2: fast.write_i16_be, 4: fast.write_i32_be, 8: fast.write_i64_be}[width]
+    buf = as_array(bytes(range(1, 13)))
+    writer(buf, at, value)
+    expected = bytearray(range(1, 13))
+    struct.pack_into(fmt, expected, at, value & ((1 << (8 * width)) - 1))
+    assert buf.tobytes() == bytes(expected)
+
+
+@settings(deadline=None)
+@given(
+    source=st.binary(max_size=80),
+    cuts=st.tuples(st.integers(0), st.integers(0), st.integers(0)),
+)
+def test_copy_bytes_copies_exactly_the_range(source: bytes, cuts: tuple[int, int, int]) -> None:
+    source_at = cuts[0] % (len(source) + 1)
+    size_bytes = cuts[1] % (len(source) - source_at + 1)
+    target_at = cuts[2] % 9
+    target = as_array(bytes(size_bytes + 16))
+    fast.copy_bytes(target, target_at, as_array(source), source_at, size_bytes)
+    expected = bytearray(size_bytes + 16)
+    expected[target_at : target_at + size_bytes] = source[source_at : source_at + size_bytes]
+    assert target.tobytes() == bytes(expected)
+
+
 # --- java_hash_utf8 -----------------------------------------------------------------------------
 
 
