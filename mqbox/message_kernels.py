@@ -68,7 +68,7 @@ def read_s32_be(buf: NDArray[np.uint8], at: int) -> int:
     return value - ((value & 0x80000000) << 1)
 
 
-@kernel
+@inline_kernel
 def read_s64_be(buf: NDArray[np.uint8], at: int) -> int:
     """The signed big-endian int64 at buf[at:at + 8].
 
