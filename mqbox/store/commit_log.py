@@ -80,6 +80,9 @@ from mqbox.message import (
     encode_topic,
 )
 from mqbox.message_kernels import (
+    STOP_BLANK,
+    STOP_END,
+    STOP_FULL,
     copy_bytes,
     read_s32_be,
     read_u8,
@@ -87,12 +90,7 @@ from mqbox.message_kernels import (
     write_i32_be,
     write_i64_be,
 )
-from mqbox.store.kernels import (
-    SCAN_STOP_BLANK,
-    SCAN_STOP_END,
-    SCAN_STOP_FULL,
-    scan_records,
-)
+from mqbox.store.kernels import scan_records
 from mqbox.store.layout import StoreGeometry, commit_log_dir, is_safe_topic_dir_name
 from mqbox.store.mapped_file import PAGE_SIZE_BYTES, MappedFileQueue, store_error
 
@@ -616,12 +614,12 @@ class CommitLog:
             if count > 0:
                 self._last_store_timestamp_ms = int(outs[5][count - 1])
             position_bytes = segment_start_bytes + stop_bytes
-            if reason == SCAN_STOP_FULL:
+            if reason == STOP_FULL:
                 continue
-            if reason == SCAN_STOP_BLANK:
+            if reason == STOP_BLANK:
                 position_bytes = segment_start_bytes + self.segment_size_bytes
                 continue
-            assert reason != SCAN_STOP_END  # a record never ends exactly at a segment end
+            assert reason != STOP_END  # a record never ends exactly at a segment end
             tail = buffer[stop_bytes : stop_bytes + _CLEAN_END_ZERO_CHECK_BYTES]
             if segment_start_bytes != last_start_bytes or tail.any():
                 raise StoreError(

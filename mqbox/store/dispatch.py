@@ -38,11 +38,17 @@ from numpy.typing import NDArray
 
 from mqbox.errors import StoreError
 from mqbox.message import MessageToStore, encode_record, java_string_hash, java_utf8_decode
+from mqbox.message_kernels import (
+    STOP_BLANK,
+    STOP_END,
+    STOP_FULL,
+    STOP_INVALID,
+    STOP_OFFSET_MISMATCH,
+    STOP_TRUNCATED,
+)
 from mqbox.store.consume_queue import ConsumeQueue, ConsumeQueueTable
 from mqbox.store.dispatch_kernels import (
-    DISPATCH_STOP_BLANK,
-    DISPATCH_STOP_END,
-    DISPATCH_STOP_FULL,
+    DISPATCH_STOP_QUEUE_INDEX_MISMATCH,
     DISPATCH_STOP_UNKNOWN_QUEUE,
     DISPATCH_STOP_UNKNOWN_TOPIC,
     GROUP_COLUMN_COUNT,
@@ -83,10 +89,10 @@ DISPATCH_RECORD_COUNT_MAX_DEFAULT: Final = 65536  # per scan; out arrays ~13 MB
 assert len(DELAY_LEVELS_MS_DEFAULT) == 18
 
 _STOP_NAMES: Final = {
-    5: "a record runs past the end",
-    6: "bytes that are not a record",
-    7: "PHYSICALOFFSET does not match the record's position",
-    8: "QUEUEOFFSET is not the queue's next index",
+    STOP_TRUNCATED: "a record runs past the end",
+    STOP_INVALID: "bytes that are not a record",
+    STOP_OFFSET_MISMATCH: "PHYSICALOFFSET does not match the record's position",
+    DISPATCH_STOP_QUEUE_INDEX_MISMATCH: "QUEUEOFFSET is not the queue's next index",
 }
 
 
@@ -396,9 +402,9 @@ class Dispatcher:
                 record_count_total += record_count
             assert stop_log_offset_bytes >= position_bytes
             self._dispatched_log_offset_bytes = stop_log_offset_bytes
-            if reason in (DISPATCH_STOP_END, DISPATCH_STOP_FULL):
+            if reason in (STOP_END, STOP_FULL):
                 continue
-            if reason == DISPATCH_STOP_BLANK:
+            if reason == STOP_BLANK:
                 self._dispatched_log_offset_bytes = segment_start_bytes + segment_size_bytes
             elif reason == DISPATCH_STOP_UNKNOWN_TOPIC:
                 topic_at = info[INFO_DETAIL_A]

@@ -13,12 +13,10 @@ why; dispatch.py decides), reads outside [start_bytes, end_bytes) of the segment
 anything but its out arrays, `next_queue_indexes` and `group_counts` (which it leaves zero).
 
 Contract of one record, in order (each failed check stops the scan at the record's start):
-- 8 bytes left (TRUNCATED); magic BLANK (BLANK) or MESSAGE (else INVALID); TOTALSIZE >= 91
-  (INVALID) and within end_bytes (TRUNCATED); no IPv6 sysflag bit, body length in [0, TOTALSIZE
-  - 91], topic length <= 127 and inside, 91 + body + topic + properties == TOTALSIZE (INVALID);
-  PHYSICALOFFSET == its log offset (OFFSET_MISMATCH);
+- message_kernels.check_record, with PHYSICALOFFSET checked, IPv6 hosts refused and no CRC
+  (its STOP_BLANK, STOP_TRUNCATED, STOP_INVALID, STOP_OFFSET_MISMATCH);
 - room in the out arrays: a record slot, and properties_size // 2 + 2 key slots, a bound on the
-  keys one record can hold (FULL);
+  keys one record can hold (STOP_FULL);
 - its topic bytes are registered (else UNKNOWN_TOPIC, detail = topic position and size);
 - transaction type NOT or COMMIT makes a consume-queue entry (PREPARED and ROLLBACK do not, as
   RocketMQ's CommitLogDispatcherBuildConsumeQueue): its (topic, queue id) is registered (else
@@ -50,13 +48,6 @@ from numpy.typing import NDArray
 
 from mqbox._jit import kernel
 from mqbox.message import (
-    BLANK_MAGIC,
-    BLANK_SIZE_BYTES,
-    BODY_LENGTH_POSITION_BYTES,
-    BODY_POSITION_BYTES,
-    MAGICCODE_POSITION_BYTES,
-    MESSAGE_MAGIC,
-    PHYSICALOFFSET_POSITION_BYTES,
     PROPERTIES_LENGTH_SIZE_BYTES,
     PROPERTY_KEYS,
     PROPERTY_NAME_VALUE_SEPARATOR,
@@ -65,21 +56,21 @@ from mqbox.message import (
     PROPERTY_UNIQ_KEY,
     QUEUEID_POSITION_BYTES,
     QUEUEOFFSET_POSITION_BYTES,
-    RECORD_SIZE_BYTES_MIN,
     STORETIMESTAMP_POSITION_BYTES,
-    SYSFLAG_HOSTS_V6,
     SYSFLAG_POSITION_BYTES,
     SYSFLAG_TRANSACTION_COMMIT_TYPE,
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_NOT_TYPE,
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
-    TOPIC_LENGTH_SIZE_BYTES,
     TOPIC_SIZE_BYTES_MAX,
-    TOTALSIZE_POSITION_BYTES,
 )
 from mqbox.message_kernels import (
+    RECORD_WHOLE,
+    STOP_END,
+    STOP_FULL,
+    STOP_REASON_COUNT,
+    check_record,
     java_hash_utf8,
-    read_s16_be,
     read_s32_be,
     read_u8,
     read_u32_be,
@@ -95,15 +86,12 @@ from mqbox.store.layout import (
 
 # --- Stop reasons (out_info[INFO_STOP_REASON] and the return value) -----------------------------
 
-DISPATCH_STOP_END: Final = 0  # reached end_bytes after a whole record
-DISPATCH_STOP_FULL: Final = 1  # out arrays full; call again from the stop position
-DISPATCH_STOP_BLANK: Final = 2  # an end-of-segment blank: continue in the next segment
-DISPATCH_STOP_UNKNOWN_TOPIC: Final = 3  # register the topic, call again
-DISPATCH_STOP_UNKNOWN_QUEUE: Final = 4  # register the queue, call again
-DISPATCH_STOP_TRUNCATED: Final = 5  # a record runs past end_bytes: never below a write position
-DISPATCH_STOP_INVALID: Final = 6  # not a well-formed record
-DISPATCH_STOP_OFFSET_MISMATCH: Final = 7  # PHYSICALOFFSET is not the record's log offset
-DISPATCH_STOP_QUEUE_INDEX_MISMATCH: Final = 8  # QUEUEOFFSET is not the queue's next index
+# message_kernels' STOP_* (END, FULL, and check_record's BLANK, TRUNCATED, INVALID,
+# OFFSET_MISMATCH; never CRC_MISMATCH, the dispatch checks no CRC), and the dispatch's own:
+DISPATCH_STOP_UNKNOWN_TOPIC: Final = STOP_REASON_COUNT  # register the topic, call again
+DISPATCH_STOP_UNKNOWN_QUEUE: Final = STOP_REASON_COUNT + 1  # register the queue, call again
+# QUEUEOFFSET is not the queue's next index
+DISPATCH_STOP_QUEUE_INDEX_MISMATCH: Final = STOP_REASON_COUNT + 2
 
 # --- out_info slots -----------------------------------------------------------------------------
 
@@ -343,7 +331,7 @@ def dispatch_scan(
     key_count = 0
     group_count = 0
     cq_entry_count = 0
-    stop_reason = DISPATCH_STOP_END
+    stop_reason = STOP_END
     detail_a = 0
     detail_b = 0
     last_topic_id = -1
@@ -352,63 +340,24 @@ def dispatch_scan(
     last_queue_slot = -1
     while True:
         if position_bytes == end_bytes:
-            stop_reason = DISPATCH_STOP_END
+            stop_reason = STOP_END
             break
         if record_count == record_capacity:
-            stop_reason = DISPATCH_STOP_FULL
+            stop_reason = STOP_FULL
             break
-        available_bytes = end_bytes - position_bytes
-        if available_bytes < BLANK_SIZE_BYTES:
-            stop_reason = DISPATCH_STOP_TRUNCATED
-            break
-        magic = read_u32_be(segment, position_bytes + MAGICCODE_POSITION_BYTES)
-        if magic == BLANK_MAGIC:
-            stop_reason = DISPATCH_STOP_BLANK
-            break
-        if magic != MESSAGE_MAGIC:
-            stop_reason = DISPATCH_STOP_INVALID
-            break
-        size_bytes = read_s32_be(segment, position_bytes + TOTALSIZE_POSITION_BYTES)
-        if size_bytes < RECORD_SIZE_BYTES_MIN:  # also guarantees progress
-            stop_reason = DISPATCH_STOP_INVALID
-            break
-        if size_bytes > available_bytes:
-            stop_reason = DISPATCH_STOP_TRUNCATED
-            break
-        sysflag = read_s32_be(segment, position_bytes + SYSFLAG_POSITION_BYTES)
-        if sysflag & SYSFLAG_HOSTS_V6:
-            stop_reason = DISPATCH_STOP_INVALID
-            break
-        body_size_bytes = read_s32_be(segment, position_bytes + BODY_LENGTH_POSITION_BYTES)
-        if body_size_bytes < 0 or body_size_bytes > size_bytes - RECORD_SIZE_BYTES_MIN:
-            stop_reason = DISPATCH_STOP_INVALID
-            break
-        topic_length_at = position_bytes + BODY_POSITION_BYTES + body_size_bytes
-        topic_size_bytes = read_u8(segment, topic_length_at)
-        if topic_size_bytes > TOPIC_SIZE_BYTES_MAX:
-            stop_reason = DISPATCH_STOP_INVALID
-            break
-        if RECORD_SIZE_BYTES_MIN + body_size_bytes + topic_size_bytes > size_bytes:
-            stop_reason = DISPATCH_STOP_INVALID
-            break
-        topic_at = topic_length_at + TOPIC_LENGTH_SIZE_BYTES
-        properties_length_at = topic_at + topic_size_bytes
-        properties_size_bytes = read_s16_be(segment, properties_length_at)
-        if (
-            RECORD_SIZE_BYTES_MIN + body_size_bytes + topic_size_bytes + properties_size_bytes
-            != size_bytes
-        ):
-            stop_reason = DISPATCH_STOP_INVALID
+        verdict, size_bytes, _body_at, topic_at, properties_at = check_record(
+            segment, position_bytes, end_bytes, base_log_offset_bytes, False, False
+        )
+        if verdict != RECORD_WHOLE:
+            stop_reason = verdict
             break
         log_offset_bytes = base_log_offset_bytes + position_bytes
-        if (
-            read_s32_be(segment, position_bytes + PHYSICALOFFSET_POSITION_BYTES) << 32
-            | read_u32_be(segment, position_bytes + PHYSICALOFFSET_POSITION_BYTES + 4)
-        ) != (log_offset_bytes):
-            stop_reason = DISPATCH_STOP_OFFSET_MISMATCH
-            break
+        sysflag = read_s32_be(segment, position_bytes + SYSFLAG_POSITION_BYTES)
+        topic_size_bytes = properties_at - PROPERTIES_LENGTH_SIZE_BYTES - topic_at
+        properties_end = position_bytes + size_bytes
+        properties_size_bytes = properties_end - properties_at
         if key_count + properties_size_bytes // 2 + 2 > key_capacity:
-            stop_reason = DISPATCH_STOP_FULL
+            stop_reason = STOP_FULL
             break
         # Records of one batch share a topic: compare with the previous record's topic
         # first, which skips the fingerprint and the probe.
@@ -472,8 +421,6 @@ def dispatch_scan(
         store_timestamp_ms = read_s32_be(
             segment, position_bytes + STORETIMESTAMP_POSITION_BYTES
         ) << 32 | read_u32_be(segment, position_bytes + STORETIMESTAMP_POSITION_BYTES + 4)
-        properties_at = properties_length_at + PROPERTIES_LENGTH_SIZE_BYTES
-        properties_end = properties_at + properties_size_bytes
         # One pass over the properties finds TAGS, KEYS and UNIQ_KEY (the last of each wins)
         # and hashes the TAGS and UNIQ_KEY values as it scans them: an ASCII value's Java hash
         # is the plain polynomial of its bytes; a value with any byte >= 0x80 is hashed again

@@ -112,6 +112,7 @@ from mqbox.message_kernels import (
     SPLIT_BATCH_BODY_TOO_LARGE,
     SPLIT_BATCH_TOO_MANY,
     copy_bytes,
+    crc32,
     read_s16_be,
     read_s32_be,
     split_batch,
@@ -141,7 +142,6 @@ from mqbox.server.topology import RoleContext, RoleKind
 from mqbox.store import config_files
 from mqbox.store.commit_log import CommitLog
 from mqbox.store.config_files import SubscriptionGroupConfig, SubscriptionGroupTable, TopicConfig
-from mqbox.store.kernels import crc32
 from mqbox.store.layout import SUBSCRIPTION_GROUP_FILE_NAME, config_dir
 
 SEND_CODES: Final = frozenset(
