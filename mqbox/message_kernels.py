@@ -420,9 +420,20 @@ def _is_bad_second_of_four(lead: int, second: int) -> bool:
     return not _is_continuation(second)
 
 
-@kernel
+@inline_kernel
 def java_hash_utf8(buf: NDArray[np.uint8], start: int, end: int) -> int:
-    """Java's String.hashCode of `new String(buf[start:end], UTF_8)`: a signed 32-bit int.
+    """Java's String.hashCode of `new String(buf[start:end], UTF_8)`: a signed 32-bit int."""
+    hash_value = java_hash_utf8_from(buf, start, end, 0)
+    return hash_value - ((hash_value & 0x80000000) << 1)
+
+
+@kernel
+def java_hash_utf8_from(buf: NDArray[np.uint8], start: int, end: int, state: int) -> int:
+    """Java's String.hashCode polynomial continued from `state` over the UTF-16 code units of
+    `new String(buf[start:end], UTF_8)`: the unsigned 32-bit state (java_hash_utf8 is it from
+    0, made signed). With `state` the hash state of a string s, this is the hash of s + the
+    decoded bytes, as long as s does not end inside a malformed sequence (an ASCII end never
+    does): Java's decoder never folds an ASCII byte into a malformed sequence.
 
     The bytes are decoded as Java decodes them and hashed over UTF-16 code units in one pass:
     a 4-byte sequence counts as its surrogate pair. Each malformed sequence counts as one U+FFFD,
@@ -433,7 +444,8 @@ def java_hash_utf8(buf: NDArray[np.uint8], start: int, end: int) -> int:
     message.java_utf8_decode() states the same rules as a decoder.
     """
     assert 0 <= start <= end <= buf.size
-    hash_value = 0
+    assert 0 <= state <= _HASH_MASK
+    hash_value = state
     at = start
     while at < end:
         lead = read_u8(buf, at)
@@ -504,7 +516,7 @@ def java_hash_utf8(buf: NDArray[np.uint8], start: int, end: int) -> int:
         else:
             at += 1
         hash_value = (hash_value * 31 + unit) & _HASH_MASK
-    return hash_value - ((hash_value & 0x80000000) << 1)
+    return hash_value
 
 
 # --- find_property ------------------------------------------------------------------------------

@@ -1,14 +1,14 @@
 """Plain-Python twins of message_kernels.py: the same contracts, restated for tests.
 
-Owns: a second statement of crc32, check_record, split_batch, java_hash_utf8 and find_property,
-written with zlib, struct.unpack_from, bytes methods and plain loops. It shares no helper with
-the kernels, so a unit test that feeds both the same bytes and gets the same answers checks two
-independent readings of each rule (aiokafka and stumpy keep twins the same way). The walkers'
-twins (store/kernels_ref.py, store/dispatch_kernels_ref.py, client/pull_kernels_ref.py) check
-each record with this check_record, as their kernels do with the kernel. java_hash_utf8 here
-goes the long way round on purpose: decode to a str as Java would (message.java_utf8_decode),
-then hash its UTF-16 code units (message.java_string_hash); the kernel does both in one
-streaming pass.
+Owns: a second statement of crc32, check_record, split_batch, java_hash_utf8,
+java_hash_utf8_from and find_property, written with zlib, struct.unpack_from, bytes methods and
+plain loops. It shares no helper with the kernels, so a unit test that feeds both the same bytes
+and gets the same answers checks two independent readings of each rule (aiokafka and stumpy
+keep twins the same way). The walkers' twins (store/kernels_ref.py,
+store/dispatch_kernels_ref.py, client/pull_kernels_ref.py) check each record with this
+check_record, as their kernels do with the kernel. java_hash_utf8 here goes the long way round
+on purpose: decode to a str as Java would (message.java_utf8_decode), then hash its UTF-16 code
+units (message.java_string_hash); the kernel does both in one streaming pass.
 
 Never: used on the data plane (it is slow), or changed without its kernel.
 """
@@ -163,6 +163,17 @@ def java_hash_utf8(buf: NDArray[np.uint8], start: int, end: int) -> int:
     """Same contract as message_kernels.java_hash_utf8."""
     assert 0 <= start <= end <= buf.size
     return java_string_hash(java_utf8_decode(buf[start:end].tobytes()))
+
+
+def java_hash_utf8_from(buf: NDArray[np.uint8], start: int, end: int, state: int) -> int:
+    """Same contract as message_kernels.java_hash_utf8_from: the decoded text's UTF-16 units
+    folded into `state` one by one."""
+    assert 0 <= start <= end <= buf.size
+    assert 0 <= state <= 0xFFFFFFFF
+    units = java_utf8_decode(buf[start:end].tobytes()).encode("utf-16-be", "surrogatepass")
+    for at in range(0, len(units), 2):
+        state = (state * 31 + int.from_bytes(units[at : at + 2], "big")) & 0xFFFFFFFF
+    return state
 
 
 def find_property(

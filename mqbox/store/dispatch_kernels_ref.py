@@ -2,7 +2,8 @@
 
 Owns: a second statement of the dispatch scan in struct.unpack_from and plain loops. It shares no
 helper with the kernel: each record is checked by message_kernels_ref.check_record (the twin of
-the record check), tables are searched linearly instead of through their hash slots,
+the record check), tables (their column numbers are the kernel's, a layout both follow) are
+searched linearly instead of through their hash slots,
 properties come from message.decode_properties, the tag hash from message.tag_hash and the key
 hash from message.index_key_hash over message.java_utf8_decode'd strings. A unit test feeds both
 the same segment and tables and asserts identical outputs.
@@ -19,6 +20,13 @@ from numpy.typing import NDArray
 
 from mqbox.message import decode_properties, index_key_hash, java_utf8_decode, tag_hash
 from mqbox.message_kernels_ref import RECORD_WHOLE, STOP_END, STOP_FULL, check_record
+from mqbox.store.dispatch_kernels import (
+    QUEUE_ID,
+    QUEUE_NEXT_INDEX,
+    QUEUE_TOPIC_ID,
+    TOPIC_IS_SCHEDULE,
+    TOPIC_SIZE,
+)
 
 # The dispatch's own stop reasons, after the record check's (message_kernels_ref.STOP_*).
 DISPATCH_STOP_UNKNOWN_TOPIC = 7
@@ -36,21 +44,20 @@ _UNKNOWN_LEVEL_DELAY_MS = 1000
 _NOT, _PREPARED, _COMMIT, _ROLLBACK = 0x0, 0x4, 0x8, 0xC
 
 
-def _find_topic(
-    topic: bytes, topic_bytes: NDArray[np.uint8], topic_sizes: NDArray[np.int32]
-) -> int:
-    for topic_id in range(topic_sizes.size):
-        size = int(topic_sizes[topic_id])
+def _find_topic(topic: bytes, topics: NDArray[np.int64], topic_bytes: NDArray[np.uint8]) -> int:
+    for topic_id in range(topics.shape[0]):
+        size = int(topics[topic_id, TOPIC_SIZE])
         if size == len(topic) and topic_bytes[topic_id, :size].tobytes() == topic:
             return topic_id
     return -1
 
 
-def _find_queue(
-    topic_id: int, queue_id: int, queue_topic_ids: NDArray[np.int32], queue_ids: NDArray[np.int32]
-) -> int:
-    for slot in range(queue_ids.size):
-        if int(queue_topic_ids[slot]) == topic_id and int(queue_ids[slot]) == queue_id:
+def _find_queue(topic_id: int, queue_id: int, queues: NDArray[np.int64]) -> int:
+    for slot in range(queues.shape[0]):
+        if (
+            int(queues[slot, QUEUE_TOPIC_ID]) == topic_id
+            and int(queues[slot, QUEUE_ID]) == queue_id
+        ):
             return slot
     return -1
 
@@ -61,34 +68,25 @@ def dispatch_scan(
     end_bytes: int,
     base_log_offset_bytes: int,
     topic_slots: NDArray[np.int32],
-    topic_fingerprints: NDArray[np.int64],
+    topics: NDArray[np.int64],
     topic_bytes: NDArray[np.uint8],
-    topic_sizes: NDArray[np.int32],
-    topic_key_states: NDArray[np.int64],
-    topic_is_schedule: NDArray[np.uint8],
     queue_slots: NDArray[np.int32],
-    queue_topic_ids: NDArray[np.int32],
-    queue_ids: NDArray[np.int32],
-    next_queue_indexes: NDArray[np.int64],
+    queues: NDArray[np.int64],
     delay_levels_ms: NDArray[np.int64],
     redispatch_end_log_offset_bytes: int,
     index_skip_through_log_offset_bytes: int,
-    group_counts: NDArray[np.int64],
-    scratch: NDArray[np.uint8],
     out_records: NDArray[np.int64],
     out_cq: NDArray[np.uint8],
     out_groups: NDArray[np.int64],
-    out_key_hashes: NDArray[np.int64],
-    out_key_log_offsets: NDArray[np.int64],
-    out_key_store_timestamps: NDArray[np.int64],
+    out_keys: NDArray[np.int64],
     out_info: NDArray[np.int64],
 ) -> int:
-    """Same contract as dispatch_kernels.dispatch_scan (hash slots, fingerprints, key states,
-    group_counts and scratch are accepted and ignored: the twin searches and hashes afresh)."""
-    del topic_slots, topic_fingerprints, topic_key_states, queue_slots, group_counts, scratch
+    """Same contract as dispatch_kernels.dispatch_scan (the hash slots and the fingerprint and
+    key state columns are accepted and ignored: the twin searches and hashes afresh)."""
+    del topic_slots, queue_slots
     data = segment.tobytes()
     record_capacity = out_records.shape[0]
-    key_capacity = out_key_hashes.size
+    key_capacity = out_keys.shape[1]
     position = start_bytes
     records: list[tuple[int, int, int, int, int, int, int]] = []
     keys: list[tuple[int, int, int]] = []
@@ -116,7 +114,7 @@ def dispatch_scan(
         if len(keys) + properties_size // 2 + _KEY_ROOM_EXTRA > key_capacity:
             reason = STOP_FULL
             break
-        topic_id = _find_topic(topic, topic_bytes, topic_sizes)
+        topic_id = _find_topic(topic, topics, topic_bytes)
         if topic_id < 0:
             reason = DISPATCH_STOP_UNKNOWN_TOPIC
             detail_a, detail_b = topic_position, len(topic)
@@ -126,12 +124,12 @@ def dispatch_scan(
         transaction = sysflag & 0xC
         slot = -1
         if transaction in (_NOT, _COMMIT):
-            slot = _find_queue(topic_id, queue_id, queue_topic_ids, queue_ids)
+            slot = _find_queue(topic_id, queue_id, queues)
             if slot < 0:
                 reason = DISPATCH_STOP_UNKNOWN_QUEUE
                 detail_a, detail_b = topic_id, queue_id
                 break
-            expected = int(next_queue_indexes[slot])
+            expected = int(queues[slot, QUEUE_NEXT_INDEX])
             if queue_index != expected:
                 if queue_index < expected and log_offset < redispatch_end_log_offset_bytes:
                     slot = -1
@@ -143,7 +141,7 @@ def dispatch_scan(
         properties = decode_properties(
             data[properties_position : properties_position + properties_size]
         )
-        if topic_is_schedule[topic_id]:
+        if topics[topic_id, TOPIC_IS_SCHEDULE]:
             if 0 <= queue_id < delay_levels_ms.size:
                 tag = store_timestamp + int(delay_levels_ms[queue_id])
             else:
@@ -164,7 +162,7 @@ def dispatch_scan(
             (log_offset, size, tag, slot, queue_index, store_timestamp, len(record_keys))
         )
         if slot >= 0:
-            next_queue_indexes[slot] = queue_index + 1
+            queues[slot, QUEUE_NEXT_INDEX] = queue_index + 1
             if slot not in group_first_index:
                 group_first_index[slot] = queue_index
                 group_slots.append(slot)
@@ -182,8 +180,8 @@ def dispatch_scan(
                 out_cq[start * 20 : start * 20 + 20] = np.frombuffer(entry, dtype=np.uint8)
                 start += 1
     out_groups[len(group_slots), 1] = start
-    for row, key in enumerate(keys):
-        out_key_hashes[row], out_key_log_offsets[row], out_key_store_timestamps[row] = key
+    for column, key in enumerate(keys):
+        out_keys[:, column] = key
     out_info[:] = [
         len(records),
         position,

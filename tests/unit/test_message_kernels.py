@@ -270,6 +270,23 @@ def test_java_hash_utf8_kernel_agrees_with_twin(data: bytes, cuts: tuple[int, in
     assert fast.java_hash_utf8(buf, start, end) == ref.java_hash_utf8(buf, start, end)
 
 
+@settings(deadline=None, max_examples=300)
+@given(
+    prefix=st.text(alphabet="aZ#9_%", max_size=8),
+    data=st.one_of(utf8_noise, st.binary(max_size=24)),
+)
+def test_java_hash_utf8_from_continues_the_hash_of_an_ascii_prefix(
+    prefix: str, data: bytes
+) -> None:
+    """The index key hash's case: topic + "#" hashed once, each key continuing it."""
+    state = m.java_string_hash(prefix) & 0xFFFFFFFF
+    buf = as_array(data)
+    continued = fast.java_hash_utf8_from(buf, 0, len(data), state)
+    assert continued == ref.java_hash_utf8_from(buf, 0, len(data), state)
+    whole = m.java_string_hash(prefix + m.java_utf8_decode(data))
+    assert continued == whole & 0xFFFFFFFF
+
+
 @settings(deadline=None)
 @given(data=utf8_noise)
 def test_java_hash_utf8_equals_python_decoding_away_from_ed(data: bytes) -> None:
