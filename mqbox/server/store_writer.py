@@ -25,11 +25,13 @@ Invariants:
 - Positions published in shared memory only grow; WRITTEN goes out after the position it names
   was published.
 
-Threads: the main thread appends and publishes the write position; the flush thread calls
-CommitLog.flush (msync via ctypes, without the GIL) and publishes the flushed position. A SYNC
-flush wakes the main thread through a pipe in its epoll. The housekeeping thread deletes expired
-segments and writes the checkpoint. The supervisor forks this role with one thread, so starting
-threads here is safe.
+Threads: the main thread appends, publishes the write position and keeps the SYNC_FLUSH acks;
+the store's flush thread (store/flush.FlushService, the one flush path, shared with
+MessageStore) calls CommitLog.flush (msync via ctypes, without the GIL) and publishes the
+flushed position; under SYNC_FLUSH it wakes the main thread through a pipe in its epoll, which
+releases the acks the least of flush.SYNC_ACK_POSITIONS covers. The housekeeping thread deletes
+expired segments and writes the checkpoint. The supervisor forks this role with one thread, so
+starting threads here is safe.
 
 Recovery: `open_store_for_writing` is MessageStore.open, which runs recovery.recover() through the
 store's own dispatcher before this role reports ready.
@@ -43,7 +45,6 @@ import dataclasses
 import logging
 import os
 import select
-import threading
 import time
 from pathlib import Path
 from typing import Final, NoReturn
@@ -55,7 +56,6 @@ from mqbox.errors import (
     DiskFullError,
     MessageIllegalError,
     MessageTooLargeError,
-    MqboxError,
     StoreError,
 )
 from mqbox.ipc.ring import Ring
@@ -72,6 +72,7 @@ from mqbox.server.store_housekeeper import StoreHousekeeper
 from mqbox.server.topics import TopicConfigStore
 from mqbox.server.topology import RoleContext, RoleKind
 from mqbox.store import recovery
+from mqbox.store.flush import SYNC_ACK_POSITIONS
 from mqbox.store.message_store import MessageStore, StoreConfig
 
 log = logging.getLogger("mqbox.store_writer")
@@ -79,7 +80,6 @@ log = logging.getLogger("mqbox.store_writer")
 STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
 BACKED_UP_RETRY_MS: Final = 1
 IDLE_WAIT_MS: Final = 1000
-FLUSH_ERROR_RETRY_S: Final = 0.1
 STOP_DRAIN_ROUND_MAX: Final = 64  # at the stop, drain what the senders left, this many rounds
 _OK: Final = int(ResponseCode.SUCCESS)
 _FLUSH_DISK_TIMEOUT: Final = int(ResponseCode.FLUSH_DISK_TIMEOUT)
@@ -103,89 +103,6 @@ def open_store_for_writing(
     store = MessageStore.open(store_root, config)
     assert store.recovery_report is not None
     return store, store.recovery_report
-
-
-class _Flusher:
-    """The flush thread (module docstring). ASYNC_FLUSH: flush every interval_ms. SYNC_FLUSH:
-    flush whenever a waiter asked for more than is flushed; many requests share one flush, and
-    requests that arrive during a flush are served by the next one."""
-
-    def __init__(
-        self,
-        store: MessageStore,
-        positions: StorePositions,
-        flush_disk_type: FlushDiskType,
-        interval_ms: int,
-        wake_fd: int,
-    ) -> None:
-        assert interval_ms > 0
-        self._commit_log = store.commit_log
-        self._positions = positions
-        self._sync = flush_disk_type is FlushDiskType.SYNC_FLUSH
-        self._interval_s = interval_ms / 1000
-        self._wake_fd = wake_fd
-        self._condition = threading.Condition()
-        self._requested_log_offset_bytes = 0
-        self._stopping = False
-        self._thread: threading.Thread | None = None
-        self.flush_count = 0
-        self.error_count = 0
-
-    def start(self) -> None:
-        assert self._thread is None
-        self._thread = threading.Thread(target=self._run, name="mqbox-flush", daemon=True)
-        self._thread.start()
-
-    def request(self, end_log_offset_bytes: int) -> None:
-        """SYNC_FLUSH: ask for a flush that covers `end_log_offset_bytes`."""
-        with self._condition:
-            if end_log_offset_bytes > self._requested_log_offset_bytes:
-                self._requested_log_offset_bytes = end_log_offset_bytes
-                self._condition.notify()
-
-    def stop(self) -> None:
-        thread = self._thread
-        if thread is None:
-            return
-        with self._condition:
-            self._stopping = True
-            self._condition.notify()
-        thread.join()
-        self._thread = None
-
-    def flush_now(self) -> int:
-        """One flush in the calling thread (at the stop); the flushed position."""
-        flushed_bytes = self._commit_log.flush()
-        self._positions.publish_flushed(flushed_bytes, self._commit_log.flushed_store_timestamp_ms)
-        return flushed_bytes
-
-    def _run(self) -> None:
-        while True:
-            with self._condition:
-                if self._sync:
-                    while (
-                        not self._stopping
-                        and self._requested_log_offset_bytes
-                        <= self._commit_log.flushed_log_offset_bytes
-                    ):
-                        self._condition.wait()
-                elif not self._stopping:
-                    self._condition.wait(self._interval_s)
-                if self._stopping:
-                    return
-            try:
-                self.flush_now()
-            except (MqboxError, OSError):
-                # The disk refused (full, failing): keep the acks waiting and try again; SYNC
-                # requests answer FLUSH_DISK_TIMEOUT once their time is up.
-                self.error_count += 1
-                log.exception("flushing the commit log failed; retrying")
-                time.sleep(FLUSH_ERROR_RETRY_S)
-                continue
-            self.flush_count += 1
-            if self._sync:
-                with contextlib.suppress(BlockingIOError):
-                    os.write(self._wake_fd, b"\0")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -273,13 +190,10 @@ class StoreWriter:
             self.epoll.register(wakeup_fd, select.EPOLLIN)
         self._flush_read_fd, self._flush_write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.epoll.register(self._flush_read_fd, select.EPOLLIN)
-        self.flusher = _Flusher(
-            self.store,
-            self.positions,
-            self.flush_disk_type,
-            broker.flush_interval_commit_log_ms,
-            self._flush_write_fd,
-        )
+        # The store's one flush service (store/flush.py), its thread running in both modes:
+        # ASYNC_FLUSH its timer, SYNC_FLUSH its group commit.
+        self.flusher = self.store.flush_service
+        self.flusher.on_flushed = self._on_flushed
         self.flusher.start()
         self.housekeeper = StoreHousekeeper(
             ctx.store_root,
@@ -341,6 +255,15 @@ class StoreWriter:
             elif fd == self._flush_read_fd:
                 self._clear_flush_pipe()
         return 0
+
+    def _on_flushed(self, flushed_log_offset_bytes: int, store_timestamp_ms: int) -> None:
+        """Run by the flush thread after each flush (and by close's last one): publish the
+        flushed position and store time (the checkpoint's source), and under SYNC_FLUSH wake
+        the main loop, which releases the acks the flush covered."""
+        self.positions.publish_flushed(flushed_log_offset_bytes, store_timestamp_ms)
+        if self.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._flush_write_fd, b"\0")
 
     def _clear_flush_pipe(self) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -405,7 +328,7 @@ class StoreWriter:
         if (
             self.flush_disk_type is FlushDiskType.SYNC_FLUSH
             and view.flags & records.APPEND_FLAG_WAIT_FLUSH
-            and result.end_log_offset_bytes > self.commit_log.flushed_log_offset_bytes
+            and result.end_log_offset_bytes > self._ack_covered_log_offset_bytes()
         ):
             self._sync_wait_count += 1
             self._sync_waits.append(
@@ -440,13 +363,18 @@ class StoreWriter:
         for outbox in self.dispatcher_outboxes:
             outbox.append(records.WRITTEN, written)
 
+    def _ack_covered_log_offset_bytes(self) -> int:
+        """Where a SYNC_FLUSH ack may go out below: the least of the positions such an ack waits
+        for (store/flush.py: FLUSHED today; issue 14 adds REPLICATED through this seam)."""
+        return self.flusher.positions.covered_log_offset_bytes(SYNC_ACK_POSITIONS)
+
     def _release_sync_waits(self, now_ns: int) -> None:
         """Ack the waits a flush covered (in log order), and those whose time ran out."""
         waits = self._sync_waits
         if not waits:
             return
-        flushed_bytes = self.commit_log.flushed_log_offset_bytes
-        while waits and waits[0].end_log_offset_bytes <= flushed_bytes:
+        covered_bytes = self._ack_covered_log_offset_bytes()
+        while waits and waits[0].end_log_offset_bytes <= covered_bytes:
             wait = waits.popleft()
             self._send_ack(wait.sender, wait.ack)
         while waits and waits[0].deadline_ns <= now_ns:
@@ -511,6 +439,7 @@ class StoreWriter:
         log.info("stopped cleanly: %s", statistics)
 
     def statistics(self) -> StoreWriterStatistics:
+        flush = self.flusher.statistics()
         return StoreWriterStatistics(
             append_requests=self._append_requests,
             append_records=self._append_records,
@@ -518,8 +447,8 @@ class StoreWriter:
             refused_requests=self._refused_requests,
             sync_waits=self._sync_wait_count,
             sync_timeouts=self._sync_timeouts,
-            flush_count=self.flusher.flush_count,
-            flush_errors=self.flusher.error_count,
+            flush_count=flush.flush_total,
+            flush_errors=flush.error_total,
             write_log_offset_bytes=self.commit_log.write_log_offset_bytes,
             flushed_log_offset_bytes=self.commit_log.flushed_log_offset_bytes,
             sleep_count=self.sleeper.sleep_count,

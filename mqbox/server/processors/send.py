@@ -75,6 +75,7 @@ from mqbox.message import (
     BATCH_FLAG_POSITION_BYTES,
     BODY_LENGTH_POSITION_BYTES,
     BODY_POSITION_BYTES,
+    BODYCRC_MASK,
     BODYCRC_POSITION_BYTES,
     BORNHOST_POSITION_BYTES,
     BORNTIMESTAMP_POSITION_BYTES,
@@ -94,6 +95,7 @@ from mqbox.message import (
     STORETIMESTAMP_POSITION_BYTES,
     SYSFLAG_COMPRESSED,
     SYSFLAG_COMPRESSION_TYPE_MASK,
+    SYSFLAG_HOSTS_V6,
     SYSFLAG_POSITION_BYTES,
     SYSFLAG_TRANSACTION_MASK,
     TOTALSIZE_POSITION_BYTES,
@@ -111,9 +113,14 @@ from mqbox.message import (
 from mqbox.message_kernels import (
     SPLIT_BATCH_BODY_TOO_LARGE,
     SPLIT_BATCH_TOO_MANY,
+    copy_bytes,
+    crc32,
     read_s16_be,
     read_s32_be,
     split_batch,
+    write_i16_be,
+    write_i32_be,
+    write_i64_be,
 )
 from mqbox.protocol.codes import PERM_WRITE, RequestCode, ResponseCode
 from mqbox.protocol.headers import (
@@ -137,7 +144,6 @@ from mqbox.server.topology import RoleContext, RoleKind
 from mqbox.store import config_files
 from mqbox.store.commit_log import CommitLog
 from mqbox.store.config_files import SubscriptionGroupConfig, SubscriptionGroupTable, TopicConfig
-from mqbox.store.kernels import crc32
 from mqbox.store.layout import SUBSCRIPTION_GROUP_FILE_NAME, config_dir
 
 SEND_CODES: Final = frozenset(
@@ -147,8 +153,6 @@ SEND_CODES: Final = frozenset(
         int(RequestCode.SEND_BATCH_MESSAGE),
     }
 )
-SYSFLAG_HOSTS_V6: Final = 0x10 | 0x20  # BORNHOST_V6 | STOREHOSTADDRESS_V6: never stored
-_BODYCRC_MASK: Final = 0x7FFFFFFF
 _HOST: Final = struct.Struct(">4si")
 _PROPERTY_WAIT_FALSE: Final = "\x02WAIT\x01false\x02"
 _PROPERTY_DELAY: Final = "\x02DELAY\x01"
@@ -164,31 +168,6 @@ GROUPS_RELOAD_CHECK_INTERVAL_NS: Final = 1_000_000_000
 
 
 # --- The batch kernel ---------------------------------------------------------------------------
-
-
-@kernel
-def _write_u32_be(buf: NDArray[np.uint8], at: int, value: int) -> None:
-    buf[at] = (value >> 24) & 0xFF
-    buf[at + 1] = (value >> 16) & 0xFF
-    buf[at + 2] = (value >> 8) & 0xFF
-    buf[at + 3] = value & 0xFF
-
-
-@kernel
-def _write_s64_be(buf: NDArray[np.uint8], at: int, value: int) -> None:
-    _write_u32_be(buf, at, (value >> 32) & 0xFFFFFFFF)
-    _write_u32_be(buf, at + 4, value & 0xFFFFFFFF)
-
-
-@kernel
-def _copy(
-    target: NDArray[np.uint8], target_at: int, source: NDArray[np.uint8], at: int, size: int
-) -> None:
-    """target[target_at:+size] = source[at:+size], as two local slices so LLVM vectorizes it."""
-    target_slice = target[target_at : target_at + size]
-    source_slice = source[at : at + size]
-    for index in range(size):
-        target_slice[index] = source_slice[index]
 
 
 @kernel
@@ -263,31 +242,30 @@ def encode_batch_records(
         assert stored_properties_size <= PROPERTIES_SIZE_BYTES_MAX
         record_size = RECORD_SIZE_BYTES_MIN + body_size + topic_size + stored_properties_size
         assert at + record_size <= out_records.size
-        _write_u32_be(out_records, at + TOTALSIZE_POSITION_BYTES, record_size)
-        _write_u32_be(out_records, at + MAGICCODE_POSITION_BYTES, MESSAGE_MAGIC)
-        body_crc = crc32(batch, body_at, body_at + body_size) & _BODYCRC_MASK
-        _write_u32_be(out_records, at + BODYCRC_POSITION_BYTES, body_crc)
-        _write_u32_be(out_records, at + QUEUEID_POSITION_BYTES, queue_id & 0xFFFFFFFF)
-        _write_u32_be(out_records, at + FLAG_POSITION_BYTES, flag & 0xFFFFFFFF)
-        _write_s64_be(out_records, at + QUEUEOFFSET_POSITION_BYTES, 0)
-        _write_s64_be(out_records, at + PHYSICALOFFSET_POSITION_BYTES, 0)
-        _write_u32_be(out_records, at + SYSFLAG_POSITION_BYTES, sysflag & 0xFFFFFFFF)
-        _write_s64_be(out_records, at + BORNTIMESTAMP_POSITION_BYTES, born_timestamp_ms)
+        write_i32_be(out_records, at + TOTALSIZE_POSITION_BYTES, record_size)
+        write_i32_be(out_records, at + MAGICCODE_POSITION_BYTES, MESSAGE_MAGIC)
+        body_crc = crc32(batch, body_at, body_at + body_size) & BODYCRC_MASK
+        write_i32_be(out_records, at + BODYCRC_POSITION_BYTES, body_crc)
+        write_i32_be(out_records, at + QUEUEID_POSITION_BYTES, queue_id)
+        write_i32_be(out_records, at + FLAG_POSITION_BYTES, flag)
+        write_i64_be(out_records, at + QUEUEOFFSET_POSITION_BYTES, 0)
+        write_i64_be(out_records, at + PHYSICALOFFSET_POSITION_BYTES, 0)
+        write_i32_be(out_records, at + SYSFLAG_POSITION_BYTES, sysflag)
+        write_i64_be(out_records, at + BORNTIMESTAMP_POSITION_BYTES, born_timestamp_ms)
         for index in range(HOST_SIZE_BYTES):
             out_records[at + BORNHOST_POSITION_BYTES + index] = born_host[index]
-        _write_s64_be(out_records, at + STORETIMESTAMP_POSITION_BYTES, 0)
-        _write_s64_be(out_records, at + STOREHOST_POSITION_BYTES, 0)
-        _write_u32_be(out_records, at + RECONSUMETIMES_POSITION_BYTES, reconsume_times & 0xFFFFFFFF)
-        _write_s64_be(out_records, at + PREPARED_TRANSACTION_OFFSET_POSITION_BYTES, 0)
-        _write_u32_be(out_records, at + BODY_LENGTH_POSITION_BYTES, body_size)
-        _copy(out_records, at + BODY_POSITION_BYTES, batch, body_at, body_size)
+        write_i64_be(out_records, at + STORETIMESTAMP_POSITION_BYTES, 0)
+        write_i64_be(out_records, at + STOREHOST_POSITION_BYTES, 0)
+        write_i32_be(out_records, at + RECONSUMETIMES_POSITION_BYTES, reconsume_times)
+        write_i64_be(out_records, at + PREPARED_TRANSACTION_OFFSET_POSITION_BYTES, 0)
+        write_i32_be(out_records, at + BODY_LENGTH_POSITION_BYTES, body_size)
+        copy_bytes(out_records, at + BODY_POSITION_BYTES, batch, body_at, body_size)
         topic_length_at = at + BODY_POSITION_BYTES + body_size
         out_records[topic_length_at] = topic_size
-        _copy(out_records, topic_length_at + 1, topic, 0, topic_size)
+        copy_bytes(out_records, topic_length_at + 1, topic, 0, topic_size)
         properties_length_at = topic_length_at + 1 + topic_size
-        out_records[properties_length_at] = (stored_properties_size >> 8) & 0xFF
-        out_records[properties_length_at + 1] = stored_properties_size & 0xFF
-        _copy(
+        write_i16_be(out_records, properties_length_at, stored_properties_size)
+        copy_bytes(
             out_records, properties_length_at + 2, batch, body_at + body_size + 2, properties_size
         )
         if terminate:
