@@ -436,7 +436,7 @@ class ProcessStatus:
     rss_bytes: int
     port: int | None
     uptime_s: float
-    generation: int | None  # roles: odd while up (runtime.ControlBlock)
+    generation: int | None  # roles: odd while up (control_block.ControlBlock)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -63,7 +63,8 @@ from mqbox.protocol.frame import (
 )
 from mqbox.server import records, runtime
 from mqbox.server.records import Buffer, Inbox, Outbox, Sleeper, SpillWriter
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RoleKind
 
 STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
 BACKED_UP_RETRY_MS: Final = 1

@@ -49,8 +49,9 @@ from mqbox.server.queue_counters import (
     store_positions_name,
 )
 from mqbox.server.records import Inbox, Outbox, Sleeper, SpillWriter
+from mqbox.server.runtime import RoleContext
 from mqbox.server.store_writer import store_config_of
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server.topology import RoleKind
 from mqbox.store.cleanup import DerivedRetention
 from mqbox.store.commit_log import CommitLog
 from mqbox.store.consume_queue import ConsumeQueueTable

@@ -84,7 +84,8 @@ from mqbox.protocol.frame import (
 from mqbox.resources import AcceptBackoff, RateLimitedLog, accept_out_of_resources
 from mqbox.server import records, runtime
 from mqbox.server.records import Buffer, Inbox, Outbox, Sleeper, SpillBudget, SpillWriter
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RoleKind
 from mqbox.store import layout as store_layout
 
 log = logging.getLogger("mqbox.reactor")

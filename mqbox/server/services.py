@@ -35,7 +35,7 @@ from mqbox.protocol.headers import (
     TopicConfig,
 )
 from mqbox.server import runtime
-from mqbox.server.topology import RoleContext
+from mqbox.server.runtime import RoleContext
 from mqbox.store import config_files
 from mqbox.store.layout import TOPICS_FILE_NAME, config_dir
 

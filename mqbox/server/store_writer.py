@@ -68,9 +68,10 @@ from mqbox.server.queue_counters import (
     store_positions_name,
 )
 from mqbox.server.records import AppendAck, Buffer, Inbox, Outbox, Sleeper, SpillWriter
+from mqbox.server.runtime import RoleContext
 from mqbox.server.store_housekeeper import StoreHousekeeper
 from mqbox.server.topics import TopicConfigStore
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server.topology import RoleKind
 from mqbox.store import recovery
 from mqbox.store.flush import SYNC_ACK_POSITIONS
 from mqbox.store.message_store import MessageStore, StoreConfig

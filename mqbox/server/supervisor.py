@@ -90,15 +90,9 @@ from mqbox.errors import ConfigError, MqboxError
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
 from mqbox.resources import raise_file_limit
-from mqbox.server import runtime
-from mqbox.server.topology import (
-    START_ORDER,
-    RoleContext,
-    RoleKind,
-    RoleSpec,
-    Topology,
-    broker_topology,
-)
+from mqbox.server import control_block, runtime
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import START_ORDER, RoleKind, RoleSpec, Topology, broker_topology
 from mqbox.store.layout import DIRECTORY_MODE, FILE_MODE, abort_path
 
 log = logging.getLogger("mqbox.supervisor")
@@ -443,7 +437,7 @@ class Supervisor:
         self.instance = ""
         self.broker: BrokerConfig | None = None
         self.topology: Topology | None = None
-        self.control: runtime.ControlBlock | None = None
+        self.control: control_block.ControlBlock | None = None
         self.store_root: Path | None = None
         self.broker_address = ""
         self._base_ctx: RoleContext | None = None
@@ -579,7 +573,9 @@ class Supervisor:
         self._check_stop()
         self._instances_to_sweep.add(self.instance)
         self._create_rings()
-        self.control = runtime.ControlBlock.create([role.role_id for role in self.topology.roles])
+        self.control = control_block.ControlBlock.create(
+            [role.role_id for role in self.topology.roles]
+        )
         self._base_ctx = RoleContext(
             instance=self.instance,
             home=self.layout.home,
@@ -633,7 +629,7 @@ class Supervisor:
             started = [self._fork_role(spec, self._ready_timeout_s(kind)) for spec in specs]
             self._wait_ready_at_start(started)
         self._status = "running"
-        self.control.set_broker_state(runtime.BROKER_RUNNING)
+        self.control.set_broker_state(control_block.BROKER_RUNNING)
         self._notify_roles()
         self._write_state()
 
@@ -1171,7 +1167,7 @@ class Supervisor:
             self._mark_abort()
             self._sleep_unless_stopped(delay_ms)
             self._renew_shared_memory()
-            self.control.set_broker_state(runtime.BROKER_STARTING)
+            self.control.set_broker_state(control_block.BROKER_STARTING)
             self._status = "starting"
             self._write_state()
             try:
@@ -1336,7 +1332,7 @@ class Supervisor:
         (rule 6); the listener closes once the reactors are gone, if `close_listener`."""
         self._restart_due_ns.clear()
         if self.control is not None:
-            self.control.set_broker_state(runtime.BROKER_STOPPING)
+            self.control.set_broker_state(control_block.BROKER_STOPPING)
         if self._lock_fd >= 0:
             self._write_state()
         for kind in reversed(START_ORDER):
@@ -1428,7 +1424,7 @@ class Supervisor:
                     "pid": process.pid if process else 0,
                     "create_time": process.create_time if process else None,
                     "started_at_ms": process.started_at_ms if process else None,
-                    "state": runtime.ROLE_STATE_NAMES[control.state(spec.role_id)]
+                    "state": control_block.ROLE_STATE_NAMES[control.state(spec.role_id)]
                     if control is not None
                     else "down",
                     "generation": control.generation(spec.role_id) if control else 0,

@@ -1,8 +1,9 @@
 """The broker's process graph: which roles run, which rings link them, what each role is given.
 
-Owns: `RoleSpec`, `RingSpec`, `RoleContext` and `broker_topology()`, the one function that turns
-a BrokerConfig into the list of processes and the rings between them. Never: starting anything
-(supervisor.py does), or what travels on a ring (server/records.py does).
+Owns: `RoleSpec`, `RingSpec` and `broker_topology()`, the one function that turns a BrokerConfig
+into the list of processes and the rings between them. Never: starting anything (supervisor.py
+does), what a role is given (runtime.RoleContext), or what travels on a ring (server/records.py
+does). Imports nothing of mqbox.server.
 
 The graph (R reactors, C codecs, W workers, S send, P pull and A admin processors):
 
@@ -26,23 +27,17 @@ pipeline.
 Processes are forked from a warmed-up parent (the broker zygote in supervisor.py): numba and every
 kernel are compiled once, `gc.freeze()` is called, and children share those pages copy-on-write.
 That is what keeps the appliance within its memory budget (numba costs ~140 MB per process that
-compiles on its own). Because children are forked, a RoleContext may hold live objects (the
-listening socket, configs); nothing in it is pickled.
+compiles on its own). Because children are forked, a role's context (runtime.RoleContext)
+may hold live objects (the listening socket, configs); nothing in it is pickled.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from mqbox.config import BrokerConfig
 from mqbox.ipc import names
-
-if TYPE_CHECKING:
-    from mqbox.server.runtime import ControlBlock
 
 
 class RoleKind(enum.Enum):
@@ -96,7 +91,7 @@ class RoleSpec:
     role_id: str  # "<kind>.<index>", e.g. "send.1"
     kind: RoleKind
     index: int
-    main: str  # "module:function" taking a RoleContext and never returning
+    main: str  # "module:function" taking a runtime.RoleContext, never returning
 
     @property
     def critical(self) -> bool:
@@ -136,26 +131,6 @@ class Topology:
 
     def roles_of(self, kind: RoleKind) -> tuple[RoleSpec, ...]:
         return tuple(role for role in self.roles if role.kind is kind)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RoleContext:
-    """Everything a role's main() gets from the supervisor (by fork, never pickled)."""
-
-    instance: str  # shared-memory instance name of this broker
-    home: Path  # the appliance's --home
-    store_root: Path  # this broker's store directory
-    broker: BrokerConfig
-    topology: Topology
-    role: RoleSpec
-    # The broker's listening socket.socket, non-blocking: reactors accept on it; the supervisor
-    # closes it in every other role, so it closes for good when the reactors stop.
-    listen_socket: Any
-    broker_address: str  # "ip:port" clients are told to use (brokerIP1 + the bound port)
-    report_ready: Callable[[Mapping[str, Any]], None]  # call once, when the role can serve
-    # The supervisor's shared words about every role: generations, pids, states, broker state
-    # (runtime.py: the control channel). None only in contexts built by unit tests.
-    control: ControlBlock | None = None
 
 
 # 4 MiB per ring keeps the shared memory of a default broker (12 rings) under 50 MiB even when

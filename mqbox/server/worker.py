@@ -62,10 +62,11 @@ from typing import Final, NoReturn
 
 from mqbox.ipc.ring import Ring
 from mqbox.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode
-from mqbox.server import records, runtime
+from mqbox.server import control_block, records, runtime
 from mqbox.server.admin_records import ADMIN_ZERO_CODES, MQBOX_PULL_STATUS
 from mqbox.server.records import Buffer, Inbox, Outbox, Sleeper, SpillWriter
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RoleKind
 
 # Request code -> processor kind; everything else goes to DEFAULT_ROUTE.
 ROUTES: Final[Mapping[int, RoleKind]] = {
@@ -191,7 +192,9 @@ class Worker:
         if wakeup_fd is not None:
             self.epoll.register(wakeup_fd, select.EPOLLIN)
         self.control = ctx.control
-        self.watcher = runtime.ControlWatcher(ctx.control) if ctx.control is not None else None
+        self.watcher = (
+            control_block.ControlWatcher(ctx.control) if ctx.control is not None else None
+        )
         self._backed_up = False  # set by _flush: an outbox holds over STAGED_SIZE_BYTES_HIGH
         self.connections: dict[int, ConnectionInfo] = {}
         # conn id -> opaque -> (slot, serving generation, serialize type)

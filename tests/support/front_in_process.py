@@ -21,7 +21,8 @@ from mqbox.ipc.ring import Ring
 from mqbox.server.codec import Codec
 from mqbox.server.processors.admin import AdminProcessor
 from mqbox.server.reactor import Reactor
-from mqbox.server.topology import RoleContext, RoleKind, Topology
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RoleKind, Topology
 from mqbox.server.worker import Worker
 from tests.support.broker_front import front_topology, front_topology_small_rings
 

@@ -90,6 +90,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "mqbox.client": ("mqbox.store", "mqbox.server", "mqbox.ipc", "mqbox.admin", "mqbox.spark"),
     # server and admin see everything else (the broker registers through mqbox.client).
     "mqbox.server": ("mqbox.admin", "mqbox.spark"),
+    # The control block is a leaf every role and the supervisor import; the process graph is
+    # data that imports no role and no plumbing (no import circle through them).
+    "mqbox.server.control_block": ("mqbox",),
+    "mqbox.server.topology": ("mqbox.server",),
     "mqbox.config": ("mqbox.store", "mqbox.server", "mqbox.protocol", "mqbox.ipc"),
 }
 # The client's pure foundation (algorithms, tables, decoding): no sockets, threads or clocks, and

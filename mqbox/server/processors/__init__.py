@@ -87,7 +87,8 @@ from mqbox.server.records import (
     SpillBudget,
     SpillWriter,
 )
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RoleKind
 
 TICK_INTERVAL_NS: Final = 1_000_000_000
 _COMMAND_HEAD: Final = records.COMMAND_HEAD_STRUCT

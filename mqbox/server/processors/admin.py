@@ -184,6 +184,7 @@ from mqbox.server.queue_counters import (
     store_positions_name,
 )
 from mqbox.server.records import ConnectionEvent, Run
+from mqbox.server.runtime import RoleContext
 from mqbox.server.store_writer import store_config_of
 from mqbox.server.topics import (
     PERM_READ_WRITE,
@@ -191,7 +192,7 @@ from mqbox.server.topics import (
     TopicConfigStore,
     system_topics,
 )
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server.topology import RoleKind
 from mqbox.store import config_files
 from mqbox.store.config_files import (
     SubscriptionGroupConfig,

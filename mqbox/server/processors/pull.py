@@ -82,9 +82,10 @@ from mqbox.server.queue_counters import (
     store_positions_name,
 )
 from mqbox.server.records import ConnectionEvent, Outbox
+from mqbox.server.runtime import RoleContext
 from mqbox.server.store_writer import store_config_of
 from mqbox.server.topics import PERM_READ_WRITE, RETRY_GROUP_TOPIC_PREFIX, TopicConfigStore
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server.topology import RoleKind
 from mqbox.store.config_files import TopicConfig
 from mqbox.store.message_store import READ_PLAN_MESSAGE_COUNT_MAX, MessageStoreReader
 from mqbox.store.read_plan import (

@@ -133,6 +133,7 @@ from mqbox.server import delivery, records
 from mqbox.server.processors import Processor, Request, run_processor
 from mqbox.server.queue_counters import StorePositions, store_positions_name
 from mqbox.server.records import AppendAck, Outbox
+from mqbox.server.runtime import RoleContext
 from mqbox.server.store_writer import store_config_of
 from mqbox.server.topics import (
     PERM_READ_WRITE,
@@ -140,7 +141,7 @@ from mqbox.server.topics import (
     SCHEDULE_TOPIC,
     TopicConfigStore,
 )
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server.topology import RoleKind
 from mqbox.store import config_files
 from mqbox.store.commit_log import CommitLog
 from mqbox.store.config_files import SubscriptionGroupConfig, SubscriptionGroupTable, TopicConfig

@@ -20,7 +20,7 @@ import pytest
 from mqbox.ipc import names
 from mqbox.ipc.layout import RECORD_ALIGNMENT_BYTES, RECORD_HEADER_SIZE_BYTES
 from mqbox.ipc.ring import Ring
-from mqbox.server import records, runtime
+from mqbox.server import control_block, records, runtime
 from mqbox.server.records import Buffer
 
 ROLE_ID = "admin.0"
@@ -42,7 +42,7 @@ def aligned_size_bytes(payload_size_bytes: int) -> int:
 
 
 def test_handling_words_name_each_record_by_its_position_across_wraps(ring: Ring) -> None:
-    control = runtime.ControlBlock.create([ROLE_ID])
+    control = control_block.ControlBlock.create([ROLE_ID])
     marks = runtime.RecordMarks(control, ROLE_ID, ["other ring", ring.name])
     inbox = records.Inbox(ring, "producer", marks)
     positions = []
@@ -62,7 +62,7 @@ def test_handling_words_name_each_record_by_its_position_across_wraps(ring: Ring
 
 
 def test_the_quarantined_record_goes_to_the_hook_and_the_others_are_yielded(ring: Ring) -> None:
-    control = runtime.ControlBlock.create([ROLE_ID])
+    control = control_block.ControlBlock.create([ROLE_ID])
     for number in range(3):
         assert ring.try_write_nowait(1, f"record {number}".encode())
     second_position = aligned_size_bytes(len(b"record 0"))
