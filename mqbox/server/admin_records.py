@@ -48,7 +48,7 @@ import numpy as np
 
 from mqbox.message import java_utf8_decode, java_utf8_encode
 from mqbox.protocol.codes import RequestCode
-from mqbox.server.client_manager import Subscription
+from mqbox.server.processors.client_manager import Subscription
 from mqbox.store.layout import TEMP_SUFFIX, config_dir
 
 Buffer: TypeAlias = bytes | bytearray | memoryview

@@ -58,7 +58,9 @@ from mqbox.errors import MessageIllegalError, MqboxError
 from mqbox.ipc.ring import Ring
 from mqbox.message import decode_record, encode_record, encode_topic
 from mqbox.protocol.codes import ResponseCode
-from mqbox.server import delivery, records, runtime
+from mqbox.server import records, runtime
+from mqbox.server.processors import delivery
+from mqbox.server.processors.topics import SCHEDULE_TOPIC
 from mqbox.server.queue_counters import (
     QueueCounters,
     StorePositions,
@@ -69,7 +71,6 @@ from mqbox.server.queue_counters import (
 from mqbox.server.records import Inbox, Outbox, Sleeper, SpillWriter
 from mqbox.server.runtime import RoleContext
 from mqbox.server.store_writer import store_config_of
-from mqbox.server.topics import SCHEDULE_TOPIC
 from mqbox.server.topology import RoleKind
 from mqbox.store import config_files
 from mqbox.store.commit_log import CommitLog

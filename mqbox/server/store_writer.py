@@ -62,6 +62,7 @@ from mqbox.ipc.ring import Ring
 from mqbox.message import pack_host
 from mqbox.protocol.codes import ResponseCode
 from mqbox.server import records, runtime
+from mqbox.server.processors.topics import TopicConfigStore
 from mqbox.server.queue_counters import (
     StorePositions,
     queue_counters_name,
@@ -70,7 +71,6 @@ from mqbox.server.queue_counters import (
 from mqbox.server.records import AppendAck, Buffer, Inbox, Outbox, Sleeper, SpillWriter
 from mqbox.server.runtime import RoleContext
 from mqbox.server.store_housekeeper import StoreHousekeeper
-from mqbox.server.topics import TopicConfigStore
 from mqbox.server.topology import RoleKind
 from mqbox.store import recovery
 from mqbox.store.flush import SYNC_ACK_POSITIONS

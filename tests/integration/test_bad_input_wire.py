@@ -60,7 +60,7 @@ from mqbox.server.admin_records import (
     MQBOX_RESET_CONSUMER_OFFSET,
     MQBOX_TOPIC_STATUS,
 )
-from mqbox.server.client_manager import group_name_problem
+from mqbox.server.processors.client_manager import group_name_problem
 from mqbox.server.queue_counters import StorePositions, store_positions_name
 from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient

@@ -164,19 +164,25 @@ from mqbox.server.admin_records import (
     RESET_TO_LATEST,
     RESET_TO_TIMESTAMP,
 )
-from mqbox.server.client_manager import (
+from mqbox.server.processors import Processor, Request, run_processor
+from mqbox.server.processors.client_manager import (
     CLIENT_EXPIRY_MS_DEFAULT,
     ClientChange,
     ClientManager,
     group_name_problem,
 )
-from mqbox.server.consumer_offsets import (
+from mqbox.server.processors.consumer_offsets import (
     PERSIST_INTERVAL_MS_DEFAULT,
     ConsumerOffsets,
     starting_queue_index,
 )
-from mqbox.server.locks import LOCK_LIFETIME_MS_DEFAULT, QueueLocks
-from mqbox.server.processors import Processor, Request, run_processor
+from mqbox.server.processors.locks import LOCK_LIFETIME_MS_DEFAULT, QueueLocks
+from mqbox.server.processors.topics import (
+    PERM_READ_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TopicConfigStore,
+    system_topics,
+)
 from mqbox.server.queue_counters import (
     QueueCounters,
     StorePositions,
@@ -186,12 +192,6 @@ from mqbox.server.queue_counters import (
 from mqbox.server.records import ConnectionEvent, Run
 from mqbox.server.runtime import RoleContext
 from mqbox.server.store_writer import store_config_of
-from mqbox.server.topics import (
-    PERM_READ_WRITE,
-    RETRY_GROUP_TOPIC_PREFIX,
-    TopicConfigStore,
-    system_topics,
-)
 from mqbox.server.topology import RoleKind
 from mqbox.store import config_files
 from mqbox.store.config_files import (

@@ -72,8 +72,13 @@ from mqbox.protocol.headers import (
 )
 from mqbox.server import admin_records, records
 from mqbox.server.admin_records import MQBOX_PULL_STATUS, GroupSubscriptionsReader
-from mqbox.server.client_manager import group_name_problem
 from mqbox.server.processors import Processor, Request, run_processor
+from mqbox.server.processors.client_manager import group_name_problem
+from mqbox.server.processors.topics import (
+    PERM_READ_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TopicConfigStore,
+)
 from mqbox.server.queue_counters import (
     QueueCounters,
     StorePositions,
@@ -84,7 +89,6 @@ from mqbox.server.queue_counters import (
 from mqbox.server.records import ConnectionEvent, Outbox
 from mqbox.server.runtime import RoleContext
 from mqbox.server.store_writer import store_config_of
-from mqbox.server.topics import PERM_READ_WRITE, RETRY_GROUP_TOPIC_PREFIX, TopicConfigStore
 from mqbox.server.topology import RoleKind
 from mqbox.store.config_files import TopicConfig
 from mqbox.store.message_store import READ_PLAN_MESSAGE_COUNT_MAX, MessageStoreReader

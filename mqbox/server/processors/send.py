@@ -129,18 +129,18 @@ from mqbox.protocol.headers import (
     SendMessageResponseHeader,
 )
 from mqbox.protocol.headers import validate_topic as validate_topic_name
-from mqbox.server import delivery, records
-from mqbox.server.processors import Processor, Request, run_processor
-from mqbox.server.queue_counters import StorePositions, store_positions_name
-from mqbox.server.records import AppendAck, Outbox
-from mqbox.server.runtime import RoleContext
-from mqbox.server.store_writer import store_config_of
-from mqbox.server.topics import (
+from mqbox.server import records
+from mqbox.server.processors import Processor, Request, delivery, run_processor
+from mqbox.server.processors.topics import (
     PERM_READ_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     TopicConfigStore,
 )
+from mqbox.server.queue_counters import StorePositions, store_positions_name
+from mqbox.server.records import AppendAck, Outbox
+from mqbox.server.runtime import RoleContext
+from mqbox.server.store_writer import store_config_of
 from mqbox.server.topology import RoleKind
 from mqbox.store import config_files
 from mqbox.store.commit_log import CommitLog

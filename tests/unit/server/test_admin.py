@@ -52,13 +52,13 @@ from mqbox.protocol.headers import (
 )
 from mqbox.server import admin_records, records
 from mqbox.server.admin_records import GroupSubscriptionsReader
-from mqbox.server.client_manager import Subscription
 from mqbox.server.processors.admin import (
     MQBOX_CONSUMER_PROGRESS,
     MQBOX_RESET_CONSUMER_OFFSET,
     MQBOX_TOPIC_STATUS,
     AdminProcessor,
 )
+from mqbox.server.processors.client_manager import Subscription
 from mqbox.server.records import Inbox, Outbox, SpillWriter
 from mqbox.server.topology import RoleKind
 from mqbox.store import config_files

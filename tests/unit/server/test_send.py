@@ -58,10 +58,10 @@ from mqbox.server.processors.send import (
     encode_batch_records,
     offset_msg_ids,
 )
+from mqbox.server.processors.topics import TopicConfigStore
 from mqbox.server.records import Inbox
 from mqbox.server.runtime import RoleContext
 from mqbox.server.store_writer import StoreWriter
-from mqbox.server.topics import TopicConfigStore
 from mqbox.server.topology import RoleKind, broker_topology
 from mqbox.store.config_files import TopicConfig
 from mqbox.store.layout import abort_path, commit_log_dir, segment_name
