@@ -1,10 +1,11 @@
 """The broker's supervisor and zygote: starts every role, watches them, stops them in order.
 
-Owns: the appliance's run-time files in `<home>/run/` (the lock, the pid file, `state.json`),
-the name-server child, the broker's listening socket, the shared-memory objects of the instance
-(created before the first fork, swept after the last exit), the control block (runtime.py) and
-every role process. Never: a role's work, a socket's bytes, or the store's files (apart from
-re-creating `abort` after a critical role died, below).
+Owns: what the appliance's run files say (`<home>/run/`: the lock, the pid file, `state.json`;
+home.py knows where they are and how they are read), the name-server child, the broker's listening
+socket, the shared-memory objects of the instance (created before the first fork, swept after the
+last exit), the control block (control_block.py) and every role process. Never: a role's work, a
+socket's bytes, or the store's files (apart from re-creating `abort` after a critical role died,
+below).
 
 Theory of operation. One process (`Supervisor.run`) loads the configuration, creates the home
 directories, takes the home's lock, sweeps shared memory a dead earlier run of the same home
@@ -63,9 +64,7 @@ import argparse
 import collections
 import contextlib
 import dataclasses
-import fcntl
 import gc
-import hashlib
 import importlib
 import inspect
 import json
@@ -91,9 +90,24 @@ from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
 from mqbox.resources import raise_file_limit
 from mqbox.server import control_block, runtime
+from mqbox.server.home import (
+    NAMESRV_OUTPUT_FILE_NAME,
+    NAMESRV_READY_FILE_NAME,
+    STATE_VERSION,
+    SUPERVISOR_LOG_FILE_NAME,
+    HomeLayout,
+    instance_name,
+    lock_home,
+    prepare_home,
+    process_alive,
+    read_state,
+    recorded_processes,
+    store_root_of,
+    write_json_atomically,
+)
 from mqbox.server.runtime import RoleContext
 from mqbox.server.topology import START_ORDER, RoleKind, RoleSpec, Topology, broker_topology
-from mqbox.store.layout import DIRECTORY_MODE, FILE_MODE, abort_path
+from mqbox.store.layout import DIRECTORY_MODE, abort_path
 
 log = logging.getLogger("mqbox.supervisor")
 
@@ -103,17 +117,6 @@ EXIT_ROLE_FAILED: Final = 2  # a critical role died, or a role kept dying
 EXIT_STOP_UNCLEAN: Final = 3  # a role had to be killed, or exited non-zero, during the stop
 EXIT_ROLE_BUG: Final = 70  # a role's main() returned or raised (EX_SOFTWARE)
 
-RUN_DIR_NAME: Final = "run"
-LOGS_DIR_NAME: Final = "logs"
-STORE_DIR_NAME: Final = "store"
-LOCK_FILE_NAME: Final = "lock"
-PID_FILE_NAME: Final = "mqbox.pid"
-STATE_FILE_NAME: Final = "state.json"
-LAST_STOP_FILE_NAME: Final = "last-stop.json"  # why the last run stopped after a failure
-NAMESRV_READY_FILE_NAME: Final = "namesrv.ready"
-NAMESRV_OUTPUT_FILE_NAME: Final = "namesrv.out"
-SUPERVISOR_LOG_FILE_NAME: Final = "supervisor.log"
-STATE_VERSION: Final = 1
 
 LISTEN_BACKLOG: Final = 1024
 PRIVATE_UMASK: Final = 0o077
@@ -140,148 +143,6 @@ _STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _STORE_KINDS: Final = frozenset({RoleKind.STORE_WRITER, RoleKind.DISPATCHER})
 
 TopologyFactory = Callable[[str, BrokerConfig], Topology]
-
-
-# ---------------------------------------------------------------------------------------------
-# Home directory, names, run files
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HomeLayout:
-    """Where the appliance keeps its files under --home."""
-
-    home: Path
-
-    @property
-    def run_dir(self) -> Path:
-        return self.home / RUN_DIR_NAME
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.home / LOGS_DIR_NAME
-
-    @property
-    def store_dir(self) -> Path:
-        return self.home / STORE_DIR_NAME
-
-    @property
-    def lock_path(self) -> Path:
-        return self.run_dir / LOCK_FILE_NAME
-
-    @property
-    def pid_path(self) -> Path:
-        return self.run_dir / PID_FILE_NAME
-
-    @property
-    def state_path(self) -> Path:
-        return self.run_dir / STATE_FILE_NAME
-
-    @property
-    def last_stop_path(self) -> Path:
-        return self.run_dir / LAST_STOP_FILE_NAME
-
-
-def prepare_home(home: Path) -> HomeLayout:
-    """Create home, logs/, run/ and store/ and check they are writable; ConfigError if not."""
-    layout = HomeLayout(home)
-    try:
-        for directory in (layout.home, layout.run_dir, layout.logs_dir, layout.store_dir):
-            directory.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
-        probe = layout.run_dir / f".probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise ConfigError(f"home {home} is not a writable directory: {reason}") from None
-    return layout
-
-
-def instance_name(home: Path, broker_name: str) -> str:
-    """The shared-memory instance of a broker in a home: a short hash of both, so it is stable
-    across restarts (the sweep finds what a dead run left) and distinct between homes."""
-    digest = hashlib.sha256(f"{home.resolve()}\0{broker_name}".encode()).hexdigest()
-    return f"b{digest[:12]}"
-
-
-def store_root_of(home: Path, broker: BrokerConfig) -> Path:
-    """storePathRootDir, else <home>/store/<brokerName>."""
-    if broker.store_path_root_dir:
-        return Path(broker.store_path_root_dir).expanduser()
-    return home / STORE_DIR_NAME / broker.broker_name
-
-
-def lock_home(layout: HomeLayout) -> int:
-    """Take the home's lock (flock, not blocking) and return its descriptor; closing it releases
-    the lock. MqboxError if an appliance (or a store repair) holds it."""
-    fd = os.open(layout.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        holder = ""
-        with contextlib.suppress(OSError, ValueError):
-            holder = f" (supervisor pid {int(layout.pid_path.read_text().strip())})"
-        raise MqboxError(
-            f"already running in {layout.home}{holder}; `mqbox stop --home {layout.home}` stops it"
-        ) from None
-    return fd
-
-
-def read_state(home: Path) -> dict[str, Any] | None:
-    """The last `run/state.json` of `home`, or None if there is none (or it is unreadable)."""
-    return _read_json(HomeLayout(home).state_path)
-
-
-def read_last_stop(home: Path) -> dict[str, Any] | None:
-    """`run/last-stop.json` of `home`: why its last run stopped after a failure ("reason",
-    "stopped_at_ms", "exit_status"); None if it stopped cleanly or runs."""
-    return _read_json(HomeLayout(home).last_stop_path)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return document if isinstance(document, dict) else None
-
-
-def write_json_atomically(path: Path, document: Mapping[str, Any]) -> None:
-    """Replace `path` with `document` so a reader sees the old or the new file, never a part.
-    Run-time state only: no fsync, a crash loses nothing that matters."""
-    temp_path = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp_path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    temp_path.replace(path)
-
-
-def process_alive(pid: int, create_time: float | None) -> bool:
-    """True if `pid` runs and, when `create_time` is given, is the process recorded then (a pid
-    may have been reused since)."""
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return create_time is None or abs(process.create_time() - create_time) < 0.5
-    except psutil.Error:
-        return False
-
-
-def recorded_processes(state: Mapping[str, Any]) -> list[tuple[str, int, float | None]]:
-    """(name, pid, create_time) of every process a state document lists, supervisor first."""
-    found: list[tuple[str, int, float | None]] = []
-    supervisor = state.get("supervisor") or {}
-    if supervisor.get("pid"):
-        found.append(("supervisor", int(supervisor["pid"]), supervisor.get("create_time")))
-    found.extend(
-        (str(role["role_id"]), int(role["pid"]), role.get("create_time"))
-        for role in state.get("roles") or []
-        if role.get("pid")
-    )
-    namesrv = state.get("namesrv") or {}
-    if namesrv.get("pid"):
-        found.append(("namesrv", int(namesrv["pid"]), namesrv.get("create_time")))
-    return found
 
 
 def resolve_callable(reference: str) -> Callable[..., Any]:

@@ -67,7 +67,6 @@ from mqbox.protocol.headers import (
     SendMessageRequestHeader,
     UpdateAndCreateTopicRequestHeader,
 )
-from mqbox.server import supervisor
 from mqbox.server.admin_records import (
     ADMIN_ZERO_CODES,
     INVOKE_BROKER_TO_RESET_OFFSET,
@@ -77,6 +76,7 @@ from mqbox.server.admin_records import (
     MQBOX_RESET_CONSUMER_OFFSET,
     MQBOX_TOPIC_STATUS,
 )
+from mqbox.server.home import read_state
 from mqbox.server.worker import ROUTES
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
 from tests.support.front_client import FrontClient
@@ -702,7 +702,7 @@ def fuzz_and_check(appliance: Appliance, frame_count: int) -> None:
     growth_bytes = memory_end_bytes - report["memory_warm_bytes"]
     print(json.dumps({**report, "memory_end_bytes": memory_end_bytes}))  # noqa: T201
     assert broker_pids(appliance) == before, "a process of the broker died"
-    state = supervisor.read_state(appliance.home) or {}
+    state = read_state(appliance.home) or {}
     assert state.get("broker_restarts") == 0
     assert not [role for role in state["roles"] if role.get("quarantined")]
     assert appliance.process.poll() is None
