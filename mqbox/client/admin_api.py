@@ -15,9 +15,7 @@ RemoteProtocolError or MessageIllegalError for an answer that does not parse. "N
 not an error where the protocol has a code for it: `query_message` returns () on 22
 QUERY_NOT_FOUND, and `pull_message` returns a PullResult for each of 0/19/20/21.
 
-mqbox's private codes are restated here, not imported: the client package may not import
-mqbox.server (tests/unit/test_layering.py), so tests/integration/test_cli_wire.py checks that the
-numbers and words agree with mqbox/server/admin_records.py, their owner.
+mqbox's private codes and reset words come from mqbox/protocol/mqbox_codes.py, their owner.
 """
 
 from __future__ import annotations
@@ -44,14 +42,14 @@ from mqbox.protocol.headers import (
     UpdateAndCreateTopicRequestHeader,
     ViewMessageRequestHeader,
 )
-
-# mqbox's own request codes and reset targets (owner: mqbox/server/admin_records.py).
-MQBOX_TOPIC_STATUS: Final = 10_001
-MQBOX_CONSUMER_PROGRESS: Final = 10_002
-MQBOX_RESET_CONSUMER_OFFSET: Final = 10_003
-RESET_TO_EARLIEST: Final = "earliest"
-RESET_TO_LATEST: Final = "latest"
-RESET_TO_TIMESTAMP: Final = "timestamp"
+from mqbox.protocol.mqbox_codes import (
+    MQBOX_CONSUMER_PROGRESS,
+    MQBOX_RESET_CONSUMER_OFFSET,
+    MQBOX_TOPIC_STATUS,
+    RESET_TO_EARLIEST,
+    RESET_TO_LATEST,
+    RESET_TO_TIMESTAMP,
+)
 
 # A long poll is held up to suspendTimeoutMillis; the request must outlive it.
 PULL_TIMEOUT_MARGIN_MS: Final = 3_000

@@ -23,8 +23,8 @@ import pytest
 from mqbox.message import decode_record
 from mqbox.protocol.codes import FLAG_RESPONSE, RequestCode, ResponseCode
 from mqbox.protocol.headers import SendMessageRequestHeader
+from mqbox.protocol.mqbox_codes import MQBOX_NOOP
 from mqbox.server.home import read_state
-from mqbox.server.processors.admin import MQBOX_NOOP
 from mqbox.server.runtime import TEST_DIE_ON_RECORD_ENV
 from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient

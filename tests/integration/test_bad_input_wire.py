@@ -54,7 +54,7 @@ from mqbox.protocol.headers import (
     UpdateAndCreateTopicRequestHeader,
     validate_topic,
 )
-from mqbox.server.admin_records import (
+from mqbox.protocol.mqbox_codes import (
     INVOKE_BROKER_TO_RESET_OFFSET,
     MQBOX_CONSUMER_PROGRESS,
     MQBOX_RESET_CONSUMER_OFFSET,

@@ -36,11 +36,9 @@ from typer.testing import CliRunner, Result
 
 from mqbox.admin import broker_ops, ops
 from mqbox.admin.cli import app
-from mqbox.client import admin_api
 from mqbox.config import load_broker_config
 from mqbox.ipc import names
 from mqbox.message import encode_offset_msg_id, pack_host
-from mqbox.server import admin_records
 from mqbox.server.home import process_alive, read_state, recorded_processes
 
 pytestmark = pytest.mark.integration
@@ -168,15 +166,6 @@ def closed_port() -> int:
 
 
 # --- without the appliance ----------------------------------------------------------------------
-
-
-def test_the_private_codes_agree_with_their_owner() -> None:
-    assert admin_api.MQBOX_TOPIC_STATUS == admin_records.MQBOX_TOPIC_STATUS
-    assert admin_api.MQBOX_CONSUMER_PROGRESS == admin_records.MQBOX_CONSUMER_PROGRESS
-    assert admin_api.MQBOX_RESET_CONSUMER_OFFSET == admin_records.MQBOX_RESET_CONSUMER_OFFSET
-    assert admin_api.RESET_TO_EARLIEST == admin_records.RESET_TO_EARLIEST
-    assert admin_api.RESET_TO_LATEST == admin_records.RESET_TO_LATEST
-    assert admin_api.RESET_TO_TIMESTAMP == admin_records.RESET_TO_TIMESTAMP
 
 
 def test_the_name_server_is_the_option_else_the_env_else_etc_broker_conf(

@@ -94,6 +94,26 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # data that imports no role and no plumbing (no import circle through them).
     "mqbox.server.control_block": ("mqbox",),
     "mqbox.server.topology": ("mqbox.server",),
+    # The routing table is data over the graph: no role, no plumbing but the topology.
+    "mqbox.server.routing": (
+        "mqbox.server.processors",
+        "mqbox.server.worker",
+        "mqbox.server.supervisor",
+        "mqbox.server.runtime",
+        "mqbox.store",
+        "mqbox.ipc",
+    ),
+    # The admin processor's sections stand on its base alone, not on each other.
+    **{
+        f"mqbox.server.processors.admin.{section}": tuple(
+            f"mqbox.server.processors.admin.{other}"
+            for other in ("clients", "offsets", "queries", "topic_admin")
+            if other != section
+        )
+        for section in ("clients", "offsets", "queries", "topic_admin")
+    },
+    # The request codes beyond RequestCode: the broker, the CLI and the client name them here.
+    "mqbox.protocol.mqbox_codes": ("mqbox.protocol.command", "mqbox.protocol.connection"),
     "mqbox.config": ("mqbox.store", "mqbox.server", "mqbox.protocol", "mqbox.ipc"),
 }
 # The client's pure foundation (algorithms, tables, decoding): no sockets, threads or clocks, and

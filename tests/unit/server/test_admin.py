@@ -50,14 +50,14 @@ from mqbox.protocol.headers import (
     SubscriptionData,
     UpdateAndCreateTopicRequestHeader,
 )
-from mqbox.server import admin_records, records
-from mqbox.server.admin_records import GroupSubscriptionsReader
-from mqbox.server.processors.admin import (
+from mqbox.protocol.mqbox_codes import (
     MQBOX_CONSUMER_PROGRESS,
     MQBOX_RESET_CONSUMER_OFFSET,
     MQBOX_TOPIC_STATUS,
-    AdminProcessor,
 )
+from mqbox.server import admin_records, records
+from mqbox.server.admin_records import GroupSubscriptionsReader
+from mqbox.server.processors.admin import AdminProcessor
 from mqbox.server.processors.client_manager import Subscription
 from mqbox.server.records import Inbox, Outbox, SpillWriter
 from mqbox.server.topology import RoleKind

@@ -33,7 +33,7 @@ from mqbox.protocol.codes import (
     ResponseCode,
 )
 from mqbox.protocol.headers import PullMessageRequestHeader
-from mqbox.server.admin_records import MQBOX_PULL_STATUS
+from mqbox.protocol.mqbox_codes import MQBOX_PULL_STATUS
 from mqbox.server.processors.pull import PullProcessor, tag_hashes_of
 from mqbox.server.processors.topics import TopicConfigStore
 from mqbox.server.records import ConnectionEvent

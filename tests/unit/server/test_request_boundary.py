@@ -19,10 +19,10 @@ from typing import NoReturn
 import pytest
 
 from mqbox.protocol.codes import ResponseCode
+from mqbox.protocol.mqbox_codes import MQBOX_NOOP
 from mqbox.server import codec as codec_module
 from mqbox.server import runtime
 from mqbox.server.processors import Request
-from mqbox.server.processors.admin import MQBOX_NOOP
 from tests.support.front_client import FrontClient
 from tests.support.front_in_process import FrontInProcess
 

@@ -25,9 +25,9 @@ from mqbox.ipc import names
 from mqbox.protocol import FLAG_RESPONSE, RemotingCommand, SerializeType, make_request
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import encode_command, encode_command_head
+from mqbox.protocol.mqbox_codes import MQBOX_NOOP
 from mqbox.server import records
 from mqbox.server.processors import Request
-from mqbox.server.processors.admin import MQBOX_NOOP
 from mqbox.server.worker import ConnectionInfo
 from mqbox.store import layout as store_layout
 from tests.support.front_client import ConnectionClosedError, FrontClient
