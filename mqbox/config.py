@@ -74,6 +74,10 @@ class LimitConfig:
     connection_in_flight_count_max: int = 1024  # mqboxConnectionInFlightCountMax
     connection_output_size_bytes_max: int = 16 * 1024 * 1024  # mqboxConnectionOutputBytesMax
     response_buffer_size_bytes_max: int = 256 * 1024 * 1024  # mqboxResponseBufferBytesMax
+    # keys of one generation of the idempotent window (store/idempotence.py): at most twice this
+    # many held, in two tables of 32 bytes a key (32 MiB at the default), made at the first
+    # idempotent send
+    idempotent_key_count_max: int = 500_000  # mqboxIdempotentKeyCountMax
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -131,6 +135,8 @@ class BrokerConfig:
     message_delay_level: str = (  # messageDelayLevel
         "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     )
+    # how long the idempotent window remembers a UNIQ_KEY at least (store/idempotence.py)
+    idempotent_window_ms: int = 600_000  # mqboxIdempotentWindowMs
     pools: PoolConfig = dataclasses.field(default_factory=PoolConfig)
     limits: LimitConfig = dataclasses.field(default_factory=LimitConfig)
     restarts: RestartConfig = dataclasses.field(default_factory=RestartConfig)
@@ -240,6 +246,8 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
         "limits.partial_frame_size_bytes_max",
         _int_in(1 << 20, 1 << 40),
     ),
+    "mqboxIdempotentWindowMs": ("idempotent_window_ms", _int_in(1, 7 * 86_400_000)),
+    "mqboxIdempotentKeyCountMax": ("limits.idempotent_key_count_max", _int_in(1, 1 << 28)),
     "mqboxRestartWindowMs": ("restarts.window_ms", _int_in(1000, 86_400_000)),
     "mqboxRoleRestartCountMax": ("restarts.role_restart_count_max", _int_in(0, 10_000)),
     "mqboxBrokerRestartCountMax": ("restarts.broker_restart_count_max", _int_in(0, 10_000)),
