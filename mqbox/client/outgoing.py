@@ -9,7 +9,8 @@ Owns (docs/client.md A.4, A.5, A.7, A.8; docs/protocol.md section 4.2):
     encode_batch()          RocketMQ's batch body (message.encode_batch_elements), a UNIQ_KEY per
                             element, never compressed, sent as SEND_BATCH_MESSAGE (320)
     encode_plain_batch()    the same for plain bodies, in one kernel call (batch_kernels.py)
-    send_request_ext()      the V2 header (310 / 320) of one attempt at one queue
+    send_request_ext()      the V2 header (310 / 320) of one attempt at one queue, with
+                            mqboxIdempotent when the message asks for the broker's window
     read_send_response()    Java's processSendResponse: SendResult for 0/10/11/12, else None
 
 Never: sockets, clocks (the caller passes `born_timestamp_ms` and the UNIQ_KEYs), retries or queue
@@ -73,6 +74,7 @@ from mqbox.message import (
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import INT32_MAX, INT32_MIN, RemotingCommand
 from mqbox.protocol.headers import (
+    SEND_IDEMPOTENT_KEY,
     SEND_V2_KEY_BY_FIELD,
     MessageQueue,
     SendMessageRequestHeader,
@@ -192,6 +194,9 @@ class OutgoingMessage:
     msg_id: str  # UNIQ_KEY, or the batch's keys joined by commas
     batch: bool
     message_count: int
+    # Ask the broker's idempotent window to drop elements whose UNIQ_KEY it stored lately
+    # (docs/idempotence.md): the header field SEND_IDEMPOTENT_KEY.
+    idempotent: bool = False
 
 
 def check_topic(topic: str) -> None:
@@ -480,6 +485,8 @@ def send_request_ext(
     ext[_PROPERTIES_KEY] = message.properties
     if message.batch:
         ext[_BATCH_KEY] = "true"
+    if message.idempotent:
+        ext[SEND_IDEMPOTENT_KEY] = "true"
     return ext
 
 

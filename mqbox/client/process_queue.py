@@ -91,6 +91,25 @@ class FlowControl(enum.Enum):
     SPAN = "cached queue index span over consumeConcurrentlyMaxSpan"
 
 
+def flow_control_verdict(
+    count: int,
+    size_bytes: int,
+    span: int,
+    *,
+    count_max: int,
+    size_mib_max: int,
+    span_max: int,
+) -> FlowControl | None:
+    """Java's checks 4 to 6, in order, over a queue's cached count, bytes and index span."""
+    if count > count_max:
+        return FlowControl.COUNT
+    if size_bytes // MIB > size_mib_max:
+        return FlowControl.SIZE
+    if span > span_max:
+        return FlowControl.SPAN
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessQueueStatistics:
     """A snapshot for status views (Java's ProcessQueueInfo)."""
@@ -274,13 +293,14 @@ class ProcessQueue(Generic[M]):
 
         The span check is for concurrent consumers only (orderly ones consume in order anyway).
         """
-        if self._count > count_max:
-            return FlowControl.COUNT
-        if self._size_bytes // MIB > size_mib_max:
-            return FlowControl.SIZE
-        if not orderly and self.max_span() > span_max:
-            return FlowControl.SPAN
-        return None
+        return flow_control_verdict(
+            self._count,
+            self._size_bytes,
+            0 if orderly else self.max_span(),
+            count_max=count_max,
+            size_mib_max=size_mib_max,
+            span_max=span_max,
+        )
 
     # --- Concurrent consumption ---------------------------------------------------------------
 

@@ -194,14 +194,16 @@ class PulledBatch(Sequence["PulledMessage"]):
     def __iter__(self) -> Iterator[PulledMessage]:
         return (PulledMessage(self, at) for at in range(len(self)))
 
-    def accepted(self, subscription: Subscription) -> list[PulledMessage]:
-        """The messages that pass the client's exact tag check (subscription.py rule 2)."""
+    def accepted_positions(self, subscription: Subscription) -> list[int] | None:
+        """The positions of the messages that pass the client's exact tag check (subscription.py
+        rule 2), in order; None when the subscription takes every message. No object is made
+        per message."""
         if not subscription.filters_tags:
-            return list(self)
+            return None
         body = self.body
         accepts_utf8 = subscription.accepts_utf8
         return [
-            PulledMessage(self, at)
+            at
             for at, (tags_at, tags_size) in enumerate(
                 zip(
                     self.column(COLUMN_TAGS_POSITION_BYTES),
@@ -211,6 +213,13 @@ class PulledBatch(Sequence["PulledMessage"]):
             )
             if tags_at >= 0 and accepts_utf8(body[tags_at : tags_at + tags_size])
         ]
+
+    def accepted(self, subscription: Subscription) -> list[PulledMessage]:
+        """The messages that pass the client's exact tag check (subscription.py rule 2)."""
+        positions = self.accepted_positions(subscription)
+        if positions is None:
+            return list(self)
+        return [PulledMessage(self, at) for at in positions]
 
     def topic_at(self, index: int) -> str:
         """The topic of record `index`, decoded as Java decodes it (once per distinct topic)."""

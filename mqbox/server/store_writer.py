@@ -11,7 +11,9 @@ syncFlushTimeout answers FLUSH_DISK_TIMEOUT); the published write and flushed po
 (queue_counters.StorePositions) and the WRITTEN records that wake the dispatcher; the disk
 guard (cleanup.DiskSpaceGuard: appends are refused with SERVICE_NOT_AVAILABLE on a nearly full
 disk); commit-log retention and the checkpoint file, its only writer while the broker runs
-(store_housekeeper.py, a thread); and the clean close (flush, checkpoint, abort marker removed).
+(store_housekeeper.py, a thread); the idempotent produce window (store/idempotence.py: rebuilt at
+open, consulted and filled by each APPEND flagged APPEND_FLAG_IDEMPOTENT, and the only writer of
+mqboxIdempotentTopics.json); and the clean close (flush, checkpoint, abort marker removed).
 
 Never: builds or parses a message (the send processor encodes records, the kernel checks them
 whole), writes a consume queue or the index after recovery (the dispatcher role owns them from
@@ -24,6 +26,9 @@ Invariants:
   under SYNC_FLUSH with the WAIT flag, below the flushed position.
 - Positions published in shared memory only grow; WRITTEN goes out after the position it names
   was published.
+- An idempotent APPEND stores none of its records whose (topic, UNIQ_KEY) the window holds and
+  the commit log still has: one thread looks up and appends, so two sends of one key, from any
+  send processors, store it once. The window's lookups and inserts happen nowhere else.
 
 Threads: the main thread appends, publishes the write position and keeps the SYNC_FLUSH acks;
 the store's flush thread (store/flush.FlushService, the one flush path, shared with
@@ -50,6 +55,7 @@ from pathlib import Path
 from typing import Final, NoReturn
 
 import numpy as np
+from numpy.typing import NDArray
 
 from mqbox.config import FlushDiskType
 from mqbox.errors import (
@@ -73,7 +79,18 @@ from mqbox.server.runtime import RoleContext
 from mqbox.server.store_housekeeper import StoreHousekeeper
 from mqbox.server.topology import RoleKind
 from mqbox.store import recovery
+from mqbox.store.commit_log import AppendResult, record_log_offsets
 from mqbox.store.flush import SYNC_ACK_POSITIONS
+from mqbox.store.idempotence import (
+    IdempotenceWindow,
+    RecordIdentity,
+    RecordKeys,
+    load_idempotent_topics,
+    rebuild_window,
+    record_identity,
+    record_keys,
+    save_idempotent_topics,
+)
 from mqbox.store.message_store import MessageStore, StoreConfig
 
 log = logging.getLogger("mqbox.store_writer")
@@ -120,6 +137,9 @@ class StoreWriterStatistics:
     flushed_log_offset_bytes: int
     sleep_count: int
     turn_count: int
+    idempotent_requests: int  # APPENDs flagged APPEND_FLAG_IDEMPOTENT
+    idempotent_duplicates: int  # records of those not stored again
+    idempotent_rebuilt_keys: int  # keys the window got back from the commit log at open
 
 
 @dataclasses.dataclass(slots=True)
@@ -207,6 +227,28 @@ class StoreWriter:
         )
         if start_housekeeper:
             self.housekeeper.start()
+        self.idempotent_topics = load_idempotent_topics(ctx.store_root)
+        self.idempotence = IdempotenceWindow(
+            broker.idempotent_window_ms, broker.limits.idempotent_key_count_max
+        )
+        self._idempotent_rebuilt_keys = 0
+        if self.idempotent_topics:
+            started_ns = time.monotonic_ns()
+            self._idempotent_rebuilt_keys = rebuild_window(
+                self.idempotence,
+                self.commit_log,
+                self.commit_log.write_log_offset_bytes,
+                self.idempotent_topics,
+                time.time_ns() // 1_000_000,
+            )
+            log.info(
+                "idempotent window rebuilt: %d keys of %d topics in %.3f s",
+                self._idempotent_rebuilt_keys,
+                len(self.idempotent_topics),
+                (time.monotonic_ns() - started_ns) / 1e9,
+            )
+        self._idempotent_requests = 0
+        self._idempotent_duplicates = 0
         self._sync_waits: collections.deque[_SyncWait] = collections.deque()
         self._topic_names: dict[bytes, str] = {}
         self._published_log_offset_bytes = self.commit_log.write_log_offset_bytes
@@ -297,26 +339,12 @@ class StoreWriter:
             buffer, dtype=np.uint8, count=view.records_size, offset=view.records_offset
         )
         self._append_requests += 1
-        try:
-            self.store.disk_guard.check_writable()
-            result = self.commit_log.append_batch(source, sizes_bytes, topic, view.queue_id)
-        except DiskFullError as error:
-            # RocketMQ's answer while its disk is marked full (PutMessageStatus
-            # SERVICE_NOT_AVAILABLE); producers try another broker.
-            self._refuse(sender, view.request_id, _SERVICE_NOT_AVAILABLE, f"mqbox: {error}")
+        if view.flags & records.APPEND_FLAG_IDEMPOTENT:
+            self._append_idempotent(sender, view, topic, source, sizes_bytes)
             return
-        except MessageTooLargeError as error:
-            self._refuse(sender, view.request_id, _MESSAGE_ILLEGAL, str(error))
+        result = self._append_checked(sender, view.request_id, source, sizes_bytes, topic, view)
+        if result is None:
             return
-        except MessageIllegalError as error:
-            self._refuse(sender, view.request_id, _MESSAGE_ILLEGAL, str(error))
-            return
-        except StoreError as error:
-            log.error("append refused by the store: %s", error)
-            self._refuse(sender, view.request_id, _SYSTEM_ERROR, f"mqbox: store error: {error}")
-            return
-        self._append_records += result.record_count
-        self._append_bytes += view.records_size
         ack = AppendAck(
             view.request_id,
             result.log_offset_bytes,
@@ -326,23 +354,183 @@ class StoreWriter:
             _OK,
             "",
         )
+        self._ack_when_durable(sender, view, result.end_log_offset_bytes, ack)
+
+    def _append_checked(
+        self,
+        sender: str,
+        request_id: int,
+        source: NDArray[np.uint8],
+        sizes_bytes: NDArray[np.int32],
+        topic: str,
+        view: records.AppendView,
+    ) -> AppendResult | None:
+        """Append the records, or refuse the request with the store's reason (None)."""
+        try:
+            self.store.disk_guard.check_writable()
+            result = self.commit_log.append_batch(source, sizes_bytes, topic, view.queue_id)
+        except DiskFullError as error:
+            # RocketMQ's answer while its disk is marked full (PutMessageStatus
+            # SERVICE_NOT_AVAILABLE); producers try another broker.
+            self._refuse(sender, request_id, _SERVICE_NOT_AVAILABLE, f"mqbox: {error}")
+            return None
+        except MessageTooLargeError as error:
+            self._refuse(sender, request_id, _MESSAGE_ILLEGAL, str(error))
+            return None
+        except MessageIllegalError as error:
+            self._refuse(sender, request_id, _MESSAGE_ILLEGAL, str(error))
+            return None
+        except StoreError as error:
+            log.error("append refused by the store: %s", error)
+            self._refuse(sender, request_id, _SYSTEM_ERROR, f"mqbox: store error: {error}")
+            return None
+        self._append_records += result.record_count
+        self._append_bytes += int(sizes_bytes.sum())
+        return result
+
+    def _ack_when_durable(
+        self, sender: str, view: records.AppendView, end_log_offset_bytes: int, ack: AppendAck
+    ) -> None:
+        """Send the ack now, or under SYNC_FLUSH with the WAIT flag once a flush covers
+        `end_log_offset_bytes`."""
         if (
             self.flush_disk_type is FlushDiskType.SYNC_FLUSH
             and view.flags & records.APPEND_FLAG_WAIT_FLUSH
-            and result.end_log_offset_bytes > self._ack_covered_log_offset_bytes()
+            and end_log_offset_bytes > self._ack_covered_log_offset_bytes()
         ):
             self._sync_wait_count += 1
             self._sync_waits.append(
                 _SyncWait(
-                    result.end_log_offset_bytes,
+                    end_log_offset_bytes,
                     time.monotonic_ns() + self.sync_flush_timeout_ns,
                     sender,
                     ack,
                 )
             )
-            self.flusher.request(result.end_log_offset_bytes)
+            self.flusher.request(end_log_offset_bytes)
             return
         self._send_ack(sender, ack)
+
+    # -- the idempotent window --------------------------------------------------------------------
+
+    def _append_idempotent(
+        self,
+        sender: str,
+        view: records.AppendView,
+        topic: str,
+        source: NDArray[np.uint8],
+        sizes_bytes: NDArray[np.int32],
+    ) -> None:
+        """Store the records of an idempotent APPEND that the window does not hold, and answer
+        for all of them (records.py, APPEND_ACK: a duplicate's offset is the first record's)."""
+        self._idempotent_requests += 1
+        if topic not in self.idempotent_topics:
+            # Named before the first record is stored, so a rebuild after any crash finds it.
+            try:
+                save_idempotent_topics(self.store_root, self.idempotent_topics | {topic})
+            except StoreError as error:
+                log.error("the idempotent topics file was not written: %s", error)
+                self._refuse(sender, view.request_id, _SYSTEM_ERROR, f"mqbox: {error}")
+                return
+            self.idempotent_topics.add(topic)
+        count = view.record_count
+        keys = record_keys(source, count)
+        originals = self._originals(source, keys)
+        if not originals:
+            stored = self._append_checked(sender, view.request_id, source, sizes_bytes, topic, view)
+            if stored is None:
+                return
+            self._remember(keys, record_log_offsets(stored, sizes_bytes), stored)
+            ack = AppendAck(
+                view.request_id,
+                stored.log_offset_bytes,
+                stored.queue_index,
+                stored.store_timestamp_ms,
+                count,
+                _OK,
+                "",
+            )
+            self._ack_when_durable(sender, view, stored.end_log_offset_bytes, ack)
+            return
+        self._idempotent_duplicates += len(originals)
+        offsets = np.empty(count, dtype=np.int64)
+        for index, (log_offset, _identity) in originals.items():
+            offsets[index] = log_offset
+        fresh = np.array([i for i in range(count) if i not in originals], dtype=np.int64)
+        result: AppendResult | None = None
+        if fresh.size:
+            starts = keys.position_bytes[fresh]
+            fresh_sizes = sizes_bytes[fresh].copy()
+            fresh_records = np.concatenate(
+                [
+                    source[start : start + size]
+                    for start, size in zip(starts, fresh_sizes, strict=True)
+                ]
+            )
+            result = self._append_checked(
+                sender, view.request_id, fresh_records, fresh_sizes, topic, view
+            )
+            if result is None:
+                return
+            fresh_offsets = record_log_offsets(result, fresh_sizes)
+            offsets[fresh] = fresh_offsets
+            fresh_keys = RecordKeys(
+                keys.position_bytes[fresh],
+                keys.key_hashes[fresh],
+                keys.topic_hashes[fresh],
+                keys.store_timestamps_ms[fresh],
+                keys.has_key[fresh],
+            )
+            self._remember(fresh_keys, fresh_offsets, result)
+        first = originals.get(0)
+        if first is not None:
+            first_queue_id, first_queue_index = first[1].queue_id, first[1].queue_index
+        else:
+            assert result is not None
+            first_queue_id, first_queue_index = view.queue_id, result.queue_index
+        ack = AppendAck(
+            view.request_id,
+            int(offsets[0]),
+            first_queue_index,
+            result.store_timestamp_ms if result is not None else 0,
+            count,
+            _OK,
+            "",
+            len(originals),
+            first_queue_id,
+            tuple(offsets.tolist()),
+        )
+        # The records stored before may not be flushed yet: wait for all that was written.
+        self._ack_when_durable(sender, view, self.commit_log.write_log_offset_bytes, ack)
+
+    def _originals(
+        self, source: NDArray[np.uint8], keys: RecordKeys
+    ) -> dict[int, tuple[int, RecordIdentity]]:
+        """Record index -> (log offset, identity) of the stored record with the same topic and
+        UNIQ_KEY, for every record of the batch the window holds. A hash alone proves nothing:
+        each candidate is read back and compared byte for byte."""
+        candidates = self.idempotence.first_candidates(keys.key_hashes, keys.has_key)
+        if not candidates.any():
+            return {}
+        found: dict[int, tuple[int, RecordIdentity]] = {}
+        write_end = self.commit_log.write_log_offset_bytes
+        for index in np.flatnonzero(candidates).tolist():
+            mine = record_identity(source, int(keys.position_bytes[index]))
+            for log_offset in self.idempotence.candidates(int(keys.key_hashes[index])):
+                stored = self.commit_log.read_record(log_offset, write_end)
+                if stored is None:
+                    continue  # deleted by retention: the key is as good as new
+                identity = record_identity(stored)
+                if identity.topic == mine.topic and identity.uniq_key == mine.uniq_key:
+                    found[index] = (log_offset, identity)
+                    break
+        return found
+
+    def _remember(
+        self, keys: RecordKeys, log_offsets: NDArray[np.int64], result: AppendResult
+    ) -> None:
+        times = np.full(log_offsets.size, result.store_timestamp_ms, dtype=np.int64)
+        self.idempotence.insert(keys.key_hashes, log_offsets, keys.has_key, times)
 
     def _refuse(self, sender: str, request_id: int, code: int, remark: str) -> None:
         self._refused_requests += 1
@@ -454,6 +642,9 @@ class StoreWriter:
             flushed_log_offset_bytes=self.commit_log.flushed_log_offset_bytes,
             sleep_count=self.sleeper.sleep_count,
             turn_count=self._turn_count,
+            idempotent_requests=self._idempotent_requests,
+            idempotent_duplicates=self._idempotent_duplicates,
+            idempotent_rebuilt_keys=self._idempotent_rebuilt_keys,
         )
 
 

@@ -34,6 +34,12 @@ Rules from docs/protocol.md section 4.2 (the Java broker's, as far as they go he
   messageDelayLevel's count is cut to the last); a DELAY that is not an integer: 13. The
   answer names the queue the client asked for and the index in the queue it was stored in.
 
+The idempotent window (store/idempotence.py, docs/idempotence.md): a send whose header holds
+`mqboxIdempotent` = "true" (case as Java's Boolean.parseBoolean) has its APPEND flagged
+APPEND_FLAG_IDEMPOTENT; when the store writer's ack lists duplicates, the answer is built from
+its per-record log offsets (the records stored first), names the first record's queue id and
+queue index, and adds `mqboxDuplicates`. Other sends pay one dict lookup.
+
 CONSUMER_SEND_MSG_BACK (docs/protocol.md sections 4.3 and 9): the failed record is read by
 its commit-log offset from a read-only map of the commit log (bounded by the writer's published
 position; a bad offset or a record that does not decode: 1 with "look message by offset
@@ -124,6 +130,8 @@ from mqbox.message_kernels import (
 )
 from mqbox.protocol.codes import PERM_WRITE, RequestCode, ResponseCode
 from mqbox.protocol.headers import (
+    SEND_DUPLICATES_KEY,
+    SEND_IDEMPOTENT_KEY,
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
@@ -355,6 +363,7 @@ class SendStatistics:
     delayed: int  # messages stored under SCHEDULE_TOPIC_XXXX
     dead_letters: int  # messages routed to a %DLQ% topic
     send_backs: int  # CONSUMER_SEND_MSG_BACK requests
+    duplicates: int  # messages the idempotent window answered instead of storing them again
 
 
 class _RefusedError(Exception):
@@ -441,6 +450,8 @@ class SendProcessor(Processor):
         self._one_offset = np.zeros(1, dtype=np.int64)
         self._one_size = np.zeros(1, dtype=np.int64)
         self._direct_appends = 0
+        self._idempotent = False  # the send being handled asked for the idempotent window
+        self._duplicates = 0
         self._sends = 0
         self._batches = 0
         self._messages = 0
@@ -466,6 +477,8 @@ class SendProcessor(Processor):
             queue_id = self._pick_queue(header, topic_config)
             born_host = _HOST.pack(request.peer_ipv4, request.peer_port)
             sysflag = header.sys_flag & ~SYSFLAG_HOSTS_V6
+            asked = command.ext_fields_json.get(SEND_IDEMPOTENT_KEY)
+            self._idempotent = type(asked) is str and asked.lower() == "true"
             if header.batch:
                 self._send_batch(request, header, command.body, queue_id, sysflag, born_host)
             else:
@@ -905,6 +918,8 @@ class SendProcessor(Processor):
         `reply_queue_id` if given, else `queue_id`."""
         request_id = next(self._request_ids)
         flags = 0 if _PROPERTY_WAIT_FALSE in "\x02" + properties else records.APPEND_FLAG_WAIT_FLUSH
+        if self._idempotent and not send_back:
+            flags |= records.APPEND_FLAG_IDEMPOTENT
         payload = self._payload
         size = self._payload_size
         head = (request_id, record_count, queue_id, flags, len(topic_bytes), records_size_bytes)
@@ -959,6 +974,18 @@ class SendProcessor(Processor):
             return
         assert ack.record_count == pending.record_count
         sizes = pending.sizes_bytes
+        if ack.duplicate_count:
+            # Not contiguous any more: a duplicate names the record stored first.
+            self._duplicates += ack.duplicate_count
+            msg_ids = ",".join(
+                encode_offset_msg_id(self.store_host, log_offset)
+                for log_offset in ack.log_offsets_bytes
+            )
+            ext = SendMessageResponseHeader(msg_ids, ack.queue_id, ack.queue_index).to_ext()
+            ext[SEND_DUPLICATES_KEY] = str(ack.duplicate_count)
+            remark = ack.remark if ack.response_code != _OK else None
+            self.reply_fields(request, ack.response_code, ext, remark=remark)
+            return
         if sizes is None:
             msg_ids = encode_offset_msg_id(self.store_host, ack.log_offset_bytes)
         else:
@@ -979,6 +1006,7 @@ class SendProcessor(Processor):
             delayed=self._delayed,
             dead_letters=self._dead_letters,
             send_backs=self._send_backs,
+            duplicates=self._duplicates,
         )
 
 
