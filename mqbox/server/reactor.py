@@ -55,7 +55,7 @@ Invariants:
 Theory of operation: one loop; each turn drains the response rings (at most BATCH_COUNT_MAX
 records each), writes what it can, handles the epoll events of the sockets, then writes the
 staged FRAME records to the codec rings in one batch per ring. Sockets and ring doorbells share
-the one epoll (records.Sleeper), so a response wakes the reactor the same way a request does.
+the one epoll (transport.Sleeper), so a response wakes the reactor the same way a request does.
 Descriptor numbers of segments mean nothing in another process (docs/style.md section 9), so each
 reactor opens the segments itself, caches one descriptor per segment, and closes a descriptor
 whose file was deleted (retention), so the disk space is freed.
@@ -82,10 +82,11 @@ from mqbox.protocol.frame import (
     check_frame_length,
 )
 from mqbox.resources import AcceptBackoff, RateLimitedLog, accept_out_of_resources
-from mqbox.server import records, runtime
-from mqbox.server.records import Buffer, Inbox, Outbox, Sleeper, SpillBudget, SpillWriter
+from mqbox.server import records, runtime, transport
+from mqbox.server.records import Buffer
 from mqbox.server.runtime import RoleContext
 from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillBudget, SpillWriter
 from mqbox.store import layout as store_layout
 
 log = logging.getLogger("mqbox.reactor")
@@ -197,7 +198,7 @@ class Reactor:
         connection_output_size_bytes_max: int | None = None,
         response_buffer_size_bytes_max: int | None = None,
         frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
-        spin_ns_max: int = records.REQUEST_SPIN_NS_MAX,
+        spin_ns_max: int = transport.REQUEST_SPIN_NS_MAX,
         wakeup_fd: int | None = None,
     ) -> None:
         assert ctx.role.kind is RoleKind.REACTOR
@@ -549,7 +550,7 @@ class Reactor:
         for inbox in self.inboxes:
             if not inbox.ring.readable():
                 continue
-            batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+            batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
             for record_type, buffer, offset, size in inbox.records(batch):
                 handled += 1
                 if record_type == records.RESPONSE:

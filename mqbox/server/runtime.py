@@ -27,7 +27,7 @@ consumer had drained but not released to its next process, so a record that kill
 would kill every restarted process until the restart budget stops the broker. Two words of each
 slot of the control block (control_block.py) are therefore written by the role itself, not the
 supervisor (`RecordMarks`, used by
-records.Inbox): while it handles a record, the ring's number (1 + its index in the topology's
+transport.Inbox): while it handles a record, the ring's number (1 + its index in the topology's
 rings) and the record's position in that ring (bytes since the ring was made; positions only
 grow, so one names one record for the life of the ring); ring 0 between batches, position -1
 from a batch's start to its first record. A SIGKILLed process
@@ -40,7 +40,7 @@ handling words before each fork, and the quarantine words when it makes the ring
 
 Test hook (tests only, never set in production): the environment variable
 MQBOX_TEST_DIE_ON_RECORD, "<role id>:<marker>[,<role id>:<marker>...]", makes that role SIGKILL
-itself while it handles a record whose payload holds the marker bytes (records.Inbox), so tests
+itself while it handles a record whose payload holds the marker bytes (transport.Inbox), so tests
 can make a role die on a chosen record.
 """
 
@@ -112,7 +112,7 @@ TEST_DIE_ON_RECORD_ENV: Final = "MQBOX_TEST_DIE_ON_RECORD"  # the test hook (mod
 class RecordMarks:
     """One role process's side of quarantine (module docstring): the two handling words it
     writes, the record its previous processes left it to skip, and the test hook's marker.
-    records.Inbox uses it; roles never do."""
+    transport.Inbox uses it; roles never do."""
 
     def __init__(
         self,

@@ -58,7 +58,7 @@ from mqbox.errors import MessageIllegalError, MqboxError
 from mqbox.ipc.ring import Ring
 from mqbox.message import decode_record, encode_record, encode_topic
 from mqbox.protocol.codes import ResponseCode
-from mqbox.server import records, runtime
+from mqbox.server import records, runtime, transport
 from mqbox.server.processors import delivery
 from mqbox.server.processors.topics import SCHEDULE_TOPIC
 from mqbox.server.queue_counters import (
@@ -68,10 +68,10 @@ from mqbox.server.queue_counters import (
     queue_key,
     store_positions_name,
 )
-from mqbox.server.records import Inbox, Outbox, Sleeper, SpillWriter
 from mqbox.server.runtime import RoleContext
 from mqbox.server.store_writer import store_config_of
 from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillWriter
 from mqbox.store import config_files
 from mqbox.store.commit_log import CommitLog
 from mqbox.store.consume_queue import ConsumeQueue, ConsumeQueueTable
@@ -284,7 +284,7 @@ class ScheduleRole:
         return min(due, default=None)
 
     def _drain(self, inbox: Inbox) -> int:
-        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         try:
             for record_type, buffer, offset, size in inbox.records(batch):

@@ -5,18 +5,23 @@ into the list of processes and the rings between them. Never: starting anything 
 does), what a role is given (runtime.RoleContext), or what travels on a ring (server/records.py
 does). Imports nothing of mqbox.server.
 
-The graph (R reactors, C codecs, W workers, S send, P pull and A admin processors):
+The graph, drawn here only (R reactors, C codecs, W workers, S send, P pull and A admin
+processors; each arrow names the records it carries, laid out in records.py and admin_records.py):
 
-    reactor.i --frames--> codec.(conn % C) --commands--> worker.(conn % W) --> send/pull/admin
-    reactor.i <--bytes--- codec.(conn % C) <--responses-- send.s / pull.p / admin.a
-    send.s --append requests--> store_writer --acks--> send.s
-    store_writer --write position--> dispatcher
-    dispatcher --queue wake-ups--> pull.p            (plus shared counters for queue lengths)
-    dispatcher --schedule-queue wake-ups--> schedule.0
-    schedule.0 --append requests--> store_writer --acks--> schedule.0   (due delayed messages)
-    pull.p --offset commits--> admin.0               (commitOffset piggybacked on pulls)
-    worker.k --connection events--> admin.0, pull.p  (client tables; held pulls of a closed one)
-    worker.k --idle closes, failed requests--> admin.a    (on the same worker -> processor rings)
+    reactor.i --FRAME, CONNECTION_OPENED/CLOSED--> codec.(conn % C)
+    codec.c --COMMAND, CONNECTION_OPENED/CLOSED, COMPLETED--> worker.(conn % W)
+    worker.k --COMMAND--> send.s / pull.p / admin.a          (the pool by routing.py)
+    worker.k --CONNECTION_OPENED/CLOSED--> admin.0            (the client tables)
+    worker.k --CONNECTION_CLOSED--> pull.(conn % P)           (its held pulls)
+    worker.k --CLOSE_CONNECTION, REQUEST_FAILED--> admin.a    (idle closes; dead processors)
+    send.s / pull.p / admin.a --REPLY, CLOSE_CONNECTION--> codec.(conn % C)
+    codec.c --RESPONSE, CLOSE_CONNECTION, NO_ANSWER--> reactor.(conn's top byte)
+    send.s --APPEND--> store_writer --APPEND_ACK--> send.s
+    schedule.0 --APPEND--> store_writer --APPEND_ACK--> schedule.0   (due delayed messages)
+    store_writer --WRITTEN--> dispatcher
+    dispatcher --QUEUES_GREW--> pull.p          (plus queue-counters in shared memory)
+    dispatcher --QUEUES_GREW--> schedule.0      (only when a SCHEDULE_TOPIC_XXXX queue grew)
+    pull.p --COMMIT_OFFSET--> admin.0           (commitOffset piggybacked on pulls)
 
 Every arrow is one single-producer single-consumer ring (mqbox/ipc/ring.py); a role that hears
 from several producers drains one ring per producer. A connection id carries the reactor index in

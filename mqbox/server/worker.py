@@ -63,11 +63,12 @@ from typing import Final, NoReturn
 from mqbox import resources
 from mqbox.ipc.ring import Ring
 from mqbox.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
-from mqbox.server import control_block, records, runtime
-from mqbox.server.records import Buffer, Inbox, Outbox, Sleeper, SpillWriter
+from mqbox.server import control_block, records, runtime, transport
+from mqbox.server.records import Buffer
 from mqbox.server.routing import CLIENT_RESPONSE_ROUTE, DEFAULT_ROUTE, ROUTES
 from mqbox.server.runtime import RoleContext
 from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillWriter
 
 PROCESSOR_KINDS: Final = (RoleKind.SEND, RoleKind.PULL, RoleKind.ADMIN)
 
@@ -131,7 +132,7 @@ class Worker:
         ctx: RoleContext,
         *,
         connection_idle_ms: int = CONNECTION_IDLE_MS_DEFAULT,
-        spin_ns_max: int = records.REQUEST_SPIN_NS_MAX,
+        spin_ns_max: int = transport.REQUEST_SPIN_NS_MAX,
         wakeup_fd: int | None = None,
     ) -> None:
         assert ctx.role.kind is RoleKind.WORKER
@@ -253,7 +254,7 @@ class Worker:
         return all_written
 
     def _drain(self, inbox: Inbox) -> int:
-        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         now_ns = time.monotonic_ns()
         for record_type, buffer, offset, size in inbox.records(batch, _FORWARDED_UNREAD):
@@ -282,8 +283,8 @@ class Worker:
     # -- routing ----------------------------------------------------------------------------------
 
     def _on_quarantined(self, record_type: int, buffer: Buffer, offset: int, size: int) -> None:
-        """A record that stopped this role twice (records.Inbox): answer it if a request."""
-        failed = records.quarantined_request_failed(record_type, buffer, offset, self.role_id)
+        """A record that stopped this role twice (transport.Inbox): answer it if a request."""
+        failed = transport.quarantined_request_failed(record_type, buffer, offset, self.role_id)
         if failed is not None:
             self._send_request_failed(
                 failed.conn_id, failed.opaque, failed.serialize_type, failed.remark

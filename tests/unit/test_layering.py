@@ -94,6 +94,20 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # data that imports no role and no plumbing (no import circle through them).
     "mqbox.server.control_block": ("mqbox",),
     "mqbox.server.topology": ("mqbox.server",),
+    # Ring record layouts are data: no transport, no role, no plumbing.
+    "mqbox.server.records": ("mqbox.server", "mqbox.ipc", "mqbox.store"),
+    # The ring transport moves records for every role and knows none of them.
+    "mqbox.server.transport": (
+        "mqbox.server.processors",
+        "mqbox.server.reactor",
+        "mqbox.server.codec",
+        "mqbox.server.worker",
+        "mqbox.server.store_writer",
+        "mqbox.server.dispatcher",
+        "mqbox.server.schedule",
+        "mqbox.server.services",
+        "mqbox.server.supervisor",
+    ),
     # The routing table is data over the graph: no role, no plumbing but the topology.
     "mqbox.server.routing": (
         "mqbox.server.processors",

@@ -37,7 +37,7 @@ handlers must serve exactly the codes routed to it (tests/unit/server/test_routi
 - `reply_with_runs()` answers with a body the reactor sends from the commit log with
   os.sendfile: `runs` are (segment_start, file_offset, size) of the store's read plan, in order.
 - A reply too big for the ring to the codec travels as spill files; when the instance's spill
-  files fill mqboxSpillBytesMax (records.py, "Spill budget"), `reply()` answers SYSTEM_BUSY (2)
+  files fill mqboxSpillBytesMax (transport.py, "Spill budget"), `reply()` answers SYSTEM_BUSY (2)
   with a remark instead, which clients retry.
 - The request boundary (`guarded`, around `handle` and around the later steps of a kept request:
   a woken pull, a send's APPEND_ACK): RemoteProtocolError (a typed header that does not parse)
@@ -84,19 +84,11 @@ from mqbox.protocol.command import (
 )
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.frame import FRAME_PREFIX_SIZE_BYTES, FRAME_SIZE_BYTES_MAX_DEFAULT
-from mqbox.server import records, runtime
-from mqbox.server.records import (
-    Buffer,
-    ConnectionEvent,
-    Inbox,
-    Outbox,
-    Run,
-    Sleeper,
-    SpillBudget,
-    SpillWriter,
-)
+from mqbox.server import records, runtime, transport
+from mqbox.server.records import Buffer, ConnectionEvent, Run
 from mqbox.server.runtime import RoleContext
 from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillBudget, SpillWriter
 
 TICK_INTERVAL_NS: Final = 1_000_000_000
 _COMMAND_HEAD: Final = records.COMMAND_HEAD_STRUCT
@@ -268,7 +260,7 @@ class Processor:
         ctx: RoleContext,
         *,
         frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
-        spin_ns_max: int = records.REQUEST_SPIN_NS_MAX,
+        spin_ns_max: int = transport.REQUEST_SPIN_NS_MAX,
         wakeup_fd: int | None = None,
     ) -> None:
         assert ctx.role.kind is self.kind, f"{type(self).__name__} cannot run {ctx.role.role_id}"
@@ -284,10 +276,10 @@ class Processor:
             for codec_id in codec_ids
         ]
         from_workers, from_others = topology.rings_to_split(self.role_id, RoleKind.WORKER)
-        self.worker_inboxes = records.attach_inboxes(from_workers)
+        self.worker_inboxes = transport.attach_inboxes(from_workers)
         for inbox in self.worker_inboxes:
             inbox.on_quarantined = self._on_quarantined
-        self.other_inboxes = records.attach_inboxes(from_others)
+        self.other_inboxes = transport.attach_inboxes(from_others)
         self.spill_budget = SpillBudget(ctx.instance, ctx.broker.limits.spill_size_bytes_max)
         self.inline_size_bytes_max = min(
             outbox.payload_size_bytes_max for outbox in self.codec_outboxes
@@ -564,7 +556,7 @@ class Processor:
         return all_written
 
     def _drain_worker(self, inbox: Inbox) -> int:
-        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         now_ns = time.monotonic_ns()
         for record_type, buffer, offset, size in inbox.records(batch):
@@ -587,7 +579,7 @@ class Processor:
         return handled
 
     def _drain_other(self, inbox: Inbox) -> int:
-        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         for record_type, buffer, offset, size in inbox.records(batch):
             handled += 1
@@ -662,8 +654,8 @@ class Processor:
         self.reply(request, request.make_response(ResponseCode.SYSTEM_ERROR, {}, remark=remark))
 
     def _on_quarantined(self, record_type: int, buffer: Buffer, offset: int, size: int) -> None:
-        """A record that stopped this role twice (records.Inbox): SYSTEM_ERROR if a request."""
-        failed = records.quarantined_request_failed(record_type, buffer, offset, self.role_id)
+        """A record that stopped this role twice (transport.Inbox): SYSTEM_ERROR if a request."""
+        failed = transport.quarantined_request_failed(record_type, buffer, offset, self.role_id)
         if failed is not None:
             self._on_request_failed(failed)
 

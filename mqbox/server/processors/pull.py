@@ -87,10 +87,11 @@ from mqbox.server.queue_counters import (
     queue_key,
     store_positions_name,
 )
-from mqbox.server.records import ConnectionEvent, Outbox
+from mqbox.server.records import ConnectionEvent
 from mqbox.server.runtime import RoleContext
 from mqbox.server.store_writer import store_config_of
 from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Outbox
 from mqbox.store.config_files import TopicConfig
 from mqbox.store.message_store import READ_PLAN_MESSAGE_COUNT_MAX, MessageStoreReader
 from mqbox.store.read_plan import (

@@ -146,10 +146,11 @@ from mqbox.server.processors.topics import (
     TopicConfigStore,
 )
 from mqbox.server.queue_counters import StorePositions, store_positions_name
-from mqbox.server.records import AppendAck, Outbox
+from mqbox.server.records import AppendAck
 from mqbox.server.runtime import RoleContext
 from mqbox.server.store_writer import store_config_of
 from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Outbox
 from mqbox.store import config_files
 from mqbox.store.commit_log import CommitLog
 from mqbox.store.config_files import SubscriptionGroupConfig, SubscriptionGroupTable, TopicConfig

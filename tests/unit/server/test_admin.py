@@ -59,8 +59,8 @@ from mqbox.server import admin_records, records
 from mqbox.server.admin_records import GroupSubscriptionsReader
 from mqbox.server.processors.admin import AdminProcessor
 from mqbox.server.processors.client_manager import Subscription
-from mqbox.server.records import Inbox, Outbox, SpillWriter
 from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Inbox, Outbox, SpillWriter
 from mqbox.store import config_files
 from mqbox.store.config_files import TopicConfig
 from mqbox.store.layout import (
