@@ -2,7 +2,7 @@
 INVOKE_BROKER_TO_RESET_OFFSET (222), and the two offset-reset bodies.
 
 Owns: mqbox's private request codes (10000-10099, docs/protocol.md section 4.5; each one's ext
-and body are documented beside its handler in server/processors/admin/ or pull.py), the words
+and body are documented beside its handler in server/roles/processors/admin/ or pull.py), the words
 of a reset's `to` field, the number 222 (codes.RequestCode mirrors docs/protocol.md section 3.1
 exactly, and 222 is not in it), and the bodies of RESET_CONSUMER_CLIENT_OFFSET (220, broker ->
 client) and of 222's answer, which are not JSON in Java's form. Never: which process serves a

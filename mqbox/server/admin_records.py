@@ -44,7 +44,7 @@ from typing import Any, Final, NamedTuple, TypeAlias
 import numpy as np
 
 from mqbox.message import java_utf8_decode, java_utf8_encode
-from mqbox.server.processors.client_manager import Subscription
+from mqbox.server.roles.processors.client_manager import Subscription
 from mqbox.store.layout import TEMP_SUFFIX, config_dir
 
 Buffer: TypeAlias = bytes | bytearray | memoryview

@@ -12,8 +12,8 @@ the calls to clients, 307, which need a client's connection from those tables), 
 sends those codes to admin.0 whatever the connection, and any admin pool size serves them.
 
 The default route is the admin pool, whose processors answer REQUEST_CODE_NOT_SUPPORTED (3) for a
-code they have no handler for, as the Java broker does. ARCHITECTURE.md ("Adding a request code")
-says what else a new code touches.
+code they have no handler for, as the Java broker does. ARCHITECTURE.md ("Adding a RocketMQ
+admin code") says what else a new code touches.
 """
 
 from __future__ import annotations

@@ -143,16 +143,16 @@ class Topology:
 # travel as spill files in /dev/shm named like the rings, so the supervisor's sweep removes them.
 RING_CAPACITY_BYTES_DEFAULT = 4 << 20
 ROLE_MAIN = {
-    RoleKind.REACTOR: "mqbox.server.reactor:main",
-    RoleKind.CODEC: "mqbox.server.codec:main",
-    RoleKind.WORKER: "mqbox.server.worker:main",
-    RoleKind.SEND: "mqbox.server.processors.send:main",
-    RoleKind.PULL: "mqbox.server.processors.pull:main",
-    RoleKind.ADMIN: "mqbox.server.processors.admin:main",
-    RoleKind.STORE_WRITER: "mqbox.server.store_writer:main",
-    RoleKind.DISPATCHER: "mqbox.server.dispatcher:main",
-    RoleKind.SERVICES: "mqbox.server.services:main",
-    RoleKind.SCHEDULE: "mqbox.server.schedule:main",
+    RoleKind.REACTOR: "mqbox.server.roles.reactor:main",
+    RoleKind.CODEC: "mqbox.server.roles.codec:main",
+    RoleKind.WORKER: "mqbox.server.roles.worker:main",
+    RoleKind.SEND: "mqbox.server.roles.processors.send:main",
+    RoleKind.PULL: "mqbox.server.roles.processors.pull:main",
+    RoleKind.ADMIN: "mqbox.server.roles.processors.admin:main",
+    RoleKind.STORE_WRITER: "mqbox.server.roles.store_writer:main",
+    RoleKind.DISPATCHER: "mqbox.server.roles.dispatcher:main",
+    RoleKind.SERVICES: "mqbox.server.roles.services:main",
+    RoleKind.SCHEDULE: "mqbox.server.roles.schedule:main",
 }
 
 

@@ -60,8 +60,8 @@ from mqbox.protocol.mqbox_codes import (
     MQBOX_RESET_CONSUMER_OFFSET,
     MQBOX_TOPIC_STATUS,
 )
-from mqbox.server.processors.client_manager import group_name_problem
 from mqbox.server.queue_counters import StorePositions, store_positions_name
+from mqbox.server.roles.processors.client_manager import group_name_problem
 from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient
 

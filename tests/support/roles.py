@@ -108,7 +108,7 @@ def topology_services_ignores_sigterm(instance: str, config: BrokerConfig) -> To
 
 def topology_real_services(instance: str, config: BrokerConfig) -> Topology:
     """The real services role (name-server registration) among echo roles."""
-    return _with_mains(instance, config, {"services.0": "mqbox.server.services:main"})
+    return _with_mains(instance, config, {"services.0": "mqbox.server.roles.services:main"})
 
 
 def topology_send_keeps_dying(instance: str, config: BrokerConfig) -> Topology:

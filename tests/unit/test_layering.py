@@ -94,24 +94,36 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # data that imports no role and no plumbing (no import circle through them).
     "mqbox.server.control_block": ("mqbox",),
     "mqbox.server.topology": ("mqbox.server",),
+    # Plumbing stands under the roles (mqbox/server/roles/), never on one of them.
+    **{
+        f"mqbox.server.{plumbing}": ("mqbox.server.roles",)
+        for plumbing in (
+            "runtime",
+            "topology",
+            "routing",
+            "home",
+            "transport",
+            "queue_counters",
+        )
+    },
     # Ring record layouts are data: no transport, no role, no plumbing.
     "mqbox.server.records": ("mqbox.server", "mqbox.ipc", "mqbox.store"),
     # The ring transport moves records for every role and knows none of them.
     "mqbox.server.transport": (
-        "mqbox.server.processors",
-        "mqbox.server.reactor",
-        "mqbox.server.codec",
-        "mqbox.server.worker",
-        "mqbox.server.store_writer",
-        "mqbox.server.dispatcher",
-        "mqbox.server.schedule",
-        "mqbox.server.services",
+        "mqbox.server.roles.processors",
+        "mqbox.server.roles.reactor",
+        "mqbox.server.roles.codec",
+        "mqbox.server.roles.worker",
+        "mqbox.server.roles.store_writer",
+        "mqbox.server.roles.dispatcher",
+        "mqbox.server.roles.schedule",
+        "mqbox.server.roles.services",
         "mqbox.server.supervisor",
     ),
     # The routing table is data over the graph: no role, no plumbing but the topology.
     "mqbox.server.routing": (
-        "mqbox.server.processors",
-        "mqbox.server.worker",
+        "mqbox.server.roles.processors",
+        "mqbox.server.roles.worker",
         "mqbox.server.supervisor",
         "mqbox.server.runtime",
         "mqbox.store",
@@ -119,8 +131,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     ),
     # The admin processor's sections stand on its base alone, not on each other.
     **{
-        f"mqbox.server.processors.admin.{section}": tuple(
-            f"mqbox.server.processors.admin.{other}"
+        f"mqbox.server.roles.processors.admin.{section}": tuple(
+            f"mqbox.server.roles.processors.admin.{other}"
             for other in ("clients", "offsets", "queries", "topic_admin")
             if other != section
         )

@@ -57,8 +57,8 @@ from mqbox.protocol.mqbox_codes import (
 )
 from mqbox.server import admin_records, records
 from mqbox.server.admin_records import GroupSubscriptionsReader
-from mqbox.server.processors.admin import AdminProcessor
-from mqbox.server.processors.client_manager import Subscription
+from mqbox.server.roles.processors.admin import AdminProcessor
+from mqbox.server.roles.processors.client_manager import Subscription
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Inbox, Outbox, SpillWriter
 from mqbox.store import config_files

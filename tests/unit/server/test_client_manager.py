@@ -28,7 +28,7 @@ from mqbox.protocol.headers import (
     ProducerData,
     SubscriptionData,
 )
-from mqbox.server.processors.client_manager import (
+from mqbox.server.roles.processors.client_manager import (
     CLIENT_EXPIRY_MS_DEFAULT,
     ClientManager,
     group_name_problem,

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqbox.errors import ConfigError
-from mqbox.server.processors.consumer_offsets import (
+from mqbox.server.roles.processors.consumer_offsets import (
     PERSIST_INTERVAL_MS_DEFAULT,
     ConsumerOffsets,
     starting_queue_index,

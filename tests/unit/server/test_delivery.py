@@ -27,8 +27,8 @@ from mqbox.config import (
     load_broker_config,
 )
 from mqbox.errors import ConfigError, MessageIllegalError
-from mqbox.server.processors import delivery
-from mqbox.server.processors.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from mqbox.server.roles.processors import delivery
+from mqbox.server.roles.processors.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 
 TOPIC_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789%|_-"
 RESERVED = {b"DELAY", b"REAL_TOPIC", b"REAL_QID"}

@@ -9,7 +9,7 @@ carry them.
 from __future__ import annotations
 
 from mqbox.protocol.headers import MessageQueue
-from mqbox.server.processors.locks import LOCK_LIFETIME_MS_DEFAULT, QueueLocks
+from mqbox.server.roles.processors.locks import LOCK_LIFETIME_MS_DEFAULT, QueueLocks
 
 SECOND_NS = 1_000_000_000
 LIFETIME_NS = LOCK_LIFETIME_MS_DEFAULT * 1_000_000

@@ -21,8 +21,8 @@ import pytest
 from mqbox import resources
 from mqbox.protocol.codes import ResponseCode
 from mqbox.protocol.mqbox_codes import MQBOX_NOOP
-from mqbox.server import codec as codec_module
-from mqbox.server.processors import Request
+from mqbox.server.roles import codec as codec_module
+from mqbox.server.roles.processors import Request
 from tests.support.front_client import FrontClient
 from tests.support.front_in_process import FrontInProcess
 

@@ -27,8 +27,8 @@ from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import encode_command, encode_command_head
 from mqbox.protocol.mqbox_codes import MQBOX_NOOP
 from mqbox.server import records, transport
-from mqbox.server.processors import Request
-from mqbox.server.worker import ConnectionInfo
+from mqbox.server.roles.processors import Request
+from mqbox.server.roles.worker import ConnectionInfo
 from mqbox.store import layout as store_layout
 from tests.support.front_client import ConnectionClosedError, FrontClient
 from tests.support.front_in_process import FrontInProcess

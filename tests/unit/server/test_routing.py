@@ -12,10 +12,10 @@ import pytest
 from mqbox.protocol.codes import RequestCode
 from mqbox.protocol.mqbox_codes import MQBOX_CODE_FIRST, MQBOX_CODE_LAST
 from mqbox.server import routing
-from mqbox.server.processors import Processor
-from mqbox.server.processors.admin import AdminProcessor
-from mqbox.server.processors.pull import PullProcessor
-from mqbox.server.processors.send import SendProcessor
+from mqbox.server.roles.processors import Processor
+from mqbox.server.roles.processors.admin import AdminProcessor
+from mqbox.server.roles.processors.pull import PullProcessor
+from mqbox.server.roles.processors.send import SendProcessor
 from mqbox.server.topology import RoleKind
 
 
@@ -40,7 +40,7 @@ def test_every_routed_code_has_one_pool_and_member_zero_codes_are_admin_codes() 
 
 
 def test_a_code_with_two_handlers_is_refused_when_the_class_is_made() -> None:
-    from mqbox.server.processors import handles
+    from mqbox.server.roles.processors import handles
 
     with pytest.raises(AssertionError, match="two handlers"):
 

@@ -30,8 +30,8 @@ from mqbox.protocol import RemotingCommand, make_request
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.headers import ConsumerSendMsgBackRequestHeader
-from mqbox.server.processors.topics import SCHEDULE_TOPIC
-from mqbox.server.schedule import ScheduleRole
+from mqbox.server.roles.processors.topics import SCHEDULE_TOPIC
+from mqbox.server.roles.schedule import ScheduleRole
 from mqbox.server.topology import RoleKind
 from mqbox.store import config_files
 from mqbox.store.config_files import SubscriptionGroupConfig, SubscriptionGroupTable

@@ -49,18 +49,18 @@ from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import decode_command
 from mqbox.protocol.headers import SendMessageRequestHeader
 from mqbox.server import records, transport
-from mqbox.server.dispatcher import DispatcherRole
-from mqbox.server.processors import Request
-from mqbox.server.processors.pull import PullProcessor
-from mqbox.server.processors.send import (
+from mqbox.server.roles.dispatcher import DispatcherRole
+from mqbox.server.roles.processors import Request
+from mqbox.server.roles.processors.pull import PullProcessor
+from mqbox.server.roles.processors.send import (
     SendProcessor,
     count_unterminated_properties,
     encode_batch_records,
     offset_msg_ids,
 )
-from mqbox.server.processors.topics import TopicConfigStore
+from mqbox.server.roles.processors.topics import TopicConfigStore
+from mqbox.server.roles.store_writer import StoreWriter
 from mqbox.server.runtime import RoleContext
-from mqbox.server.store_writer import StoreWriter
 from mqbox.server.topology import RoleKind, broker_topology
 from mqbox.server.transport import Inbox
 from mqbox.store.config_files import TopicConfig

@@ -59,8 +59,6 @@ from mqbox.ipc.ring import Ring
 from mqbox.message import decode_record, encode_record, encode_topic
 from mqbox.protocol.codes import ResponseCode
 from mqbox.server import records, runtime, transport
-from mqbox.server.processors import delivery
-from mqbox.server.processors.topics import SCHEDULE_TOPIC
 from mqbox.server.queue_counters import (
     QueueCounters,
     StorePositions,
@@ -68,8 +66,10 @@ from mqbox.server.queue_counters import (
     queue_key,
     store_positions_name,
 )
+from mqbox.server.roles.processors import delivery
+from mqbox.server.roles.processors.topics import SCHEDULE_TOPIC
+from mqbox.server.roles.store_writer import store_config_of
 from mqbox.server.runtime import RoleContext
-from mqbox.server.store_writer import store_config_of
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillWriter
 from mqbox.store import config_files

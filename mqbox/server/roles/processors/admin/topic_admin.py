@@ -22,8 +22,8 @@ from mqbox.protocol.headers import (
 )
 from mqbox.protocol.headers import TopicConfig as WireTopicConfig
 from mqbox.protocol.mqbox_codes import MQBOX_NOOP
-from mqbox.server.processors import Request, handles
-from mqbox.server.processors.admin.base import (
+from mqbox.server.roles.processors import Request, handles
+from mqbox.server.roles.processors.admin.base import (
     PERM_MAX,
     TOPIC_QUEUE_COUNT_MAX,
     AdminBase,

@@ -73,13 +73,6 @@ from mqbox.protocol.headers import (
 from mqbox.protocol.mqbox_codes import MQBOX_PULL_STATUS
 from mqbox.server import admin_records, records
 from mqbox.server.admin_records import GroupSubscriptionsReader
-from mqbox.server.processors import Processor, Request, handles, run_processor
-from mqbox.server.processors.client_manager import group_name_problem
-from mqbox.server.processors.topics import (
-    PERM_READ_WRITE,
-    RETRY_GROUP_TOPIC_PREFIX,
-    TopicConfigStore,
-)
 from mqbox.server.queue_counters import (
     QueueCounters,
     StorePositions,
@@ -88,8 +81,15 @@ from mqbox.server.queue_counters import (
     store_positions_name,
 )
 from mqbox.server.records import ConnectionEvent
+from mqbox.server.roles.processors import Processor, Request, handles, run_processor
+from mqbox.server.roles.processors.client_manager import group_name_problem
+from mqbox.server.roles.processors.topics import (
+    PERM_READ_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TopicConfigStore,
+)
+from mqbox.server.roles.store_writer import store_config_of
 from mqbox.server.runtime import RoleContext
-from mqbox.server.store_writer import store_config_of
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Outbox
 from mqbox.store.config_files import TopicConfig

@@ -30,8 +30,8 @@ from mqbox.protocol.headers import (
     validate_topic,
 )
 from mqbox.server import admin_records
-from mqbox.server.processors import Request, handles
-from mqbox.server.processors.admin.base import (
+from mqbox.server.roles.processors import Request, handles
+from mqbox.server.roles.processors.admin.base import (
     CLIENT_CALL_COUNT_MAX,
     EXPRESSION_TYPE_TAG,
     REMARK_NO_CONSUMER,
@@ -41,11 +41,11 @@ from mqbox.server.processors.admin.base import (
     _required,
     _shown,
 )
-from mqbox.server.processors.client_manager import (
+from mqbox.server.roles.processors.client_manager import (
     ClientChange,
     group_name_problem,
 )
-from mqbox.server.processors.topics import (
+from mqbox.server.roles.processors.topics import (
     PERM_READ_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
 )

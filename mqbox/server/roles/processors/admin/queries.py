@@ -27,8 +27,9 @@ from mqbox.protocol.headers import (
     ViewMessageRequestHeader,
 )
 from mqbox.protocol.mqbox_codes import MQBOX_TOPIC_STATUS
-from mqbox.server.processors import Request, handles
-from mqbox.server.processors.admin.base import (
+from mqbox.server.records import Run
+from mqbox.server.roles.processors import Request, handles
+from mqbox.server.roles.processors.admin.base import (
     _STORE_TIMESTAMP,
     QUERY_MESSAGE_BODY_SIZE_BYTES_MAX,
     QUERY_MESSAGE_COUNT_MAX,
@@ -36,7 +37,6 @@ from mqbox.server.processors.admin.base import (
     AdminBase,
     _required,
 )
-from mqbox.server.records import Run
 from mqbox.store.message_store import MessageStoreReader
 
 log = logging.getLogger("mqbox.admin")

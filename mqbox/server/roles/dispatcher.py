@@ -48,8 +48,8 @@ from mqbox.server.queue_counters import (
     queue_key,
     store_positions_name,
 )
+from mqbox.server.roles.store_writer import store_config_of
 from mqbox.server.runtime import RoleContext
-from mqbox.server.store_writer import store_config_of
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillWriter
 from mqbox.store.cleanup import DerivedRetention

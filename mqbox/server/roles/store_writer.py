@@ -68,15 +68,15 @@ from mqbox.ipc.ring import Ring
 from mqbox.message import pack_host
 from mqbox.protocol.codes import ResponseCode
 from mqbox.server import records, runtime, transport
-from mqbox.server.processors.topics import TopicConfigStore
 from mqbox.server.queue_counters import (
     StorePositions,
     queue_counters_name,
     store_positions_name,
 )
 from mqbox.server.records import AppendAck, Buffer
+from mqbox.server.roles.processors.topics import TopicConfigStore
+from mqbox.server.roles.store_housekeeper import StoreHousekeeper
 from mqbox.server.runtime import RoleContext
-from mqbox.server.store_housekeeper import StoreHousekeeper
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillWriter
 from mqbox.store import recovery

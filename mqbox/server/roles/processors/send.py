@@ -138,17 +138,17 @@ from mqbox.protocol.headers import (
 )
 from mqbox.protocol.headers import validate_topic as validate_topic_name
 from mqbox.server import records
-from mqbox.server.processors import Processor, Request, delivery, handles, run_processor
-from mqbox.server.processors.topics import (
+from mqbox.server.queue_counters import StorePositions, store_positions_name
+from mqbox.server.records import AppendAck
+from mqbox.server.roles.processors import Processor, Request, delivery, handles, run_processor
+from mqbox.server.roles.processors.topics import (
     PERM_READ_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     TopicConfigStore,
 )
-from mqbox.server.queue_counters import StorePositions, store_positions_name
-from mqbox.server.records import AppendAck
+from mqbox.server.roles.store_writer import store_config_of
 from mqbox.server.runtime import RoleContext
-from mqbox.server.store_writer import store_config_of
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Outbox
 from mqbox.store import config_files

@@ -33,17 +33,17 @@ from typing import NoReturn
 from mqbox.protocol.codes import FLAG_RESPONSE, ResponseCode
 from mqbox.protocol.headers import validate_topic
 from mqbox.server import admin_records
-from mqbox.server.processors import Request, run_processor
-from mqbox.server.processors.admin.base import (
+from mqbox.server.records import ConnectionEvent
+from mqbox.server.roles.processors import Request, run_processor
+from mqbox.server.roles.processors.admin.base import (
     HOUSEKEEPING_INTERVAL_NS,
     AdminStatistics,
 )
-from mqbox.server.processors.admin.clients import ClientManagement
-from mqbox.server.processors.admin.offsets import ConsumerOffsetHandlers
-from mqbox.server.processors.admin.queries import StoreQueries
-from mqbox.server.processors.admin.topic_admin import TopicAdmin
-from mqbox.server.processors.client_manager import group_name_problem
-from mqbox.server.records import ConnectionEvent
+from mqbox.server.roles.processors.admin.clients import ClientManagement
+from mqbox.server.roles.processors.admin.offsets import ConsumerOffsetHandlers
+from mqbox.server.roles.processors.admin.queries import StoreQueries
+from mqbox.server.roles.processors.admin.topic_admin import TopicAdmin
+from mqbox.server.roles.processors.client_manager import group_name_problem
 from mqbox.server.routing import MEMBER_ZERO_CODES
 from mqbox.server.runtime import RoleContext
 

@@ -27,29 +27,29 @@ from mqbox.protocol.command import (
 )
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.server import records
-from mqbox.server.processors import Processor, Request
-from mqbox.server.processors.client_manager import (
-    CLIENT_EXPIRY_MS_DEFAULT,
-    ClientManager,
-    group_name_problem,
-)
-from mqbox.server.processors.consumer_offsets import (
-    PERSIST_INTERVAL_MS_DEFAULT,
-    ConsumerOffsets,
-)
-from mqbox.server.processors.locks import LOCK_LIFETIME_MS_DEFAULT, QueueLocks
-from mqbox.server.processors.topics import (
-    TopicConfigStore,
-    system_topics,
-)
 from mqbox.server.queue_counters import (
     QueueCounters,
     StorePositions,
     queue_counters_name,
     store_positions_name,
 )
+from mqbox.server.roles.processors import Processor, Request
+from mqbox.server.roles.processors.client_manager import (
+    CLIENT_EXPIRY_MS_DEFAULT,
+    ClientManager,
+    group_name_problem,
+)
+from mqbox.server.roles.processors.consumer_offsets import (
+    PERSIST_INTERVAL_MS_DEFAULT,
+    ConsumerOffsets,
+)
+from mqbox.server.roles.processors.locks import LOCK_LIFETIME_MS_DEFAULT, QueueLocks
+from mqbox.server.roles.processors.topics import (
+    TopicConfigStore,
+    system_topics,
+)
+from mqbox.server.roles.store_writer import store_config_of
 from mqbox.server.runtime import RoleContext
-from mqbox.server.store_writer import store_config_of
 from mqbox.server.topology import RoleKind
 from mqbox.store import config_files
 from mqbox.store.config_files import (

@@ -38,15 +38,15 @@ from mqbox.protocol.mqbox_codes import (
     encode_reset_offset_body_cpp,
     encode_reset_offset_body_java,
 )
-from mqbox.server.processors import Request, handles
-from mqbox.server.processors.admin.base import (
+from mqbox.server.roles.processors import Request, handles
+from mqbox.server.roles.processors.admin.base import (
     REMARK_QUERY_NOT_FOUND,
     AdminBase,
     _required,
     _required_int,
     _shown,
 )
-from mqbox.server.processors.consumer_offsets import starting_queue_index
+from mqbox.server.roles.processors.consumer_offsets import starting_queue_index
 from mqbox.store.config_files import TopicConfig
 
 log = logging.getLogger("mqbox.admin")
