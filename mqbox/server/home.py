@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import fcntl
 import hashlib
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +26,7 @@ import psutil
 
 from mqbox.config import BrokerConfig
 from mqbox.errors import ConfigError, MqboxError
+from mqbox.run_files import read_json
 from mqbox.store.layout import DIRECTORY_MODE, FILE_MODE
 
 RUN_DIR_NAME: Final = "run"
@@ -125,29 +125,13 @@ def lock_home(layout: HomeLayout) -> int:
 
 def read_state(home: Path) -> dict[str, Any] | None:
     """The last `run/state.json` of `home`, or None if there is none (or it is unreadable)."""
-    return _read_json(HomeLayout(home).state_path)
+    return read_json(HomeLayout(home).state_path)
 
 
 def read_last_stop(home: Path) -> dict[str, Any] | None:
     """`run/last-stop.json` of `home`: why its last run stopped after a failure ("reason",
     "stopped_at_ms", "exit_status"); None if it stopped cleanly or runs."""
-    return _read_json(HomeLayout(home).last_stop_path)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return document if isinstance(document, dict) else None
-
-
-def write_json_atomically(path: Path, document: Mapping[str, Any]) -> None:
-    """Replace `path` with `document` so a reader sees the old or the new file, never a part.
-    Run-time state only: no fsync, a crash loses nothing that matters."""
-    temp_path = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp_path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    temp_path.replace(path)
+    return read_json(HomeLayout(home).last_stop_path)
 
 
 def process_alive(pid: int, create_time: float | None) -> bool:

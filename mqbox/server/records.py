@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import struct
-import time
 from collections.abc import Sequence
 from typing import Final, NamedTuple, TypeAlias
 
@@ -899,8 +898,3 @@ def spill_head_view(buffer: Buffer, offset: int) -> tuple[int, int, int, int]:
     head_size, name_size, _file_size = SPILL_HEAD_STRUCT.unpack_from(buffer, offset)
     head_offset = offset + SPILL_HEAD_STRUCT.size
     return head_offset, head_size, head_offset + head_size, name_size
-
-
-def now_ms() -> int:
-    """Wall-clock milliseconds since the epoch, as RocketMQ stamps events."""
-    return time.time_ns() // 1_000_000

@@ -84,11 +84,13 @@ from typing import Any, Final, NoReturn, TypeGuard
 import psutil
 
 from mqbox import _jit
+from mqbox.clock import wall_clock_ms
 from mqbox.config import BrokerConfig, RestartConfig, load_broker_config, load_namesrv_config
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
 from mqbox.resources import raise_file_limit
+from mqbox.run_files import write_json_atomically
 from mqbox.server import control_block, runtime
 from mqbox.server.home import (
     NAMESRV_OUTPUT_FILE_NAME,
@@ -103,7 +105,6 @@ from mqbox.server.home import (
     read_state,
     recorded_processes,
     store_root_of,
-    write_json_atomically,
 )
 from mqbox.server.runtime import RoleContext
 from mqbox.server.topology import START_ORDER, RoleKind, RoleSpec, Topology, broker_topology
@@ -183,10 +184,6 @@ def _create_time(pid: int) -> float | None:
         return psutil.Process(pid).create_time()
     except psutil.Error:
         return None
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,7 +286,7 @@ class Supervisor:
         self._restarts = RestartConfig()  # the broker's, once its configuration is loaded
         self._broker_restart_count = 0
         self._last_failure: dict[str, Any] | None = None  # reason, at_ms
-        self._started_at_ms = _now_ms()
+        self._started_at_ms = wall_clock_ms()
         self._status = "starting"
         self._stop_unclean = False
         # Descriptors of this process no role may keep: the lock, the wake-up pipe, other roles'
@@ -764,7 +761,7 @@ class Supervisor:
             spec=spec,
             pid=pid,
             generation=generation,
-            started_at_ms=_now_ms(),
+            started_at_ms=wall_clock_ms(),
             create_time=_create_time(pid),
             ready_fd=read_fd,
             ready_deadline_ns=time.monotonic_ns() + int(ready_timeout_s * 1e9),
@@ -1020,7 +1017,7 @@ class Supervisor:
                 restart_count,
                 window_s,
             )
-            self._last_failure = {"reason": reason, "at_ms": _now_ms()}
+            self._last_failure = {"reason": reason, "at_ms": wall_clock_ms()}
             self._status = "restarting"
             unclean = self._stop_unclean  # a role killed now says nothing of the final stop
             self._stop_roles(close_listener=False)
@@ -1065,11 +1062,15 @@ class Supervisor:
     def _stop_after_failure(self, reason: str, *, role_failed: bool) -> int:
         """Stop everything for `reason`; keep the reason for `mqbox status` (rule 4)."""
         log.error("%s: stopping the broker", reason)
-        self._last_failure = {"reason": reason, "at_ms": _now_ms()}
+        self._last_failure = {"reason": reason, "at_ms": wall_clock_ms()}
         self._stop_everything()
         if role_failed:
             self._mark_abort()
-        document = {"reason": reason, "stopped_at_ms": _now_ms(), "exit_status": EXIT_ROLE_FAILED}
+        document = {
+            "reason": reason,
+            "stopped_at_ms": wall_clock_ms(),
+            "exit_status": EXIT_ROLE_FAILED,
+        }
         with contextlib.suppress(OSError):
             write_json_atomically(self.layout.last_stop_path, document)
         return EXIT_ROLE_FAILED

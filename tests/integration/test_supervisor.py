@@ -38,6 +38,7 @@ from mqbox.client.remoting import RemotingClient
 from mqbox.config import BrokerConfig
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
+from mqbox.run_files import write_json_atomically
 from mqbox.server import supervisor
 from mqbox.server.home import (
     HomeLayout,
@@ -46,7 +47,6 @@ from mqbox.server.home import (
     read_last_stop,
     read_state,
     store_root_of,
-    write_json_atomically,
 )
 from mqbox.server.topology import START_ORDER, RoleKind, Topology
 from mqbox.store.layout import abort_path

@@ -51,6 +51,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "mqbox.message_kernels_ref": _DATA_PLANE_LEAF_FORBIDDEN,
     # resources.py (descriptor limit, accept back-off) serves the broker and the name server.
     "mqbox.resources": ("mqbox",),
+    # The one wall clock and the one run-file writer: leaves under store, server and namesrv.
+    "mqbox.clock": ("mqbox",),
+    "mqbox.run_files": ("mqbox",),
     "mqbox.protocol": (
         "socket",
         "selectors",

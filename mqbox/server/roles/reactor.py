@@ -72,6 +72,7 @@ import socket
 import time
 from typing import Final, NoReturn
 
+from mqbox.clock import wall_clock_ms
 from mqbox.ipc.ring import Ring
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.frame import (
@@ -385,7 +386,7 @@ class Reactor:
             self._by_fd[connection.fd] = connection
             self.epoll.register(connection.fd, _EPOLL_READ)
             self._connections_accepted += 1
-            event = records.ConnectionEvent(conn_id, records.now_ms(), peer_host, peer_port)
+            event = records.ConnectionEvent(conn_id, wall_clock_ms(), peer_host, peer_port)
             outbox.append(records.CONNECTION_OPENED, records.pack_connection_event(event))
 
     # -- reading ----------------------------------------------------------------------------------
@@ -651,7 +652,7 @@ class Reactor:
         if connection is None:
             # Not ours (any more): answer with a CLOSED anyway, so the tables upstream let go.
             event = records.ConnectionEvent(
-                conn_id, records.now_ms(), "", 0, records.CLOSE_REASON_UNKNOWN
+                conn_id, wall_clock_ms(), "", 0, records.CLOSE_REASON_UNKNOWN
             )
             outbox = self.outboxes[conn_id % len(self.outboxes)]
             outbox.append(records.CONNECTION_CLOSED, records.pack_connection_event(event))
@@ -810,7 +811,7 @@ class Reactor:
         self._connections_closed += 1
         event = records.ConnectionEvent(
             connection.conn_id,
-            records.now_ms(),
+            wall_clock_ms(),
             connection.peer_host,
             connection.peer_port,
             reason,

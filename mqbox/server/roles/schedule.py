@@ -53,6 +53,7 @@ import time
 from collections.abc import Callable
 from typing import Final, NoReturn
 
+from mqbox.clock import wall_clock_ms
 from mqbox.config import delay_level_durations_ms
 from mqbox.errors import MessageIllegalError, MqboxError
 from mqbox.ipc.ring import Ring
@@ -150,10 +151,6 @@ class ScheduleStatistics:
     turn_count: int
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class ScheduleRole:
     """One schedule process's state. `run_forever()` is the role; tests drive `run_once()`,
     `persist_now()` and `close()`."""
@@ -164,7 +161,7 @@ class ScheduleRole:
         *,
         spin_ns_max: int = 0,
         wakeup_fd: int | None = None,
-        clock_ms: Callable[[], int] = _wall_clock_ms,
+        clock_ms: Callable[[], int] = wall_clock_ms,
         persist_interval_ms: int = PERSIST_INTERVAL_MS_DEFAULT,
         in_flight_count_max: int = IN_FLIGHT_COUNT_MAX,
         stop_wait_ms: int = STOP_WAIT_MS,

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
+from mqbox.clock import wall_clock_ms
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.message import STORETIMESTAMP_POSITION_BYTES
 from mqbox.protocol.codes import FLAG_RESPONSE, ResponseCode
@@ -77,10 +78,6 @@ CLIENT_CALL_COUNT_MAX: Final = 1024  # calls to clients (307) in flight at once
 EXPRESSION_TYPE_TAG: Final = "TAG"
 REMARK_NO_CONSUMER: Final = "no consumer for this group"
 REMARK_QUERY_NOT_FOUND: Final = "mqbox: nothing committed, and the queue no longer starts at 0"
-
-
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _required(ext: dict[str, str], key: str, where: str) -> str:
@@ -244,7 +241,7 @@ class AdminBase(Processor):
         ctx: RoleContext,
         *,
         clock_ns: Callable[[], int] = time.monotonic_ns,
-        wall_clock_ms: Callable[[], int] = _wall_clock_ms,
+        wall_clock_ms: Callable[[], int] = wall_clock_ms,
         client_expiry_ms: int = CLIENT_EXPIRY_MS_DEFAULT,
         lock_lifetime_ms: int = LOCK_LIFETIME_MS_DEFAULT,
         offset_persist_interval_ms: int = PERSIST_INTERVAL_MS_DEFAULT,
