@@ -5,9 +5,9 @@ Owns: building each request from typed headers (mqbox.protocol.headers), and rea
 into typed values: the topic admin codes (17 UPDATE_AND_CREATE_TOPIC, 215 DELETE_TOPIC_IN_BROKER,
 21 GET_ALL_TOPIC_CONFIG), the store queries (30, 31, 33 VIEW_MESSAGE_BY_ID, 12 QUERY_MESSAGE),
 one SEND_MESSAGE (10) and one PULL_MESSAGE (11), and mqbox's own admin views (10001 topic status,
-10002 consumer progress, 10003 reset offsets; their ext and bodies are documented in
-mqbox/server/roles/processors/admin.py). Never: sockets (remoting.py), retries, routing (the caller
-picks the broker), or output.
+10002 consumer progress, 10003 reset offsets; their ext and bodies are documented beside their
+handlers in mqbox/server/roles/processors/admin/). Never: sockets (remoting.py), retries, routing
+(the caller picks the broker), or output.
 
 Every function raises `RemotingResponseError` for a response code it does not expect (its `code`
 and `remark` say what the broker meant), the `RemotingError` family for transport failures, and
