@@ -1,20 +1,22 @@
 """The only module that imports numba: every jit option lives here.
 
-Owns: the `kernel` decorator and the registry of kernels that each role warms up before it reports
-ready. Never: policy, I/O, or numba options anywhere else.
+Owns: the `kernel` and `inline_kernel` decorators and the registry of kernels that each role
+warms up before it reports ready. Never: policy, I/O, or numba options anywhere else.
 
 A kernel is one loop over numpy arrays and integers (docs/style.md section 4). Options are explicit:
 `cache=True` so a role that starts after another reuses the compiled machine code from
 `__pycache__`, `nogil=True` so a thread may run beside it, `fastmath=False` because offsets and
-CRCs must be exact, `boundscheck=False` for speed; `bin/test` runs the store tests once more with
-NUMBA_BOUNDSCHECK=1, which overrides this option globally.
+CRCs must be exact, `boundscheck=False` for speed (`bin/test` runs the store tests once more with
+NUMBA_BOUNDSCHECK=1, which overrides this option globally), `_nrt=False` (below). numba's cache
+keys a kernel on its own file: a kernel that inlines a changed helper from another file is
+stale, which is why bin/test names its cache by the hash of every kernel source.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 import numba
 from numba.core import types
@@ -25,13 +27,39 @@ F = TypeVar("F", bound=Callable[..., Any])
 JIT_DISABLED = os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
 
 _KERNELS: list[Callable[..., Any]] = []
+# `_nrt=False`: compiled without numba's runtime. A kernel allocates nothing (STYLE.md section
+# 4), so nothing in it needs reference counting; with the runtime, numba increments and
+# decrements (atomically) the count of every array passed to a helper it did not inline, on
+# every call, and leaves such pairs around inlined helpers too. Measured: a dispatch step that
+# calls a three-array helper twice a record took 96 ns a record with the runtime, 11 without.
+# It also makes an allocation inside a kernel fail to compile, which enforces the rule.
+_OPTIONS: Final[dict[str, Any]] = {
+    "cache": True,
+    "nogil": True,
+    "fastmath": False,
+    "boundscheck": False,
+    "_nrt": False,
+}
 
 
 def kernel(function: F) -> F:
     """Compile `function` with mqbox's numba options; keep its Python signature for mypy."""
-    compiled = numba.njit(cache=True, nogil=True, fastmath=False, boundscheck=False)(function)
+    return cast(F, _register(numba.njit(**_OPTIONS)(function)))
+
+
+def inline_kernel(function: F) -> F:
+    """`kernel`, inlined by numba into every kernel that calls it (`inline="always"`).
+
+    For the steps and byte helpers a kernel runs per record: LLVM's cost model leaves a call to
+    any helper larger than a few loads, and a call passes every array as a struct of seven or
+    more words. Still callable from Python like any kernel.
+    """
+    return cast(F, _register(numba.njit(inline="always", **_OPTIONS)(function)))
+
+
+def _register(compiled: Callable[..., Any]) -> Callable[..., Any]:
     _KERNELS.append(compiled)
-    return cast(F, compiled)
+    return compiled
 
 
 def kernels() -> list[Callable[..., Any]]:

@@ -74,6 +74,10 @@ class LimitConfig:
     connection_in_flight_count_max: int = 1024  # mqboxConnectionInFlightCountMax
     connection_output_size_bytes_max: int = 16 * 1024 * 1024  # mqboxConnectionOutputBytesMax
     response_buffer_size_bytes_max: int = 256 * 1024 * 1024  # mqboxResponseBufferBytesMax
+    # keys of one generation of the idempotent window (store/idempotence.py): at most twice this
+    # many held, in two tables of 32 bytes a key (32 MiB at the default), made at the first
+    # idempotent send
+    idempotent_key_count_max: int = 500_000  # mqboxIdempotentKeyCountMax
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -131,6 +135,8 @@ class BrokerConfig:
     message_delay_level: str = (  # messageDelayLevel
         "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     )
+    # how long the idempotent window remembers a UNIQ_KEY at least (store/idempotence.py)
+    idempotent_window_ms: int = 600_000  # mqboxIdempotentWindowMs
     pools: PoolConfig = dataclasses.field(default_factory=PoolConfig)
     limits: LimitConfig = dataclasses.field(default_factory=LimitConfig)
     restarts: RestartConfig = dataclasses.field(default_factory=RestartConfig)
@@ -150,6 +156,8 @@ class NamesrvConfig:
     kv_namespace_entry_count_max: int = 1000  # mqboxKvNamespaceEntryCountMax
     kv_key_size_bytes_max: int = 1024  # mqboxKvKeyBytesMax: namespace and key, UTF-8
     kv_value_size_bytes_max: int = 16 * 1024  # mqboxKvValueBytesMax: UTF-8
+    broker_count_max: int = 1024  # mqboxNamesrvBrokerCountMax: registered broker addresses
+    topic_count_max: int = 65_536  # mqboxNamesrvTopicCountMax: routed topics
     unknown_keys: tuple[str, ...] = ()
 
 
@@ -240,6 +248,8 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
         "limits.partial_frame_size_bytes_max",
         _int_in(1 << 20, 1 << 40),
     ),
+    "mqboxIdempotentWindowMs": ("idempotent_window_ms", _int_in(1, 7 * 86_400_000)),
+    "mqboxIdempotentKeyCountMax": ("limits.idempotent_key_count_max", _int_in(1, 1 << 28)),
     "mqboxRestartWindowMs": ("restarts.window_ms", _int_in(1000, 86_400_000)),
     "mqboxRoleRestartCountMax": ("restarts.role_restart_count_max", _int_in(0, 10_000)),
     "mqboxBrokerRestartCountMax": ("restarts.broker_restart_count_max", _int_in(0, 10_000)),
@@ -258,6 +268,8 @@ _NAMESRV_KEYS: dict[str, tuple[str, Any]] = {
     "mqboxKvNamespaceEntryCountMax": ("kv_namespace_entry_count_max", _int_in(1, 1 << 24)),
     "mqboxKvKeyBytesMax": ("kv_key_size_bytes_max", _int_in(1, 1 << 20)),
     "mqboxKvValueBytesMax": ("kv_value_size_bytes_max", _int_in(1, 1 << 24)),
+    "mqboxNamesrvBrokerCountMax": ("broker_count_max", _int_in(1, 1 << 20)),
+    "mqboxNamesrvTopicCountMax": ("topic_count_max", _int_in(1, 1 << 24)),
 }
 
 CQ_ENTRY_SIZE_BYTES = 20

@@ -116,6 +116,7 @@ RECORD_SIZE_BYTES_MIN = (
 MESSAGE_MAGIC = 0xDAA320A7  # Java's int -626843481, read as unsigned
 BLANK_MAGIC = 0xCBD43194  # Java's int -875286124, read as unsigned
 BLANK_SIZE_BYTES = 8  # [bytes left int32][BLANK_MAGIC]
+BODYCRC_MASK = 0x7FFFFFFF  # BODYCRC keeps CRC32's low 31 bits, as Java's store does
 
 # Limits on sizes that come from outside (Java's limits; docs section 4.2).
 TOPIC_SIZE_BYTES_MAX = 127  # C++ reads TOPICLEN as a signed char
@@ -297,7 +298,7 @@ def record_size_bytes(
 
 def body_crc(body: bytes | bytearray | memoryview) -> int:
     """BODYCRC of a stored body: CRC32 (zlib's, which equals java.util.zip.CRC32) & 0x7FFFFFFF."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return zlib.crc32(body) & BODYCRC_MASK
 
 
 def encode_topic(topic: str) -> bytes:

@@ -33,7 +33,7 @@ from mqbox.message import (
     PROPERTY_UNIQ_KEY,
     UNIQ_KEY_SIZE_CHARS,
 )
-from mqbox.message_kernels import write_u32_be
+from mqbox.message_kernels import write_i32_be
 
 UNIQ_KEY_COUNTER_SIZE_CHARS: Final = 4
 UNIQ_KEY_HEAD_SIZE_CHARS: Final = UNIQ_KEY_SIZE_CHARS - UNIQ_KEY_COUNTER_SIZE_CHARS
@@ -81,12 +81,12 @@ def encode_plain_batch(
     head_size = key_head.shape[0]
     for index in range(body_sizes.shape[0]):
         size = body_sizes[index]
-        write_u32_be(
+        write_i32_be(
             out, position, BATCH_ELEMENT_SIZE_BYTES_MIN + size + UNIQ_KEY_PROPERTIES_SIZE_BYTES
         )
         for zero in range(4, BATCH_BODY_LENGTH_POSITION_BYTES):  # MAGIC, BODYCRC, FLAG
             out[position + zero] = 0
-        write_u32_be(out, position + BATCH_BODY_LENGTH_POSITION_BYTES, size)
+        write_i32_be(out, position + BATCH_BODY_LENGTH_POSITION_BYTES, size)
         position += BATCH_BODY_POSITION_BYTES
         for offset in range(size):
             out[position + offset] = bodies[body_at + offset]

@@ -11,7 +11,8 @@ Owns (docs/client.md A.4, A.5, A.7, A.8; docs/protocol.md section 4.2):
     encode_plain_batch()    the same for plain bodies, in one kernel call (batch_kernels.py)
     encode_retry()          a consumer's failed message resent to `%RETRY%<group>` (the
                             send-back fallback, docs/client.md B.9), system properties included
-    send_request_ext()      the V2 header (310 / 320) of one attempt at one queue
+    send_request_ext()      the V2 header (310 / 320) of one attempt at one queue, with
+                            mqboxIdempotent when the message asks for the broker's window
     read_send_response()    Java's processSendResponse: SendResult for 0/10/11/12, else None
 
 Never: sockets, clocks (the caller passes `born_timestamp_ms` and the UNIQ_KEYs), retries or queue
@@ -75,6 +76,7 @@ from mqbox.message import (
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import INT32_MAX, INT32_MIN, RemotingCommand
 from mqbox.protocol.headers import (
+    SEND_IDEMPOTENT_KEY,
     SEND_V2_KEY_BY_FIELD,
     MessageQueue,
     SendMessageRequestHeader,
@@ -196,6 +198,9 @@ class OutgoingMessage:
     message_count: int
     reconsume_times: int = 0  # the header's reconsumeTimes (a retry message only)
     reconsume_times_max: int | None = None  # the header's maxReconsumeTimes (likewise)
+    # Ask the broker's idempotent window to drop elements whose UNIQ_KEY it stored lately
+    # (docs/idempotence.md): the header field SEND_IDEMPOTENT_KEY.
+    idempotent: bool = False
 
 
 def check_topic(topic: str) -> None:
@@ -544,6 +549,8 @@ def send_request_ext(
         ext[_RECONSUME_TIMES_KEY] = str(message.reconsume_times)
     if message.reconsume_times_max is not None:
         ext[_RECONSUME_TIMES_MAX_KEY] = str(message.reconsume_times_max)
+    if message.idempotent:
+        ext[SEND_IDEMPOTENT_KEY] = "true"
     return ext
 
 

@@ -35,7 +35,9 @@ Rules (docs/client.md A.2 to A.6):
 3. Async sends make up to 1 + `retry_times_async` (2) attempts, a new one only after a transport
    failure (Java resends only then), each on a freshly chosen queue of another broker (Java keeps
    the old queue id, which another broker may not have). Oneway and orderly sends make one
-   attempt.
+   attempt. `send_prepared_async` sends a message the caller encoded to the queue the caller
+   chose, and its retries stay on that queue: a retry of an idempotent message
+   (OutgoingMessage.idempotent) must meet the window of the broker that may have stored it.
 4. Fault items. Every attempt of a sync, async or oneway send tells the fault strategy its
    latency; a transport failure, and a broker answer that is retried, isolate the broker (600 s
    with the default tables). Unlike Java, a broker answer that is not retried (13 MESSAGE_ILLEGAL,
@@ -130,9 +132,10 @@ class SendOptions(TypedDict, total=False):
 
 
 class _AsyncSend:
-    """One async send in flight: its message, its future, its budget and retries left."""
+    """One async send in flight: its message, its future, its budget and retries left, and the
+    queue every attempt goes to when the caller chose it."""
 
-    __slots__ = ("deadline_ns", "future", "message", "retries_left")
+    __slots__ = ("deadline_ns", "future", "message", "queue", "retries_left")
 
     def __init__(
         self,
@@ -140,11 +143,13 @@ class _AsyncSend:
         future: Future[SendResult],
         deadline_ns: int,
         retries_left: int,
+        queue: MessageQueue | None = None,
     ) -> None:
         self.message = message
         self.future = future
         self.deadline_ns = deadline_ns
         self.retries_left = retries_left
+        self.queue = queue
 
 
 def _warm_batch_kernel() -> None:
@@ -320,6 +325,27 @@ class Producer:
         begin_ns = time.monotonic_ns()
         message = self._batch(topic, messages)
         return self._send_async(message, begin_ns, timeout_ms)
+
+    def send_prepared_async(
+        self,
+        message: OutgoingMessage,
+        queue: MessageQueue,
+        *,
+        timeout_ms: int | None = None,
+    ) -> Future[SendResult]:
+        """Send a message or batch the caller encoded (outgoing.encode_*, with UNIQ_KEYs of its
+        own) to `queue`, without waiting; retried on that same queue after a transport failure
+        (rule 3). The SendResult's msg_id is `message.msg_id` as the caller set it."""
+        self._check_running()
+        if message.topic != queue.topic:
+            raise InvalidMessageError(f"a message for {message.topic} sent to a queue of {queue}")
+        begin_ns = time.monotonic_ns()
+        future: Future[SendResult] = Future()
+        future.set_running_or_notify_cancel()
+        deadline_ns = begin_ns + (timeout_ms or self.send_timeout_ms) * 1_000_000
+        send = _AsyncSend(message, future, deadline_ns, self.retry_times_async, queue)
+        self._async_attempt(send, None)
+        return future
 
     async def send_aio(
         self,
@@ -622,8 +648,9 @@ class Producer:
                 raise RemotingTimeoutError(
                     f"no time left to send to {message.topic}", message.topic
                 )
-            info = self._publish_info(message.topic)
-            queue = self._select_queue(info, last_broker)
+            queue = send.queue
+            if queue is None:
+                queue = self._select_queue(self._publish_info(message.topic), last_broker)
             address = self._master_address(queue)
             transport = self.instance.transport(address)
         except ClientError as error:

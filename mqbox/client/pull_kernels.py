@@ -10,10 +10,11 @@ inside the kernel, raises for bad input (it stops and says why; pull_decode.py, 
 decides), or reads outside [start_bytes, end_bytes): every read is guarded by a length check,
 because kernels run with boundscheck off.
 
-Unlike the store's scan_records, the client accepts IPv6 hosts (sysflag 0x10 and 0x20 make a
-host 20 bytes instead of 8, moving every later field), as the Java client does: a Java broker
-stores them for IPv6 peers, even though mqbox never does. It checks no CRC and no
-PHYSICALOFFSET, as neither Java's nor C++'s client does.
+Each record goes through message_kernels.check_record, the store's own record check. Unlike the
+store's scans, the client accepts IPv6 hosts (sysflag 0x10 and 0x20 make a host 20 bytes
+instead of 8, moving every later field), as the Java client does: a Java broker stores them for
+IPv6 peers, even though mqbox never does. It checks no CRC and no PHYSICALOFFSET, as neither
+Java's nor C++'s client does.
 
 Table: `out` is int64, shape (COLUMN_COUNT, capacity), one column per field so the parent can
 take a whole field as one contiguous row (`out[COLUMN_QUEUE_INDEX, :count]`). Positions are
@@ -27,32 +28,34 @@ from numpy.typing import NDArray
 
 from mqbox._jit import kernel
 from mqbox.message import (
+    BODY_LENGTH_POSITION_BYTES,
     BORNHOST_POSITION_BYTES,
     BORNTIMESTAMP_POSITION_BYTES,
     FLAG_POSITION_BYTES,
     HOST_SIZE_BYTES,
-    MAGICCODE_POSITION_BYTES,
-    MESSAGE_MAGIC,
     PHYSICALOFFSET_POSITION_BYTES,
     PROPERTIES_LENGTH_SIZE_BYTES,
     QUEUEID_POSITION_BYTES,
     QUEUEOFFSET_POSITION_BYTES,
-    RECORD_SIZE_BYTES_MIN,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_POSITION_BYTES,
     SYSFLAG_STOREHOST_V6,
     TOPIC_LENGTH_SIZE_BYTES,
-    TOPIC_SIZE_BYTES_MAX,
-    TOTALSIZE_POSITION_BYTES,
 )
 from mqbox.message_kernels import (
+    HOST_V6_EXTRA_SIZE_BYTES,
+    LOG_OFFSET_UNKNOWN,
+    RECORD_WHOLE,
+    STOP_BLANK,
+    STOP_END,
+    STOP_FULL,
+    STOP_INVALID,
+    STOP_TRUNCATED,
     TAGS_NAME,
+    check_record,
     find_property,
-    read_s16_be,
     read_s32_be,
     read_s64_be,
-    read_u8,
-    read_u32_be,
 )
 
 # --- The table ----------------------------------------------------------------------------------
@@ -78,24 +81,22 @@ COLUMN_TAGS_POSITION_BYTES = 17  # the TAGS value, -1 when absent
 COLUMN_TAGS_SIZE_BYTES = 18  # 0 when absent
 COLUMN_COUNT = 19
 
-# Why decode_pull_records stopped, its third result. stop_position_bytes is where the record
-# that was not reported begins (end_bytes for DECODE_STOP_END).
-DECODE_STOP_END = 0  # reached end_bytes exactly, after a whole record
-DECODE_STOP_FULL = 1  # the table is full; decode again from stop_position_bytes
-DECODE_STOP_TRUNCATED = 2  # fewer than 8 bytes left, or TOTALSIZE runs past end_bytes
-DECODE_STOP_INVALID = 3  # bad magic, or TOTALSIZE disagrees with the lengths inside
+# Why decode_pull_records stopped, its third result: message_kernels' STOP_* under the names
+# pull_decode.py uses. stop_position_bytes is where the record that was not reported begins
+# (end_bytes for DECODE_STOP_END). A PULL body holds no blanks: a blank's magic is INVALID here.
+DECODE_STOP_END = STOP_END  # reached end_bytes exactly, after a whole record
+DECODE_STOP_FULL = STOP_FULL  # the table is full; decode again from stop_position_bytes
+DECODE_STOP_TRUNCATED = STOP_TRUNCATED  # fewer than 8 bytes left, or TOTALSIZE runs past the end
+DECODE_STOP_INVALID = STOP_INVALID  # bad magic, or TOTALSIZE disagrees with the lengths inside
 
-HOST_V6_EXTRA_SIZE_BYTES = 12  # a 16-byte address instead of 4
 # Field positions after BORNHOST, for an IPv4 born host; an IPv6 one adds 12, an IPv6 store host
 # adds 12 more to the fields after STOREHOST.
 _STORETIMESTAMP_AFTER_BORNHOST_BYTES = BORNHOST_POSITION_BYTES + HOST_SIZE_BYTES
 _STOREHOST_AFTER_BORNHOST_BYTES = _STORETIMESTAMP_AFTER_BORNHOST_BYTES + 8
 _RECONSUME_AFTER_HOSTS_BYTES = _STOREHOST_AFTER_BORNHOST_BYTES + HOST_SIZE_BYTES
-_BODY_LENGTH_AFTER_HOSTS_BYTES = _RECONSUME_AFTER_HOSTS_BYTES + 4 + 8  # RECONSUMETIMES, PREPARED
 
 assert COLUMN_COUNT == COLUMN_TAGS_SIZE_BYTES + 1
-assert _BODY_LENGTH_AFTER_HOSTS_BYTES == 84  # message.BODY_LENGTH_POSITION_BYTES for IPv4
-assert RECORD_SIZE_BYTES_MIN == _BODY_LENGTH_AFTER_HOSTS_BYTES + 4 + 1 + 2
+assert _RECONSUME_AFTER_HOSTS_BYTES + 4 + 8 == BODY_LENGTH_POSITION_BYTES  # + PREPARED TX OFFSET
 
 
 @kernel
@@ -106,11 +107,10 @@ def decode_pull_records(
 
     Returns (record_count, stop_position_bytes, stop_reason): column c of record i is
     out[c, i] for i < record_count; entries past it are left as they were. Checks per record, in
-    this order: the table has room (else FULL); 8 bytes left (else TRUNCATED); magic is a
-    message's (INVALID); TOTALSIZE >= 91 plus 12 per IPv6 host (INVALID); TOTALSIZE within
-    end_bytes (TRUNCATED); 0 <= body length and fixed part + body + topic length field fit
-    TOTALSIZE; topic length <= 127; fixed part + body + topic + properties == TOTALSIZE (each
-    INVALID). The sysflag is read only once TOTALSIZE is known to fit.
+    this order: the table has room (else FULL); then message_kernels.check_record with IPv6
+    hosts allowed (as the Java client reads them), no CRC and no PHYSICALOFFSET check (neither
+    Java's nor C++'s client checks them, and a PULL body's place in the log is not known here):
+    its TRUNCATED, or INVALID (a blank too: a PULL body holds none).
     """
     assert 0 <= start_bytes <= end_bytes <= body.size
     assert out.shape[0] == COLUMN_COUNT
@@ -125,58 +125,20 @@ def decode_pull_records(
         if record_count == capacity:
             stop_reason = DECODE_STOP_FULL
             break
-        available_bytes = end_bytes - position_bytes
-        if available_bytes < 8:
-            stop_reason = DECODE_STOP_TRUNCATED
+        verdict, size_bytes, body_position_bytes, topic_at, properties_at = check_record(
+            body, position_bytes, end_bytes, LOG_OFFSET_UNKNOWN, False, True
+        )
+        if verdict == STOP_BLANK:
+            verdict = DECODE_STOP_INVALID
+        if verdict != RECORD_WHOLE:
+            stop_reason = verdict
             break
-        if read_u32_be(body, position_bytes + MAGICCODE_POSITION_BYTES) != MESSAGE_MAGIC:
-            stop_reason = DECODE_STOP_INVALID
-            break
-        size_bytes = read_s32_be(body, position_bytes + TOTALSIZE_POSITION_BYTES)
-        if size_bytes < RECORD_SIZE_BYTES_MIN:  # also guarantees progress
-            stop_reason = DECODE_STOP_INVALID
-            break
-        if size_bytes > available_bytes:
-            stop_reason = DECODE_STOP_TRUNCATED
-            break
-        # From here on the whole record, at least 91 bytes, lies inside [position, end).
         sysflag = read_s32_be(body, position_bytes + SYSFLAG_POSITION_BYTES)
         born_extra_bytes = HOST_V6_EXTRA_SIZE_BYTES if sysflag & SYSFLAG_BORNHOST_V6 else 0
         store_extra_bytes = HOST_V6_EXTRA_SIZE_BYTES if sysflag & SYSFLAG_STOREHOST_V6 else 0
-        fixed_size_bytes = RECORD_SIZE_BYTES_MIN + born_extra_bytes + store_extra_bytes
-        if size_bytes < fixed_size_bytes:
-            stop_reason = DECODE_STOP_INVALID
-            break
         hosts_extra_bytes = born_extra_bytes + store_extra_bytes
-        body_length_at = position_bytes + _BODY_LENGTH_AFTER_HOSTS_BYTES + hosts_extra_bytes
-        body_size_bytes = read_s32_be(body, body_length_at)
-        if body_size_bytes < 0 or body_size_bytes > size_bytes - fixed_size_bytes:
-            stop_reason = DECODE_STOP_INVALID
-            break
-        body_position_bytes = body_length_at + 4
-        topic_length_at = body_position_bytes + body_size_bytes
-        topic_size_bytes = read_u8(body, topic_length_at)
-        if topic_size_bytes > TOPIC_SIZE_BYTES_MAX:
-            stop_reason = DECODE_STOP_INVALID
-            break
-        if fixed_size_bytes + body_size_bytes + topic_size_bytes > size_bytes:
-            stop_reason = DECODE_STOP_INVALID
-            break
-        properties_length_at = topic_length_at + TOPIC_LENGTH_SIZE_BYTES + topic_size_bytes
-        properties_size_bytes = read_s16_be(body, properties_length_at)
-        if (
-            fixed_size_bytes + body_size_bytes + topic_size_bytes + properties_size_bytes
-            != size_bytes
-        ):
-            stop_reason = DECODE_STOP_INVALID
-            break
-        properties_position_bytes = properties_length_at + PROPERTIES_LENGTH_SIZE_BYTES
-        tags_start, tags_end = find_property(
-            body,
-            properties_position_bytes,
-            properties_position_bytes + properties_size_bytes,
-            TAGS_NAME,
-        )
+        record_end_bytes = position_bytes + size_bytes
+        tags_start, tags_end = find_property(body, properties_at, record_end_bytes, TAGS_NAME)
         store_host_at = position_bytes + _STOREHOST_AFTER_BORNHOST_BYTES + born_extra_bytes
         reconsume_at = position_bytes + _RECONSUME_AFTER_HOSTS_BYTES + hosts_extra_bytes
         at = record_count
@@ -198,11 +160,11 @@ def decode_pull_records(
         out[COLUMN_STORE_HOST_POSITION_BYTES, at] = store_host_at
         out[COLUMN_RECONSUME_TIMES, at] = read_s32_be(body, reconsume_at)
         out[COLUMN_BODY_POSITION_BYTES, at] = body_position_bytes
-        out[COLUMN_BODY_SIZE_BYTES, at] = body_size_bytes
-        out[COLUMN_TOPIC_POSITION_BYTES, at] = topic_length_at + TOPIC_LENGTH_SIZE_BYTES
-        out[COLUMN_TOPIC_SIZE_BYTES, at] = topic_size_bytes
-        out[COLUMN_PROPERTIES_POSITION_BYTES, at] = properties_position_bytes
-        out[COLUMN_PROPERTIES_SIZE_BYTES, at] = properties_size_bytes
+        out[COLUMN_BODY_SIZE_BYTES, at] = topic_at - TOPIC_LENGTH_SIZE_BYTES - body_position_bytes
+        out[COLUMN_TOPIC_POSITION_BYTES, at] = topic_at
+        out[COLUMN_TOPIC_SIZE_BYTES, at] = properties_at - PROPERTIES_LENGTH_SIZE_BYTES - topic_at
+        out[COLUMN_PROPERTIES_POSITION_BYTES, at] = properties_at
+        out[COLUMN_PROPERTIES_SIZE_BYTES, at] = record_end_bytes - properties_at
         out[COLUMN_TAGS_POSITION_BYTES, at] = tags_start
         out[COLUMN_TAGS_SIZE_BYTES, at] = tags_end - tags_start
         record_count += 1

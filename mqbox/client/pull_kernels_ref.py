@@ -1,9 +1,10 @@
 """Plain-Python twin of pull_kernels.py: the same contract, restated for tests.
 
 Owns: a second statement of decode_pull_records, written with struct.unpack_from over a bytes copy
-and a bytes split for the TAGS value. It shares no helper with the kernel, so a unit test that
-feeds both the same bytes and gets the same table checks two independent readings of the record
-layout (docs/protocol.md section 5.1, with Java's IPv6 host sizes).
+and a bytes split for the TAGS value; each record is checked by message_kernels_ref.check_record
+(the twin of the record check). It shares no helper with the kernel, so a unit test that feeds
+both the same bytes and gets the same table checks two independent readings of the record
+layout (message.py's diagram, with Java's IPv6 host sizes).
 
 Never: used on the data plane (it is slow), or changed without its kernel.
 """
@@ -15,19 +16,27 @@ import struct
 import numpy as np
 from numpy.typing import NDArray
 
-DECODE_STOP_END = 0
-DECODE_STOP_FULL = 1
-DECODE_STOP_TRUNCATED = 2
-DECODE_STOP_INVALID = 3
+from mqbox.message_kernels_ref import (
+    LOG_OFFSET_UNKNOWN,
+    RECORD_WHOLE,
+    STOP_BLANK,
+    STOP_END,
+    STOP_FULL,
+    STOP_INVALID,
+    STOP_TRUNCATED,
+    check_record,
+)
+
+DECODE_STOP_END = STOP_END
+DECODE_STOP_FULL = STOP_FULL
+DECODE_STOP_TRUNCATED = STOP_TRUNCATED
+DECODE_STOP_INVALID = STOP_INVALID
 COLUMN_COUNT = 19
 
-_MAGIC = 0xDAA320A7
-_SIZE_AND_MAGIC = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE
 # BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP: bytes 8..48
 _FIXED_HEAD = struct.Struct(">iiiqqiq")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
-_INT16 = struct.Struct(">h")
 
 
 def _host_size(sysflag: int, v6_bit: int) -> int:
@@ -61,15 +70,11 @@ def decode_pull_records(
         if len(rows) == out.shape[1]:
             stop = DECODE_STOP_FULL
             break
-        if end_bytes - position < _SIZE_AND_MAGIC.size:
-            stop = DECODE_STOP_TRUNCATED
-            break
-        size, magic = _SIZE_AND_MAGIC.unpack_from(data, position)
-        if magic != _MAGIC or size < 91:
-            stop = DECODE_STOP_INVALID
-            break
-        if size > end_bytes - position:
-            stop = DECODE_STOP_TRUNCATED
+        verdict, size, body_at, topic_at, properties_at = check_record(
+            body, position, end_bytes, LOG_OFFSET_UNKNOWN, False, True
+        )
+        if verdict != RECORD_WHOLE:
+            stop = DECODE_STOP_INVALID if verdict == STOP_BLANK else verdict
             break
         record = data[position : position + size]
         _crc, queue_id, flag, queue_index, log_offset, sysflag, born_ms = _FIXED_HEAD.unpack_from(
@@ -77,30 +82,10 @@ def decode_pull_records(
         )
         born_host_size = _host_size(sysflag, 0x10)
         store_host_size = _host_size(sysflag, 0x20)
-        fixed = 91 - 16 + born_host_size + store_host_size
-        if size < fixed:
-            stop = DECODE_STOP_INVALID
-            break
         store_ms_at = 48 + born_host_size
         store_host_at = store_ms_at + 8
         reconsume_at = store_host_at + store_host_size
-        body_length_at = reconsume_at + 4 + 8
-        (body_size,) = _INT32.unpack_from(record, body_length_at)
-        if not 0 <= body_size <= size - fixed:
-            stop = DECODE_STOP_INVALID
-            break
-        topic_length_at = body_length_at + 4 + body_size
-        topic_size = record[topic_length_at]
-        if topic_size > 127 or fixed + body_size + topic_size > size:
-            stop = DECODE_STOP_INVALID
-            break
-        properties_length_at = topic_length_at + 1 + topic_size
-        (properties_size,) = _INT16.unpack_from(record, properties_length_at)
-        if fixed + body_size + topic_size + properties_size != size:
-            stop = DECODE_STOP_INVALID
-            break
-        properties_at = properties_length_at + 2
-        tags_at, tags_size = _tags_value_span(record[properties_at:], position + properties_at)
+        tags_at, tags_size = _tags_value_span(data[properties_at : position + size], properties_at)
         rows.append(
             [
                 position,
@@ -114,12 +99,12 @@ def decode_pull_records(
                 _INT64.unpack_from(record, store_ms_at)[0],
                 position + store_host_at,
                 _INT32.unpack_from(record, reconsume_at)[0],
-                position + body_length_at + 4,
-                body_size,
-                position + topic_length_at + 1,
-                topic_size,
-                position + properties_at,
-                properties_size,
+                body_at,
+                topic_at - 1 - body_at,
+                topic_at,
+                properties_at - 2 - topic_at,
+                properties_at,
+                position + size - properties_at,
                 tags_at,
                 tags_size,
             ]

@@ -373,6 +373,13 @@ _SEND_MESSAGE: Final = int(RequestCode.SEND_MESSAGE)
 _SEND_MESSAGE_V2: Final = int(RequestCode.SEND_MESSAGE_V2)
 _SEND_BATCH_MESSAGE: Final = int(RequestCode.SEND_BATCH_MESSAGE)
 _SEND_V2_CODES: Final = frozenset((_SEND_MESSAGE_V2, _SEND_BATCH_MESSAGE))
+# mqbox's own extFields of a send (docs/protocol.md section 4.2, "The idempotent window"): a
+# request carrying SEND_IDEMPOTENT_KEY = "true" asks the broker to drop each message whose
+# (topic, UNIQ_KEY) it stored within its window; the answer then names the first records, and
+# carries SEND_DUPLICATES_KEY (how many were dropped) when that is not 0. RocketMQ's brokers and
+# clients ignore both fields.
+SEND_IDEMPOTENT_KEY: Final = "mqboxIdempotent"
+SEND_DUPLICATES_KEY: Final = "mqboxDuplicates"
 
 
 @dataclass(slots=True)

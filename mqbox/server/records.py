@@ -128,7 +128,9 @@ APPEND: the stored records of one SEND (one message, or every element of a batch
 (topic, queue_id), encoded by the send processor with the store-side fields zero; the store
 writer patches QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and STOREHOST as it copies them into
 the commit log. `flags` bit 0 (APPEND_FLAG_WAIT_FLUSH): under SYNC_FLUSH, acknowledge only once a
-flush covers the records (the message's WAIT property, true unless the client said false).
+flush covers the records (the message's WAIT property, true unless the client said false). Bit 1
+(APPEND_FLAG_IDEMPOTENT): the send asked for the idempotent window (store/idempotence.py); the
+writer drops each record whose (topic, UNIQ_KEY) it stored within the window.
 
     +0           +8            +12       +16     +20          +24              +32
     | request_id | record_count| queue_id| flags | topic_size | records_size   |
@@ -144,7 +146,11 @@ sync-flush timeout; 13, 1, 14 refused, nothing stored), the remark says why.
     +0           +8                +16           +24                 +32          +36      +40
     | request_id | log_offset      | queue_index | store_timestamp_ms| record_count| code   | remark
     | u64        | i64 first record| i64 first   | i64               | u32          | i32    | _size
-    +40: remark_size u32, pad u32; +48: remark (UTF-8)
+    +40: remark_size u32, duplicate_count u32; +48: remark (UTF-8)
+    then, only when duplicate_count > 0 (an idempotent APPEND some of whose records the window
+    already held): queue_id i32 of the first record, then record_count log offsets i64, one per
+    record of the APPEND in its order (a duplicate's is the record stored first), unaligned.
+    log_offset and queue_index then describe the first record, stored now or before.
 
 WRITTEN: the commit log's write position moved (every byte below it is whole records or blanks).
 The dispatcher takes the largest it drained; the store writer sends at most one per loop turn.
@@ -278,6 +284,7 @@ REPLY_FLAG_REQUEST: Final = 2  # a broker request to the client (40, 220, 307), 
 
 # APPEND.flags and QUEUES_GREW.flags.
 APPEND_FLAG_WAIT_FLUSH: Final = 1  # SYNC_FLUSH: acknowledge once a flush covers the records
+APPEND_FLAG_IDEMPOTENT: Final = 2  # drop records whose UNIQ_KEY the window holds (rule above)
 QUEUES_GREW_FLAG_MANY: Final = 1  # too many queues grew to list: every held pull looks again
 
 # Each role drains at most this many records per ring per turn (docs/style.md section 3).
@@ -442,13 +449,15 @@ APPEND_ACK_HEAD = np.dtype(
             "record_count",
             "response_code",
             "remark_size",
+            "duplicate_count",
         ],
-        "formats": ["<u8", "<i8", "<i8", "<i8", "<u4", "<i4", "<u4"],
-        "offsets": [0, 8, 16, 24, 32, 36, 40],
+        "formats": ["<u8", "<i8", "<i8", "<i8", "<u4", "<i4", "<u4", "<u4"],
+        "offsets": [0, 8, 16, 24, 32, 36, 40, 44],
         "itemsize": 48,
     }
 )
-APPEND_ACK_HEAD_STRUCT = struct.Struct("<QqqqIiI4x")
+APPEND_ACK_HEAD_STRUCT = struct.Struct("<QqqqIiII")
+_ACK_QUEUE_ID_STRUCT = struct.Struct("<i")
 
 WRITTEN_HEAD = np.dtype(
     {
@@ -845,33 +854,65 @@ class AppendAck(NamedTuple):
     record_count: int
     response_code: int
     remark: str
+    # An idempotent APPEND with records the window held: how many, the first record's queue id,
+    # and every record's log offset (a duplicate's: the record stored first). 0, -1, () else.
+    duplicate_count: int = 0
+    queue_id: int = -1
+    log_offsets_bytes: tuple[int, ...] = ()
 
 
 def pack_append_ack(ack: AppendAck) -> bytes:
     remark = java_utf8_encode(ack.remark)
-    return (
-        APPEND_ACK_HEAD_STRUCT.pack(
-            ack.request_id,
-            ack.log_offset_bytes,
-            ack.queue_index,
-            ack.store_timestamp_ms,
-            ack.record_count,
-            ack.response_code,
-            len(remark),
-        )
-        + remark
+    head = APPEND_ACK_HEAD_STRUCT.pack(
+        ack.request_id,
+        ack.log_offset_bytes,
+        ack.queue_index,
+        ack.store_timestamp_ms,
+        ack.record_count,
+        ack.response_code,
+        len(remark),
+        ack.duplicate_count,
     )
+    if not ack.duplicate_count:
+        return head + remark
+    assert len(ack.log_offsets_bytes) == ack.record_count
+    offsets = np.array(ack.log_offsets_bytes, dtype="<i8").tobytes()
+    return head + remark + _ACK_QUEUE_ID_STRUCT.pack(ack.queue_id) + offsets
 
 
 def unpack_append_ack(buffer: Buffer, offset: int, size: int) -> AppendAck:
-    (request_id, log_offset, queue_index, store_timestamp_ms, record_count, code, remark_size) = (
-        APPEND_ACK_HEAD_STRUCT.unpack_from(buffer, offset)
-    )
+    (
+        request_id,
+        log_offset,
+        queue_index,
+        store_timestamp_ms,
+        record_count,
+        code,
+        remark_size,
+        duplicate_count,
+    ) = APPEND_ACK_HEAD_STRUCT.unpack_from(buffer, offset)
     start = offset + APPEND_ACK_HEAD_STRUCT.size
-    assert APPEND_ACK_HEAD_STRUCT.size + remark_size == size
     remark = java_utf8_decode(buffer[start : start + remark_size])
+    if not duplicate_count:
+        assert APPEND_ACK_HEAD_STRUCT.size + remark_size == size
+        return AppendAck(
+            request_id, log_offset, queue_index, store_timestamp_ms, record_count, code, remark
+        )
+    tail = start + remark_size
+    assert size == APPEND_ACK_HEAD_STRUCT.size + remark_size + 4 + 8 * record_count
+    (queue_id,) = _ACK_QUEUE_ID_STRUCT.unpack_from(buffer, tail)
+    offsets = np.frombuffer(bytes(buffer[tail + 4 : tail + 4 + 8 * record_count]), dtype="<i8")
     return AppendAck(
-        request_id, log_offset, queue_index, store_timestamp_ms, record_count, code, remark
+        request_id,
+        log_offset,
+        queue_index,
+        store_timestamp_ms,
+        record_count,
+        code,
+        remark,
+        duplicate_count,
+        queue_id,
+        tuple(offsets.tolist()),
     )
 
 

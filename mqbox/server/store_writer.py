@@ -11,7 +11,9 @@ syncFlushTimeout answers FLUSH_DISK_TIMEOUT); the published write and flushed po
 (queue_counters.StorePositions) and the WRITTEN records that wake the dispatcher; the disk
 guard (cleanup.DiskSpaceGuard: appends are refused with SERVICE_NOT_AVAILABLE on a nearly full
 disk); commit-log retention and the checkpoint file, its only writer while the broker runs
-(store_housekeeper.py, a thread); and the clean close (flush, checkpoint, abort marker removed).
+(store_housekeeper.py, a thread); the idempotent produce window (store/idempotence.py: rebuilt at
+open, consulted and filled by each APPEND flagged APPEND_FLAG_IDEMPOTENT, and the only writer of
+mqboxIdempotentTopics.json); and the clean close (flush, checkpoint, abort marker removed).
 
 Never: builds or parses a message (the send processor encodes records, the kernel checks them
 whole), writes a consume queue or the index after recovery (the dispatcher role owns them from
@@ -24,12 +26,17 @@ Invariants:
   under SYNC_FLUSH with the WAIT flag, below the flushed position.
 - Positions published in shared memory only grow; WRITTEN goes out after the position it names
   was published.
+- An idempotent APPEND stores none of its records whose (topic, UNIQ_KEY) the window holds and
+  the commit log still has: one thread looks up and appends, so two sends of one key, from any
+  send processors, store it once. The window's lookups and inserts happen nowhere else.
 
-Threads: the main thread appends and publishes the write position; the flush thread calls
-CommitLog.flush (msync via ctypes, without the GIL) and publishes the flushed position. A SYNC
-flush wakes the main thread through a pipe in its epoll. The housekeeping thread deletes expired
-segments and writes the checkpoint. The supervisor forks this role with one thread, so starting
-threads here is safe.
+Threads: the main thread appends, publishes the write position and keeps the SYNC_FLUSH acks;
+the store's flush thread (store/flush.FlushService, the one flush path, shared with
+MessageStore) calls CommitLog.flush (msync via ctypes, without the GIL) and publishes the
+flushed position; under SYNC_FLUSH it wakes the main thread through a pipe in its epoll, which
+releases the acks the least of flush.SYNC_ACK_POSITIONS covers. The housekeeping thread deletes
+expired segments and writes the checkpoint. The supervisor forks this role with one thread, so
+starting threads here is safe.
 
 Recovery: `open_store_for_writing` is MessageStore.open, which runs recovery.recover() through the
 store's own dispatcher before this role reports ready.
@@ -43,19 +50,18 @@ import dataclasses
 import logging
 import os
 import select
-import threading
 import time
 from pathlib import Path
 from typing import Final, NoReturn
 
 import numpy as np
+from numpy.typing import NDArray
 
 from mqbox.config import FlushDiskType
 from mqbox.errors import (
     DiskFullError,
     MessageIllegalError,
     MessageTooLargeError,
-    MqboxError,
     StoreError,
 )
 from mqbox.ipc.ring import Ring
@@ -72,6 +78,18 @@ from mqbox.server.store_housekeeper import StoreHousekeeper
 from mqbox.server.topics import TopicConfigStore
 from mqbox.server.topology import RoleContext, RoleKind
 from mqbox.store import recovery
+from mqbox.store.commit_log import AppendResult, record_log_offsets
+from mqbox.store.flush import SYNC_ACK_POSITIONS
+from mqbox.store.idempotence import (
+    IdempotenceWindow,
+    RecordIdentity,
+    RecordKeys,
+    load_idempotent_topics,
+    rebuild_window,
+    record_identity,
+    record_keys,
+    save_idempotent_topics,
+)
 from mqbox.store.message_store import MessageStore, StoreConfig
 
 log = logging.getLogger("mqbox.store_writer")
@@ -79,7 +97,6 @@ log = logging.getLogger("mqbox.store_writer")
 STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
 BACKED_UP_RETRY_MS: Final = 1
 IDLE_WAIT_MS: Final = 1000
-FLUSH_ERROR_RETRY_S: Final = 0.1
 STOP_DRAIN_ROUND_MAX: Final = 64  # at the stop, drain what the senders left, this many rounds
 _OK: Final = int(ResponseCode.SUCCESS)
 _FLUSH_DISK_TIMEOUT: Final = int(ResponseCode.FLUSH_DISK_TIMEOUT)
@@ -105,89 +122,6 @@ def open_store_for_writing(
     return store, store.recovery_report
 
 
-class _Flusher:
-    """The flush thread (module docstring). ASYNC_FLUSH: flush every interval_ms. SYNC_FLUSH:
-    flush whenever a waiter asked for more than is flushed; many requests share one flush, and
-    requests that arrive during a flush are served by the next one."""
-
-    def __init__(
-        self,
-        store: MessageStore,
-        positions: StorePositions,
-        flush_disk_type: FlushDiskType,
-        interval_ms: int,
-        wake_fd: int,
-    ) -> None:
-        assert interval_ms > 0
-        self._commit_log = store.commit_log
-        self._positions = positions
-        self._sync = flush_disk_type is FlushDiskType.SYNC_FLUSH
-        self._interval_s = interval_ms / 1000
-        self._wake_fd = wake_fd
-        self._condition = threading.Condition()
-        self._requested_log_offset_bytes = 0
-        self._stopping = False
-        self._thread: threading.Thread | None = None
-        self.flush_count = 0
-        self.error_count = 0
-
-    def start(self) -> None:
-        assert self._thread is None
-        self._thread = threading.Thread(target=self._run, name="mqbox-flush", daemon=True)
-        self._thread.start()
-
-    def request(self, end_log_offset_bytes: int) -> None:
-        """SYNC_FLUSH: ask for a flush that covers `end_log_offset_bytes`."""
-        with self._condition:
-            if end_log_offset_bytes > self._requested_log_offset_bytes:
-                self._requested_log_offset_bytes = end_log_offset_bytes
-                self._condition.notify()
-
-    def stop(self) -> None:
-        thread = self._thread
-        if thread is None:
-            return
-        with self._condition:
-            self._stopping = True
-            self._condition.notify()
-        thread.join()
-        self._thread = None
-
-    def flush_now(self) -> int:
-        """One flush in the calling thread (at the stop); the flushed position."""
-        flushed_bytes = self._commit_log.flush()
-        self._positions.publish_flushed(flushed_bytes, self._commit_log.flushed_store_timestamp_ms)
-        return flushed_bytes
-
-    def _run(self) -> None:
-        while True:
-            with self._condition:
-                if self._sync:
-                    while (
-                        not self._stopping
-                        and self._requested_log_offset_bytes
-                        <= self._commit_log.flushed_log_offset_bytes
-                    ):
-                        self._condition.wait()
-                elif not self._stopping:
-                    self._condition.wait(self._interval_s)
-                if self._stopping:
-                    return
-            try:
-                self.flush_now()
-            except (MqboxError, OSError):
-                # The disk refused (full, failing): keep the acks waiting and try again; SYNC
-                # requests answer FLUSH_DISK_TIMEOUT once their time is up.
-                self.error_count += 1
-                log.exception("flushing the commit log failed; retrying")
-                time.sleep(FLUSH_ERROR_RETRY_S)
-                continue
-            self.flush_count += 1
-            if self._sync:
-                with contextlib.suppress(BlockingIOError):
-                    os.write(self._wake_fd, b"\0")
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class StoreWriterStatistics:
     append_requests: int
@@ -202,6 +136,9 @@ class StoreWriterStatistics:
     flushed_log_offset_bytes: int
     sleep_count: int
     turn_count: int
+    idempotent_requests: int  # APPENDs flagged APPEND_FLAG_IDEMPOTENT
+    idempotent_duplicates: int  # records of those not stored again
+    idempotent_rebuilt_keys: int  # keys the window got back from the commit log at open
 
 
 @dataclasses.dataclass(slots=True)
@@ -273,13 +210,10 @@ class StoreWriter:
             self.epoll.register(wakeup_fd, select.EPOLLIN)
         self._flush_read_fd, self._flush_write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.epoll.register(self._flush_read_fd, select.EPOLLIN)
-        self.flusher = _Flusher(
-            self.store,
-            self.positions,
-            self.flush_disk_type,
-            broker.flush_interval_commit_log_ms,
-            self._flush_write_fd,
-        )
+        # The store's one flush service (store/flush.py), its thread running in both modes:
+        # ASYNC_FLUSH its timer, SYNC_FLUSH its group commit.
+        self.flusher = self.store.flush_service
+        self.flusher.on_flushed = self._on_flushed
         self.flusher.start()
         self.housekeeper = StoreHousekeeper(
             ctx.store_root,
@@ -292,6 +226,28 @@ class StoreWriter:
         )
         if start_housekeeper:
             self.housekeeper.start()
+        self.idempotent_topics = load_idempotent_topics(ctx.store_root)
+        self.idempotence = IdempotenceWindow(
+            broker.idempotent_window_ms, broker.limits.idempotent_key_count_max
+        )
+        self._idempotent_rebuilt_keys = 0
+        if self.idempotent_topics:
+            started_ns = time.monotonic_ns()
+            self._idempotent_rebuilt_keys = rebuild_window(
+                self.idempotence,
+                self.commit_log,
+                self.commit_log.write_log_offset_bytes,
+                self.idempotent_topics,
+                time.time_ns() // 1_000_000,
+            )
+            log.info(
+                "idempotent window rebuilt: %d keys of %d topics in %.3f s",
+                self._idempotent_rebuilt_keys,
+                len(self.idempotent_topics),
+                (time.monotonic_ns() - started_ns) / 1e9,
+            )
+        self._idempotent_requests = 0
+        self._idempotent_duplicates = 0
         self._sync_waits: collections.deque[_SyncWait] = collections.deque()
         self._topic_names: dict[bytes, str] = {}
         self._published_log_offset_bytes = self.commit_log.write_log_offset_bytes
@@ -342,6 +298,15 @@ class StoreWriter:
                 self._clear_flush_pipe()
         return 0
 
+    def _on_flushed(self, flushed_log_offset_bytes: int, store_timestamp_ms: int) -> None:
+        """Run by the flush thread after each flush (and by close's last one): publish the
+        flushed position and store time (the checkpoint's source), and under SYNC_FLUSH wake
+        the main loop, which releases the acks the flush covered."""
+        self.positions.publish_flushed(flushed_log_offset_bytes, store_timestamp_ms)
+        if self.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._flush_write_fd, b"\0")
+
     def _clear_flush_pipe(self) -> None:
         with contextlib.suppress(BlockingIOError):
             while os.read(self._flush_read_fd, 4096):
@@ -373,26 +338,12 @@ class StoreWriter:
             buffer, dtype=np.uint8, count=view.records_size, offset=view.records_offset
         )
         self._append_requests += 1
-        try:
-            self.store.disk_guard.check_writable()
-            result = self.commit_log.append_batch(source, sizes_bytes, topic, view.queue_id)
-        except DiskFullError as error:
-            # RocketMQ's answer while its disk is marked full (PutMessageStatus
-            # SERVICE_NOT_AVAILABLE); producers try another broker.
-            self._refuse(sender, view.request_id, _SERVICE_NOT_AVAILABLE, f"mqbox: {error}")
+        if view.flags & records.APPEND_FLAG_IDEMPOTENT:
+            self._append_idempotent(sender, view, topic, source, sizes_bytes)
             return
-        except MessageTooLargeError as error:
-            self._refuse(sender, view.request_id, _MESSAGE_ILLEGAL, str(error))
+        result = self._append_checked(sender, view.request_id, source, sizes_bytes, topic, view)
+        if result is None:
             return
-        except MessageIllegalError as error:
-            self._refuse(sender, view.request_id, _MESSAGE_ILLEGAL, str(error))
-            return
-        except StoreError as error:
-            log.error("append refused by the store: %s", error)
-            self._refuse(sender, view.request_id, _SYSTEM_ERROR, f"mqbox: store error: {error}")
-            return
-        self._append_records += result.record_count
-        self._append_bytes += view.records_size
         ack = AppendAck(
             view.request_id,
             result.log_offset_bytes,
@@ -402,23 +353,183 @@ class StoreWriter:
             _OK,
             "",
         )
+        self._ack_when_durable(sender, view, result.end_log_offset_bytes, ack)
+
+    def _append_checked(
+        self,
+        sender: str,
+        request_id: int,
+        source: NDArray[np.uint8],
+        sizes_bytes: NDArray[np.int32],
+        topic: str,
+        view: records.AppendView,
+    ) -> AppendResult | None:
+        """Append the records, or refuse the request with the store's reason (None)."""
+        try:
+            self.store.disk_guard.check_writable()
+            result = self.commit_log.append_batch(source, sizes_bytes, topic, view.queue_id)
+        except DiskFullError as error:
+            # RocketMQ's answer while its disk is marked full (PutMessageStatus
+            # SERVICE_NOT_AVAILABLE); producers try another broker.
+            self._refuse(sender, request_id, _SERVICE_NOT_AVAILABLE, f"mqbox: {error}")
+            return None
+        except MessageTooLargeError as error:
+            self._refuse(sender, request_id, _MESSAGE_ILLEGAL, str(error))
+            return None
+        except MessageIllegalError as error:
+            self._refuse(sender, request_id, _MESSAGE_ILLEGAL, str(error))
+            return None
+        except StoreError as error:
+            log.error("append refused by the store: %s", error)
+            self._refuse(sender, request_id, _SYSTEM_ERROR, f"mqbox: store error: {error}")
+            return None
+        self._append_records += result.record_count
+        self._append_bytes += int(sizes_bytes.sum())
+        return result
+
+    def _ack_when_durable(
+        self, sender: str, view: records.AppendView, end_log_offset_bytes: int, ack: AppendAck
+    ) -> None:
+        """Send the ack now, or under SYNC_FLUSH with the WAIT flag once a flush covers
+        `end_log_offset_bytes`."""
         if (
             self.flush_disk_type is FlushDiskType.SYNC_FLUSH
             and view.flags & records.APPEND_FLAG_WAIT_FLUSH
-            and result.end_log_offset_bytes > self.commit_log.flushed_log_offset_bytes
+            and end_log_offset_bytes > self._ack_covered_log_offset_bytes()
         ):
             self._sync_wait_count += 1
             self._sync_waits.append(
                 _SyncWait(
-                    result.end_log_offset_bytes,
+                    end_log_offset_bytes,
                     time.monotonic_ns() + self.sync_flush_timeout_ns,
                     sender,
                     ack,
                 )
             )
-            self.flusher.request(result.end_log_offset_bytes)
+            self.flusher.request(end_log_offset_bytes)
             return
         self._send_ack(sender, ack)
+
+    # -- the idempotent window --------------------------------------------------------------------
+
+    def _append_idempotent(
+        self,
+        sender: str,
+        view: records.AppendView,
+        topic: str,
+        source: NDArray[np.uint8],
+        sizes_bytes: NDArray[np.int32],
+    ) -> None:
+        """Store the records of an idempotent APPEND that the window does not hold, and answer
+        for all of them (records.py, APPEND_ACK: a duplicate's offset is the first record's)."""
+        self._idempotent_requests += 1
+        if topic not in self.idempotent_topics:
+            # Named before the first record is stored, so a rebuild after any crash finds it.
+            try:
+                save_idempotent_topics(self.store_root, self.idempotent_topics | {topic})
+            except StoreError as error:
+                log.error("the idempotent topics file was not written: %s", error)
+                self._refuse(sender, view.request_id, _SYSTEM_ERROR, f"mqbox: {error}")
+                return
+            self.idempotent_topics.add(topic)
+        count = view.record_count
+        keys = record_keys(source, count)
+        originals = self._originals(source, keys)
+        if not originals:
+            stored = self._append_checked(sender, view.request_id, source, sizes_bytes, topic, view)
+            if stored is None:
+                return
+            self._remember(keys, record_log_offsets(stored, sizes_bytes), stored)
+            ack = AppendAck(
+                view.request_id,
+                stored.log_offset_bytes,
+                stored.queue_index,
+                stored.store_timestamp_ms,
+                count,
+                _OK,
+                "",
+            )
+            self._ack_when_durable(sender, view, stored.end_log_offset_bytes, ack)
+            return
+        self._idempotent_duplicates += len(originals)
+        offsets = np.empty(count, dtype=np.int64)
+        for index, (log_offset, _identity) in originals.items():
+            offsets[index] = log_offset
+        fresh = np.array([i for i in range(count) if i not in originals], dtype=np.int64)
+        result: AppendResult | None = None
+        if fresh.size:
+            starts = keys.position_bytes[fresh]
+            fresh_sizes = sizes_bytes[fresh].copy()
+            fresh_records = np.concatenate(
+                [
+                    source[start : start + size]
+                    for start, size in zip(starts, fresh_sizes, strict=True)
+                ]
+            )
+            result = self._append_checked(
+                sender, view.request_id, fresh_records, fresh_sizes, topic, view
+            )
+            if result is None:
+                return
+            fresh_offsets = record_log_offsets(result, fresh_sizes)
+            offsets[fresh] = fresh_offsets
+            fresh_keys = RecordKeys(
+                keys.position_bytes[fresh],
+                keys.key_hashes[fresh],
+                keys.topic_hashes[fresh],
+                keys.store_timestamps_ms[fresh],
+                keys.has_key[fresh],
+            )
+            self._remember(fresh_keys, fresh_offsets, result)
+        first = originals.get(0)
+        if first is not None:
+            first_queue_id, first_queue_index = first[1].queue_id, first[1].queue_index
+        else:
+            assert result is not None
+            first_queue_id, first_queue_index = view.queue_id, result.queue_index
+        ack = AppendAck(
+            view.request_id,
+            int(offsets[0]),
+            first_queue_index,
+            result.store_timestamp_ms if result is not None else 0,
+            count,
+            _OK,
+            "",
+            len(originals),
+            first_queue_id,
+            tuple(offsets.tolist()),
+        )
+        # The records stored before may not be flushed yet: wait for all that was written.
+        self._ack_when_durable(sender, view, self.commit_log.write_log_offset_bytes, ack)
+
+    def _originals(
+        self, source: NDArray[np.uint8], keys: RecordKeys
+    ) -> dict[int, tuple[int, RecordIdentity]]:
+        """Record index -> (log offset, identity) of the stored record with the same topic and
+        UNIQ_KEY, for every record of the batch the window holds. A hash alone proves nothing:
+        each candidate is read back and compared byte for byte."""
+        candidates = self.idempotence.first_candidates(keys.key_hashes, keys.has_key)
+        if not candidates.any():
+            return {}
+        found: dict[int, tuple[int, RecordIdentity]] = {}
+        write_end = self.commit_log.write_log_offset_bytes
+        for index in np.flatnonzero(candidates).tolist():
+            mine = record_identity(source, int(keys.position_bytes[index]))
+            for log_offset in self.idempotence.candidates(int(keys.key_hashes[index])):
+                stored = self.commit_log.read_record(log_offset, write_end)
+                if stored is None:
+                    continue  # deleted by retention: the key is as good as new
+                identity = record_identity(stored)
+                if identity.topic == mine.topic and identity.uniq_key == mine.uniq_key:
+                    found[index] = (log_offset, identity)
+                    break
+        return found
+
+    def _remember(
+        self, keys: RecordKeys, log_offsets: NDArray[np.int64], result: AppendResult
+    ) -> None:
+        times = np.full(log_offsets.size, result.store_timestamp_ms, dtype=np.int64)
+        self.idempotence.insert(keys.key_hashes, log_offsets, keys.has_key, times)
 
     def _refuse(self, sender: str, request_id: int, code: int, remark: str) -> None:
         self._refused_requests += 1
@@ -440,13 +551,18 @@ class StoreWriter:
         for outbox in self.dispatcher_outboxes:
             outbox.append(records.WRITTEN, written)
 
+    def _ack_covered_log_offset_bytes(self) -> int:
+        """Where a SYNC_FLUSH ack may go out below: the least of the positions such an ack waits
+        for (store/flush.py: FLUSHED today; issue 14 adds REPLICATED through this seam)."""
+        return self.flusher.positions.covered_log_offset_bytes(SYNC_ACK_POSITIONS)
+
     def _release_sync_waits(self, now_ns: int) -> None:
         """Ack the waits a flush covered (in log order), and those whose time ran out."""
         waits = self._sync_waits
         if not waits:
             return
-        flushed_bytes = self.commit_log.flushed_log_offset_bytes
-        while waits and waits[0].end_log_offset_bytes <= flushed_bytes:
+        covered_bytes = self._ack_covered_log_offset_bytes()
+        while waits and waits[0].end_log_offset_bytes <= covered_bytes:
             wait = waits.popleft()
             self._send_ack(wait.sender, wait.ack)
         while waits and waits[0].deadline_ns <= now_ns:
@@ -511,6 +627,7 @@ class StoreWriter:
         log.info("stopped cleanly: %s", statistics)
 
     def statistics(self) -> StoreWriterStatistics:
+        flush = self.flusher.statistics()
         return StoreWriterStatistics(
             append_requests=self._append_requests,
             append_records=self._append_records,
@@ -518,12 +635,15 @@ class StoreWriter:
             refused_requests=self._refused_requests,
             sync_waits=self._sync_wait_count,
             sync_timeouts=self._sync_timeouts,
-            flush_count=self.flusher.flush_count,
-            flush_errors=self.flusher.error_count,
+            flush_count=flush.flush_total,
+            flush_errors=flush.error_total,
             write_log_offset_bytes=self.commit_log.write_log_offset_bytes,
             flushed_log_offset_bytes=self.commit_log.flushed_log_offset_bytes,
             sleep_count=self.sleeper.sleep_count,
             turn_count=self._turn_count,
+            idempotent_requests=self._idempotent_requests,
+            idempotent_duplicates=self._idempotent_duplicates,
+            idempotent_rebuilt_keys=self._idempotent_rebuilt_keys,
         )
 
 

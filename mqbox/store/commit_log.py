@@ -3,11 +3,11 @@
 Owns: the files under commitlog/ (record format drawn in message.py, names in layout.py), the
 write position (`write_log_offset_bytes`), the flushed position (`flushed_log_offset_bytes`), the
 next queue index of every (topic, queue_id) the writer has seen (`QueueIndexTable`), the append
-kernel that copies a batch into the mapped segment and patches its store-side fields, the group
-commit of SYNC_FLUSH (`GroupCommit`), and the optional page pre-faulting thread
-(`SegmentWarmer`). Written only by the store writer (one thread of one process); the flush
-service and group-commit waiters may run in other threads of the same process. Readers in other
-processes map the segments read-only and never learn positions from this object.
+kernel that copies a batch into the mapped segment and patches its store-side fields, and the
+msync and page-population calls (flush.py schedules the flushes and warms the pages). Written
+only by the store writer (one thread of one process); the flush thread and the segment warmer
+(flush.py) run in other threads of the same process. Readers in other processes map the segments
+read-only and never learn positions from this object.
 
 Never: decode properties, build consume-queue or index entries (dispatch.py does), decide where
 recovery starts (recovery owns `set_write_position`), or touch a socket.
@@ -79,13 +79,18 @@ from mqbox.message import (
     encode_record,
     encode_topic,
 )
-from mqbox.message_kernels import read_s32_be, read_u8, read_u32_be
-from mqbox.store.kernels import (
-    SCAN_STOP_BLANK,
-    SCAN_STOP_END,
-    SCAN_STOP_FULL,
-    scan_records,
+from mqbox.message_kernels import (
+    STOP_BLANK,
+    STOP_END,
+    STOP_FULL,
+    copy_bytes,
+    read_s32_be,
+    read_u8,
+    read_u32_be,
+    write_i32_be,
+    write_i64_be,
 )
+from mqbox.store.kernels import scan_records
 from mqbox.store.layout import StoreGeometry, commit_log_dir, is_safe_topic_dir_name
 from mqbox.store.mapped_file import PAGE_SIZE_BYTES, MappedFileQueue, store_error
 
@@ -105,37 +110,6 @@ assert MAGICCODE_POSITION_BYTES == 4
 
 TOPIC_TABLE_WIDTH_BYTES: Final = TOPIC_SIZE_BYTES_MAX + 1  # one row of a topic-bytes table
 assert TOPIC_TABLE_WIDTH_BYTES == 128
-
-
-@kernel
-def _write_u32_be(buf: NDArray[np.uint8], at: int, value: int) -> None:
-    buf[at] = (value >> 24) & 0xFF
-    buf[at + 1] = (value >> 16) & 0xFF
-    buf[at + 2] = (value >> 8) & 0xFF
-    buf[at + 3] = value & 0xFF
-
-
-@kernel
-def _write_s64_be(buf: NDArray[np.uint8], at: int, value: int) -> None:
-    _write_u32_be(buf, at, (value >> 32) & 0xFFFFFFFF)
-    _write_u32_be(buf, at + 4, value & 0xFFFFFFFF)
-
-
-@kernel
-def _copy_bytes(
-    target: NDArray[np.uint8],
-    target_at: int,
-    source: NDArray[np.uint8],
-    source_at: int,
-    size_bytes: int,
-) -> None:
-    """target[target_at:+size] = source[source_at:+size]. Written as a loop over two local
-    slices because LLVM then vectorizes it (measured 10 GB/s); a slice assignment or a loop
-    over the whole arrays copies a byte per cycle (2.5 GB/s), being unsure they do not alias."""
-    target_slice = target[target_at : target_at + size_bytes]
-    source_slice = source[source_at : source_at + size_bytes]
-    for index in range(size_bytes):
-        target_slice[index] = source_slice[index]
 
 
 @kernel
@@ -220,9 +194,9 @@ def append_batch_kernel(
     target_at = file_offset_bytes
     for record in range(record_count):
         size_bytes = int(sizes_bytes[record])
-        _write_u32_be(segment, target_at + TOTALSIZE_POSITION_BYTES, 0)
-        _write_u32_be(segment, target_at + MAGICCODE_POSITION_BYTES, 0)
-        _copy_bytes(
+        write_i32_be(segment, target_at + TOTALSIZE_POSITION_BYTES, 0)
+        write_i32_be(segment, target_at + MAGICCODE_POSITION_BYTES, 0)
+        copy_bytes(
             segment,
             target_at + RECORD_PUBLISH_WORD_SIZE_BYTES,
             source,
@@ -240,11 +214,11 @@ def append_batch_kernel(
         ):
             queue_index = int(next_queue_indexes[slot])
             next_queue_indexes[slot] = queue_index + 1
-        _write_s64_be(segment, target_at + QUEUEOFFSET_POSITION_BYTES, queue_index)
-        _write_s64_be(
+        write_i64_be(segment, target_at + QUEUEOFFSET_POSITION_BYTES, queue_index)
+        write_i64_be(
             segment, target_at + PHYSICALOFFSET_POSITION_BYTES, base_log_offset_bytes + target_at
         )
-        _write_s64_be(segment, target_at + STORETIMESTAMP_POSITION_BYTES, store_timestamp_ms)
+        write_i64_be(segment, target_at + STORETIMESTAMP_POSITION_BYTES, store_timestamp_ms)
         for index in range(HOST_SIZE_BYTES):
             segment[target_at + STOREHOST_POSITION_BYTES + index] = store_host[index]
         if want_queue_indexes:
@@ -259,12 +233,12 @@ def append_batch_kernel(
     target_at = file_offset_bytes
     for record in range(published_count):
         size_bytes = int(sizes_bytes[record])
-        _write_u32_be(segment, target_at + TOTALSIZE_POSITION_BYTES, size_bytes)
+        write_i32_be(segment, target_at + TOTALSIZE_POSITION_BYTES, size_bytes)
         target_at += size_bytes
     compiler_fence()
     target_at = file_offset_bytes
     for record in range(published_count):
-        _write_u32_be(segment, target_at + MAGICCODE_POSITION_BYTES, MESSAGE_MAGIC)
+        write_i32_be(segment, target_at + MAGICCODE_POSITION_BYTES, MESSAGE_MAGIC)
         target_at += int(sizes_bytes[record])
     compiler_fence()
     return file_offset_bytes + batch_size_bytes
@@ -554,7 +528,7 @@ class CommitLog:
 
     @property
     def flushed_log_offset_bytes(self) -> int:
-        """Every byte below this is durable. Group-commit waiters compare their end with it."""
+        """Every byte below this is durable (flush.FlushService publishes it to its waiters)."""
         return self._flushed_log_offset_bytes
 
     @property
@@ -640,12 +614,12 @@ class CommitLog:
             if count > 0:
                 self._last_store_timestamp_ms = int(outs[5][count - 1])
             position_bytes = segment_start_bytes + stop_bytes
-            if reason == SCAN_STOP_FULL:
+            if reason == STOP_FULL:
                 continue
-            if reason == SCAN_STOP_BLANK:
+            if reason == STOP_BLANK:
                 position_bytes = segment_start_bytes + self.segment_size_bytes
                 continue
-            assert reason != SCAN_STOP_END  # a record never ends exactly at a segment end
+            assert reason != STOP_END  # a record never ends exactly at a segment end
             tail = buffer[stop_bytes : stop_bytes + _CLEAN_END_ZERO_CHECK_BYTES]
             if segment_start_bytes != last_start_bytes or tail.any():
                 raise StoreError(
@@ -1061,199 +1035,3 @@ def warm_up_append_kernel() -> None:
             PUBLISH_ALL,
         )
         assert end_bytes == record.size
-
-
-# --- Group commit (SYNC_FLUSH) ------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class GroupCommitStatistics:
-    """Counters of a GroupCommit."""
-
-    flush_total: int
-    waiter_total: int
-    waiting_count: int
-    timeout_total: int
-
-
-class GroupCommit:
-    """SYNC_FLUSH: appends wait until a flush covers them, and one flush serves every waiter
-    that queued before it started (RocketMQ's GroupCommitService).
-
-    Waiters call `wait_flushed(end_log_offset_bytes, ...)` after their append. A flusher, either
-    the thread `start()` runs or whoever calls `flush_once()`, flushes once per round and wakes
-    them all; waiters that arrive during a flush wait for the next round, which then covers
-    them all together. The flush itself runs outside the condition's lock with the GIL released
-    (ctypes msync), so the writer keeps appending meanwhile.
-    """
-
-    def __init__(self, commit_log: CommitLog):
-        self._commit_log = commit_log
-        self._condition = threading.Condition()
-        self._requested_log_offset_bytes = 0
-        self._waiting_count = 0
-        self._thread: threading.Thread | None = None
-        self._stopping = False
-        self._flush_total = 0
-        self._waiter_total = 0
-        self._timeout_total = 0
-
-    def wait_flushed(self, end_log_offset_bytes: int, timeout_s: float) -> bool:
-        """Block until every byte below `end_log_offset_bytes` is durable; False on timeout
-        (RocketMQ answers FLUSH_DISK_TIMEOUT then)."""
-        assert timeout_s >= 0
-        if self._commit_log.flushed_log_offset_bytes >= end_log_offset_bytes:
-            return True
-        deadline_ns = time.monotonic_ns() + int(timeout_s * 1e9)
-        with self._condition:
-            self._waiter_total += 1
-            self._waiting_count += 1
-            self._requested_log_offset_bytes = max(
-                self._requested_log_offset_bytes, end_log_offset_bytes
-            )
-            self._condition.notify_all()
-            try:
-                while self._commit_log.flushed_log_offset_bytes < end_log_offset_bytes:
-                    remaining_ns = deadline_ns - time.monotonic_ns()
-                    if remaining_ns <= 0:
-                        self._timeout_total += 1
-                        return False
-                    self._condition.wait(remaining_ns / 1e9)
-            finally:
-                self._waiting_count -= 1
-        return True
-
-    def flush_once(self) -> int:
-        """One round: flush if any waiter needs it, wake the waiters; return the flushed end."""
-        with self._condition:
-            needed = self._requested_log_offset_bytes > self._commit_log.flushed_log_offset_bytes
-        if not needed:
-            return self._commit_log.flushed_log_offset_bytes
-        flushed_bytes = self._commit_log.flush()
-        with self._condition:
-            self._flush_total += 1
-            self._condition.notify_all()
-        return flushed_bytes
-
-    def start(self) -> None:
-        """Run the flusher in a daemon thread until `stop()`."""
-        assert self._thread is None
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="mqbox-group-commit", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the flusher thread after a last round."""
-        thread = self._thread
-        if thread is None:
-            return
-        with self._condition:
-            self._stopping = True
-            self._condition.notify_all()
-        thread.join()
-        self._thread = None
-        self.flush_once()
-
-    def _run(self) -> None:
-        while True:
-            with self._condition:
-                while (
-                    not self._stopping
-                    and self._requested_log_offset_bytes
-                    <= self._commit_log.flushed_log_offset_bytes
-                ):
-                    self._condition.wait()
-                if self._stopping:
-                    return
-            self.flush_once()
-
-    @property
-    def waiting_count(self) -> int:
-        """How many appends wait right now."""
-        return self._waiting_count
-
-    def statistics(self) -> GroupCommitStatistics:
-        """Counters since creation."""
-        return GroupCommitStatistics(
-            flush_total=self._flush_total,
-            waiter_total=self._waiter_total,
-            waiting_count=self._waiting_count,
-            timeout_total=self._timeout_total,
-        )
-
-
-# --- Page warming -------------------------------------------------------------------------------
-
-
-class SegmentWarmer:
-    """Faults in the writer's segment pages ahead of the write position, in another thread.
-
-    The first write to a page of a fresh file mapping costs a page fault that allocates and
-    zeroes a page-cache page (measured here: 0.3 to 3 GB/s, far below memcpy). RocketMQ warms a
-    new segment when it allocates it (warmMapedFileEnable). Here a daemon thread keeps up to
-    `lead_bytes` past the write position populated with MADV_POPULATE_WRITE, which leaves the
-    data as it is, and which runs without the GIL, so the fault cost moves to another core.
-    Best effort: if the kernel refuses, the writer simply faults its pages itself.
-    """
-
-    def __init__(
-        self,
-        commit_log: CommitLog,
-        *,
-        lead_bytes: int = 256 * 1024 * 1024,
-        chunk_bytes: int = 4 * 1024 * 1024,
-        poll_interval_s: float = 0.001,
-    ):
-        assert chunk_bytes % PAGE_SIZE_BYTES == 0
-        assert lead_bytes >= chunk_bytes
-        self._commit_log = commit_log
-        self.lead_bytes = lead_bytes
-        self.chunk_bytes = chunk_bytes
-        self.poll_interval_s = poll_interval_s
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.warmed_bytes_total = 0
-        self.refused_total = 0
-
-    def start(self) -> None:
-        """Start the warming thread."""
-        assert self._thread is None
-        self._stopping.clear()
-        self._thread = threading.Thread(target=self._run, name="mqbox-warmer", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the warming thread and wait for it."""
-        if self._thread is None:
-            return
-        self._stopping.set()
-        self._thread.join()
-        self._thread = None
-
-    def _run(self) -> None:
-        commit_log = self._commit_log
-        segment_size_bytes = commit_log.segment_size_bytes
-        warmed_segment_start_bytes = -1
-        warmed_end_bytes = 0
-        while not self._stopping.is_set():
-            position_bytes = commit_log.write_log_offset_bytes
-            segment_start_bytes = position_bytes - position_bytes % segment_size_bytes
-            buffer = commit_log.segment_view_if_mapped(segment_start_bytes)
-            if buffer is None:
-                self._stopping.wait(self.poll_interval_s)
-                continue
-            if segment_start_bytes != warmed_segment_start_bytes:
-                warmed_segment_start_bytes = segment_start_bytes
-                warmed_end_bytes = position_bytes - segment_start_bytes
-            file_offset_bytes = position_bytes - segment_start_bytes
-            target_bytes = min(file_offset_bytes + self.lead_bytes, segment_size_bytes)
-            warmed_end_bytes = max(warmed_end_bytes, file_offset_bytes)
-            if warmed_end_bytes >= target_bytes:
-                self._stopping.wait(self.poll_interval_s)
-                continue
-            chunk_end_bytes = min(warmed_end_bytes + self.chunk_bytes, target_bytes)
-            if populate_write(buffer, warmed_end_bytes, chunk_end_bytes):
-                self.warmed_bytes_total += chunk_end_bytes - warmed_end_bytes
-            else:
-                self.refused_total += 1
-            warmed_end_bytes = chunk_end_bytes

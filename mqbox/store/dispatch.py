@@ -2,7 +2,8 @@
 
 Owns: the dispatched position (`dispatched_log_offset_bytes`: every record below it has its
 consume-queue entry and index keys), the dispatcher's topic and queue tables (`DispatchTables`:
-numpy arrays plus open-addressing hash slots the kernel probes), the per-queue max offsets
+a few 2-D numpy arrays, one row per topic or queue, plus open-addressing hash slots the kernel
+probes), the per-queue max offsets
 (`max_offsets_by_slot`, the next queue index of each queue), and the loop that runs
 dispatch_kernels.dispatch_scan segment by segment and applies what it reports: one
 `ConsumeQueue.append` per queue per scan, one `IndexService.put_batch` per scan.
@@ -31,18 +32,24 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-from typing import Final, Protocol, TypeVar
+from typing import Final, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from mqbox.errors import StoreError
 from mqbox.message import MessageToStore, encode_record, java_string_hash, java_utf8_decode
+from mqbox.message_kernels import (
+    STOP_BLANK,
+    STOP_END,
+    STOP_FULL,
+    STOP_INVALID,
+    STOP_OFFSET_MISMATCH,
+    STOP_TRUNCATED,
+)
 from mqbox.store.consume_queue import ConsumeQueue, ConsumeQueueTable
 from mqbox.store.dispatch_kernels import (
-    DISPATCH_STOP_BLANK,
-    DISPATCH_STOP_END,
-    DISPATCH_STOP_FULL,
+    DISPATCH_STOP_QUEUE_INDEX_MISMATCH,
     DISPATCH_STOP_UNKNOWN_QUEUE,
     DISPATCH_STOP_UNKNOWN_TOPIC,
     GROUP_COLUMN_COUNT,
@@ -55,10 +62,24 @@ from mqbox.store.dispatch_kernels import (
     INFO_STOP_POSITION,
     INFO_STOP_REASON,
     KEY_COUNT_PER_RECORD_MAX,
+    KEY_HASH,
+    KEY_LOG_OFFSET,
+    KEY_ROW_COUNT,
+    KEY_STORE_TIMESTAMP,
+    QUEUE_COLUMN_COUNT,
+    QUEUE_GROUP_COUNT,
+    QUEUE_ID,
+    QUEUE_NEXT_INDEX,
+    QUEUE_TOPIC_ID,
     RECORD_COLUMN_COUNT,
     RECORD_STORE_TIMESTAMP,
-    SCRATCH_SIZE_BYTES,
     SLOT_EMPTY,
+    TOPIC_BYTES_WIDTH,
+    TOPIC_COLUMN_COUNT,
+    TOPIC_FINGERPRINT,
+    TOPIC_IS_SCHEDULE,
+    TOPIC_KEY_STATE,
+    TOPIC_SIZE,
     dispatch_scan,
     insert_slot,
     queue_fingerprint,
@@ -66,8 +87,6 @@ from mqbox.store.dispatch_kernels import (
 )
 from mqbox.store.index import IndexService
 from mqbox.store.layout import CQ_ENTRY_DTYPE, CQ_ENTRY_SIZE_BYTES, is_safe_topic_dir_name
-
-_Scalar = TypeVar("_Scalar", bound=np.generic)
 
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 # messageDelayLevel's default, "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h".
@@ -83,10 +102,10 @@ DISPATCH_RECORD_COUNT_MAX_DEFAULT: Final = 65536  # per scan; out arrays ~13 MB
 assert len(DELAY_LEVELS_MS_DEFAULT) == 18
 
 _STOP_NAMES: Final = {
-    5: "a record runs past the end",
-    6: "bytes that are not a record",
-    7: "PHYSICALOFFSET does not match the record's position",
-    8: "QUEUEOFFSET is not the queue's next index",
+    STOP_TRUNCATED: "a record runs past the end",
+    STOP_INVALID: "bytes that are not a record",
+    STOP_OFFSET_MISMATCH: "PHYSICALOFFSET does not match the record's position",
+    DISPATCH_STOP_QUEUE_INDEX_MISMATCH: "QUEUEOFFSET is not the queue's next index",
 }
 
 
@@ -100,11 +119,12 @@ class SegmentSource(Protocol):
 
 
 class DispatchTables:
-    """The dispatcher's topics and queues as numpy arrays the kernel can probe.
+    """The dispatcher's topics and queues as the 2-D arrays the kernel probes
+    (dispatch_kernels' module docstring draws the columns).
 
-    Topic ids and queue slots are handed out in order of first sight and never reused while
-    the dispatcher lives. Hash slot arrays have power-of-two sizes and stay at most half full,
-    so every probe ends at an empty slot.
+    Topic ids and queue slots are row numbers, handed out in order of first sight and never
+    reused while the dispatcher lives. Hash slot arrays have power-of-two sizes and stay at most
+    half full, so every probe ends at an empty slot.
     """
 
     def __init__(self, topic_capacity: int = 16, queue_capacity: int = 64):
@@ -113,18 +133,12 @@ class DispatchTables:
         self.topic_names: list[str] = []
         self.topic_id_of: dict[bytes, int] = {}
         self.topic_slots = np.full(_slot_count_for(topic_capacity), SLOT_EMPTY, dtype=np.int32)
-        self.topic_fingerprints = np.zeros(topic_capacity, dtype=np.int64)
-        self.topic_bytes = np.zeros((topic_capacity, 128), dtype=np.uint8)
-        self.topic_sizes = np.full(topic_capacity, -1, dtype=np.int32)
-        self.topic_key_states = np.zeros(topic_capacity, dtype=np.int64)
-        self.topic_is_schedule = np.zeros(topic_capacity, dtype=np.uint8)
+        self.topics = _table_rows(topic_capacity, TOPIC_COLUMN_COUNT, TOPIC_SIZE)
+        self.topic_bytes = np.zeros((topic_capacity, TOPIC_BYTES_WIDTH), dtype=np.uint8)
         self.queue_keys: list[tuple[str, int]] = []
         self.queue_slot_of: dict[tuple[str, int], int] = {}
         self.queue_slots = np.full(_slot_count_for(queue_capacity), SLOT_EMPTY, dtype=np.int32)
-        self.queue_topic_ids = np.full(queue_capacity, -1, dtype=np.int32)
-        self.queue_ids = np.full(queue_capacity, -1, dtype=np.int32)
-        self.next_queue_indexes = np.zeros(queue_capacity, dtype=np.int64)
-        self.group_counts = np.zeros(queue_capacity, dtype=np.int64)
+        self.queues = _table_rows(queue_capacity, QUEUE_COLUMN_COUNT, QUEUE_TOPIC_ID)
 
     @property
     def topic_count(self) -> int:
@@ -136,25 +150,30 @@ class DispatchTables:
         """How many queues are registered."""
         return len(self.queue_keys)
 
+    @property
+    def next_queue_indexes(self) -> NDArray[np.int64]:
+        """Every queue row's next queue index, by slot (a view of the QUEUE_NEXT_INDEX column)."""
+        return self.queues[:, QUEUE_NEXT_INDEX]
+
     def add_topic(self, topic_bytes: bytes) -> int:
         """Register a topic by its stored bytes; return its id. StoreError if the bytes cannot
         name a consume-queue directory (the writer refuses such topics, so this is damage)."""
         assert topic_bytes not in self.topic_id_of
-        assert 0 < len(topic_bytes) <= 127
+        assert 0 < len(topic_bytes) <= TOPIC_BYTES_WIDTH - 1
         topic = topic_bytes.decode("utf-8", "surrogateescape")
         if not is_safe_topic_dir_name(topic):
             raise StoreError(f"commit log holds a topic that names no directory: {topic!r}")
         topic_id = len(self.topic_names)
-        if topic_id == self.topic_sizes.size:
+        if topic_id == self.topics.shape[0]:
             self._grow_topics()
         raw = np.frombuffer(topic_bytes, dtype=np.uint8)
         fingerprint = topic_fingerprint(raw, 0, raw.size)
-        self.topic_fingerprints[topic_id] = fingerprint
+        row = self.topics[topic_id]
+        row[TOPIC_FINGERPRINT] = fingerprint
+        row[TOPIC_SIZE] = raw.size
+        row[TOPIC_KEY_STATE] = java_string_hash(java_utf8_decode(topic_bytes) + "#") & 0xFFFFFFFF
+        row[TOPIC_IS_SCHEDULE] = int(topic == SCHEDULE_TOPIC)
         self.topic_bytes[topic_id, : raw.size] = raw
-        self.topic_sizes[topic_id] = raw.size
-        key_state = java_string_hash(java_utf8_decode(topic_bytes) + "#") & 0xFFFFFFFF
-        self.topic_key_states[topic_id] = key_state
-        self.topic_is_schedule[topic_id] = int(topic == SCHEDULE_TOPIC)
         self.topic_names.append(topic)
         self.topic_id_of[topic_bytes] = topic_id
         if (topic_id + 1) * 2 > self.topic_slots.size:
@@ -171,11 +190,12 @@ class DispatchTables:
         key = (self.topic_names[topic_id], queue_id)
         assert key not in self.queue_slot_of
         slot = len(self.queue_keys)
-        if slot == self.queue_ids.size:
+        if slot == self.queues.shape[0]:
             self._grow_queues()
-        self.queue_topic_ids[slot] = topic_id
-        self.queue_ids[slot] = queue_id
-        self.next_queue_indexes[slot] = next_queue_index
+        row = self.queues[slot]
+        row[QUEUE_TOPIC_ID] = topic_id
+        row[QUEUE_ID] = queue_id
+        row[QUEUE_NEXT_INDEX] = next_queue_index
         self.queue_keys.append(key)
         self.queue_slot_of[key] = slot
         if (slot + 1) * 2 > self.queue_slots.size:
@@ -185,37 +205,41 @@ class DispatchTables:
         return slot
 
     def _grow_topics(self) -> None:
-        capacity = self.topic_sizes.size * 2
-        self.topic_fingerprints = _grown(self.topic_fingerprints, capacity, 0)
-        topic_bytes = np.zeros((capacity, 128), dtype=np.uint8)
-        topic_bytes[: self.topic_bytes.shape[0]] = self.topic_bytes
+        count = self.topics.shape[0]
+        topics = _table_rows(count * 2, TOPIC_COLUMN_COUNT, TOPIC_SIZE)
+        topics[:count] = self.topics
+        self.topics = topics
+        topic_bytes = np.zeros((count * 2, TOPIC_BYTES_WIDTH), dtype=np.uint8)
+        topic_bytes[:count] = self.topic_bytes
         self.topic_bytes = topic_bytes
-        self.topic_sizes = _grown(self.topic_sizes, capacity, -1)
-        self.topic_key_states = _grown(self.topic_key_states, capacity, 0)
-        self.topic_is_schedule = _grown(self.topic_is_schedule, capacity, 0)
 
     def _grow_queues(self) -> None:
-        capacity = self.queue_ids.size * 2
-        self.queue_topic_ids = _grown(self.queue_topic_ids, capacity, -1)
-        self.queue_ids = _grown(self.queue_ids, capacity, -1)
-        self.next_queue_indexes = _grown(self.next_queue_indexes, capacity, 0)
-        assert not self.group_counts.any()
-        self.group_counts = np.zeros(capacity, dtype=np.int64)
+        count = self.queues.shape[0]
+        assert not self.queues[:, QUEUE_GROUP_COUNT].any()
+        queues = _table_rows(count * 2, QUEUE_COLUMN_COUNT, QUEUE_TOPIC_ID)
+        queues[:count] = self.queues
+        self.queues = queues
 
     def _rebuild_topic_slots(self, slot_count: int) -> None:
         slots = np.full(slot_count, SLOT_EMPTY, dtype=np.int32)
         for topic_id in range(self.topic_count):
-            insert_slot(slots, int(self.topic_fingerprints[topic_id]), topic_id)
+            insert_slot(slots, int(self.topics[topic_id, TOPIC_FINGERPRINT]), topic_id)
         self.topic_slots = slots
 
     def _rebuild_queue_slots(self, slot_count: int) -> None:
         slots = np.full(slot_count, SLOT_EMPTY, dtype=np.int32)
         for slot in range(self.queue_count):
-            fingerprint = queue_fingerprint(
-                int(self.queue_topic_ids[slot]), int(self.queue_ids[slot])
-            )
-            insert_slot(slots, fingerprint, slot)
+            topic_id, queue_id = self.queues[slot, [QUEUE_TOPIC_ID, QUEUE_ID]].tolist()
+            insert_slot(slots, queue_fingerprint(topic_id, queue_id), slot)
         self.queue_slots = slots
+
+
+def _table_rows(row_count: int, column_count: int, unused_column: int) -> NDArray[np.int64]:
+    """Rows of a topic or queue table not used yet: zeros, and -1 in `unused_column`
+    (TOPIC_SIZE, QUEUE_TOPIC_ID), so no lookup ever matches one."""
+    rows = np.zeros((row_count, column_count), dtype=np.int64)
+    rows[:, unused_column] = -1
+    return rows
 
 
 def _slot_count_for(capacity: int) -> int:
@@ -223,12 +247,6 @@ def _slot_count_for(capacity: int) -> int:
     while slot_count < capacity * 2:
         slot_count *= 2
     return slot_count
-
-
-def _grown(array: NDArray[_Scalar], capacity: int, fill: int) -> NDArray[_Scalar]:
-    grown = np.full(capacity, fill, dtype=array.dtype)
-    grown[: array.size] = array
-    return grown
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,14 +287,11 @@ class Dispatcher:
         self._slot_queues: list[ConsumeQueue] = []
         self._delay_levels_ms = np.array(delay_levels_ms, dtype=np.int64)
         key_count_max = max(KEY_COUNT_PER_RECORD_MAX, 4 * record_count_max)
-        self._scratch = np.zeros(SCRATCH_SIZE_BYTES, dtype=np.uint8)
         self._out_records = np.zeros((record_count_max, RECORD_COLUMN_COUNT), dtype=np.int64)
         self._out_cq = np.zeros(record_count_max * CQ_ENTRY_SIZE_BYTES, dtype=np.uint8)
         self._cq_entries = self._out_cq.view(CQ_ENTRY_DTYPE)
         self._out_groups = np.zeros((record_count_max + 1, GROUP_COLUMN_COUNT), dtype=np.int64)
-        self._out_key_hashes = np.zeros(key_count_max, dtype=np.int64)
-        self._out_key_log_offsets = np.zeros(key_count_max, dtype=np.int64)
-        self._out_key_store_timestamps = np.zeros(key_count_max, dtype=np.int64)
+        self._out_keys = np.zeros((KEY_ROW_COUNT, key_count_max), dtype=np.int64)
         self._out_info = np.zeros(INFO_SIZE, dtype=np.int64)
         self._dispatched_log_offset_bytes = 0
         self._redispatch_end_log_offset_bytes = 0
@@ -326,14 +341,14 @@ class Dispatcher:
     def max_offsets_by_slot(self) -> NDArray[np.int64]:
         """Next queue index of every registered queue, by slot (valid between dispatch calls;
         a view: copy it to publish it)."""
-        return self.tables.next_queue_indexes[: self.tables.queue_count]
+        return self.tables.queues[: self.tables.queue_count, QUEUE_NEXT_INDEX]
 
     def max_offset(self, topic: str, queue_id: int) -> int | None:
         """Next queue index of (topic, queue_id), or None if the dispatcher has not seen it."""
         slot = self.queue_slot(topic, queue_id)
         if slot is None:
             return None
-        return int(self.tables.next_queue_indexes[slot])
+        return int(self.tables.queues[slot, QUEUE_NEXT_INDEX])
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -364,26 +379,17 @@ class Dispatcher:
                 scan_end_bytes,
                 segment_start_bytes,
                 tables.topic_slots,
-                tables.topic_fingerprints,
+                tables.topics,
                 tables.topic_bytes,
-                tables.topic_sizes,
-                tables.topic_key_states,
-                tables.topic_is_schedule,
                 tables.queue_slots,
-                tables.queue_topic_ids,
-                tables.queue_ids,
-                tables.next_queue_indexes,
+                tables.queues,
                 self._delay_levels_ms,
                 self._redispatch_end_log_offset_bytes,
                 self._index_skip_through_log_offset_bytes,
-                tables.group_counts,
-                self._scratch,
                 self._out_records,
                 self._out_cq,
                 self._out_groups,
-                self._out_key_hashes,
-                self._out_key_log_offsets,
-                self._out_key_store_timestamps,
+                self._out_keys,
                 self._out_info,
             )
             self._scan_total += 1
@@ -396,9 +402,9 @@ class Dispatcher:
                 record_count_total += record_count
             assert stop_log_offset_bytes >= position_bytes
             self._dispatched_log_offset_bytes = stop_log_offset_bytes
-            if reason in (DISPATCH_STOP_END, DISPATCH_STOP_FULL):
+            if reason in (STOP_END, STOP_FULL):
                 continue
-            if reason == DISPATCH_STOP_BLANK:
+            if reason == STOP_BLANK:
                 self._dispatched_log_offset_bytes = segment_start_bytes + segment_size_bytes
             elif reason == DISPATCH_STOP_UNKNOWN_TOPIC:
                 topic_at = info[INFO_DETAIL_A]
@@ -438,16 +444,17 @@ class Dispatcher:
                 end = groups[group + 1][1]
                 queues[slot].append(entries[start:end], queue_index_first=queue_index_first)
             if key_count > 0 and self._index is not None:
+                keys = self._out_keys
                 self._index.put_batch(
-                    self._out_key_hashes[:key_count],
-                    self._out_key_log_offsets[:key_count],
-                    self._out_key_store_timestamps[:key_count],
+                    keys[KEY_HASH, :key_count],
+                    keys[KEY_LOG_OFFSET, :key_count],
+                    keys[KEY_STORE_TIMESTAMP, :key_count],
                 )
         except BaseException:
             # The kernel counted every queue of the scan up, but not every append happened.
             # Count again from the queues and let the next dispatch skip what did.
             for slot, _start, _first in groups[:group_count]:
-                self.tables.next_queue_indexes[slot] = self._slot_queues[slot].entry_count
+                self.tables.queues[slot, QUEUE_NEXT_INDEX] = self._slot_queues[slot].entry_count
             self._redispatch_end_log_offset_bytes = max(
                 self._redispatch_end_log_offset_bytes, stop_log_offset_bytes
             )
@@ -475,13 +482,11 @@ class Dispatcher:
 def warm_up_dispatch_kernel() -> None:
     """Dispatch one tiny record through a throwaway table (no files)."""
     record = np.frombuffer(encode_record(MessageToStore("T", 0, b"x")), dtype=np.uint8).copy()
-    tables = DispatchTables()
-    topic_id = tables.add_topic(b"T")
-    tables.add_queue(topic_id, 0, 0)
     for writable in (True, False):
+        tables = DispatchTables()
+        tables.add_queue(tables.add_topic(b"T"), 0, 0)
         segment = record.copy()
         segment.flags.writeable = writable
-        queue_indexes = tables.next_queue_indexes.copy()
         info = np.zeros(INFO_SIZE, dtype=np.int64)
         dispatch_scan(
             segment,
@@ -489,26 +494,17 @@ def warm_up_dispatch_kernel() -> None:
             segment.size,
             0,
             tables.topic_slots,
-            tables.topic_fingerprints,
+            tables.topics,
             tables.topic_bytes,
-            tables.topic_sizes,
-            tables.topic_key_states,
-            tables.topic_is_schedule,
             tables.queue_slots,
-            tables.queue_topic_ids,
-            tables.queue_ids,
-            queue_indexes,
+            tables.queues,
             np.array(DELAY_LEVELS_MS_DEFAULT, dtype=np.int64),
             0,
             -1,
-            tables.group_counts,
-            np.zeros(SCRATCH_SIZE_BYTES, dtype=np.uint8),
             np.zeros((1, RECORD_COLUMN_COUNT), dtype=np.int64),
-            np.zeros(20, dtype=np.uint8),
+            np.zeros(CQ_ENTRY_SIZE_BYTES, dtype=np.uint8),
             np.zeros((2, GROUP_COLUMN_COUNT), dtype=np.int64),
-            np.zeros(KEY_COUNT_PER_RECORD_MAX, dtype=np.int64),
-            np.zeros(KEY_COUNT_PER_RECORD_MAX, dtype=np.int64),
-            np.zeros(KEY_COUNT_PER_RECORD_MAX, dtype=np.int64),
+            np.zeros((KEY_ROW_COUNT, KEY_COUNT_PER_RECORD_MAX), dtype=np.int64),
             info,
         )
         assert info[INFO_RECORD_COUNT] == 1

@@ -1,7 +1,9 @@
 """Plain-Python twin of dispatch_kernels.dispatch_scan: the same contract, restated for tests.
 
 Owns: a second statement of the dispatch scan in struct.unpack_from and plain loops. It shares no
-helper with the kernel: tables are searched linearly instead of through their hash slots,
+helper with the kernel: each record is checked by message_kernels_ref.check_record (the twin of
+the record check), tables (their column numbers are the kernel's, a layout both follow) are
+searched linearly instead of through their hash slots,
 properties come from message.decode_properties, the tag hash from message.tag_hash and the key
 hash from message.index_key_hash over message.java_utf8_decode'd strings. A unit test feeds both
 the same segment and tables and asserts identical outputs.
@@ -17,52 +19,45 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mqbox.message import decode_properties, index_key_hash, java_utf8_decode, tag_hash
+from mqbox.message_kernels_ref import RECORD_WHOLE, STOP_END, STOP_FULL, check_record
+from mqbox.store.dispatch_kernels import (
+    QUEUE_ID,
+    QUEUE_NEXT_INDEX,
+    QUEUE_TOPIC_ID,
+    TOPIC_IS_SCHEDULE,
+    TOPIC_SIZE,
+)
 
-DISPATCH_STOP_END = 0
-DISPATCH_STOP_FULL = 1
-DISPATCH_STOP_BLANK = 2
-DISPATCH_STOP_UNKNOWN_TOPIC = 3
-DISPATCH_STOP_UNKNOWN_QUEUE = 4
-DISPATCH_STOP_TRUNCATED = 5
-DISPATCH_STOP_INVALID = 6
-DISPATCH_STOP_OFFSET_MISMATCH = 7
-DISPATCH_STOP_QUEUE_INDEX_MISMATCH = 8
+# The dispatch's own stop reasons, after the record check's (message_kernels_ref.STOP_*).
+DISPATCH_STOP_UNKNOWN_TOPIC = 7
+DISPATCH_STOP_UNKNOWN_QUEUE = 8
+DISPATCH_STOP_QUEUE_INDEX_MISMATCH = 9
 
-# Restated from docs section 5.1 (record) and 7.1 (consume-queue entry).
-_SIZE = struct.Struct(">i")  # TOTALSIZE at 0
-_MAGIC = struct.Struct(">I")  # at 4
+# Restated from message.py's record diagram and layout.py's consume-queue entry.
 _QUEUE_ID = struct.Struct(">i")  # at 12
 _QUEUE_INDEX = struct.Struct(">q")  # at 20
-_PHYSICAL_OFFSET = struct.Struct(">q")  # at 28
 _SYSFLAG = struct.Struct(">i")  # at 36
 _STORE_TIMESTAMP = struct.Struct(">q")  # at 56
-_BODY_LENGTH = struct.Struct(">i")  # at 84; body from 88
-_PROPERTIES_LENGTH = struct.Struct(">h")
 _CQ_ENTRY = struct.Struct(">qiq")
-_MESSAGE_MAGIC = 0xDAA320A7
-_BLANK_MAGIC = 0xCBD43194
-_FIXED_SIZE_BYTES = 91
-_TOPIC_SIZE_BYTES_MAX = 127
 _KEY_ROOM_EXTRA = 2
 _UNKNOWN_LEVEL_DELAY_MS = 1000
 _NOT, _PREPARED, _COMMIT, _ROLLBACK = 0x0, 0x4, 0x8, 0xC
 
 
-def _find_topic(
-    topic: bytes, topic_bytes: NDArray[np.uint8], topic_sizes: NDArray[np.int32]
-) -> int:
-    for topic_id in range(topic_sizes.size):
-        size = int(topic_sizes[topic_id])
+def _find_topic(topic: bytes, topics: NDArray[np.int64], topic_bytes: NDArray[np.uint8]) -> int:
+    for topic_id in range(topics.shape[0]):
+        size = int(topics[topic_id, TOPIC_SIZE])
         if size == len(topic) and topic_bytes[topic_id, :size].tobytes() == topic:
             return topic_id
     return -1
 
 
-def _find_queue(
-    topic_id: int, queue_id: int, queue_topic_ids: NDArray[np.int32], queue_ids: NDArray[np.int32]
-) -> int:
-    for slot in range(queue_ids.size):
-        if int(queue_topic_ids[slot]) == topic_id and int(queue_ids[slot]) == queue_id:
+def _find_queue(topic_id: int, queue_id: int, queues: NDArray[np.int64]) -> int:
+    for slot in range(queues.shape[0]):
+        if (
+            int(queues[slot, QUEUE_TOPIC_ID]) == topic_id
+            and int(queues[slot, QUEUE_ID]) == queue_id
+        ):
             return slot
     return -1
 
@@ -73,104 +68,68 @@ def dispatch_scan(
     end_bytes: int,
     base_log_offset_bytes: int,
     topic_slots: NDArray[np.int32],
-    topic_fingerprints: NDArray[np.int64],
+    topics: NDArray[np.int64],
     topic_bytes: NDArray[np.uint8],
-    topic_sizes: NDArray[np.int32],
-    topic_key_states: NDArray[np.int64],
-    topic_is_schedule: NDArray[np.uint8],
     queue_slots: NDArray[np.int32],
-    queue_topic_ids: NDArray[np.int32],
-    queue_ids: NDArray[np.int32],
-    next_queue_indexes: NDArray[np.int64],
+    queues: NDArray[np.int64],
     delay_levels_ms: NDArray[np.int64],
     redispatch_end_log_offset_bytes: int,
     index_skip_through_log_offset_bytes: int,
-    group_counts: NDArray[np.int64],
-    scratch: NDArray[np.uint8],
     out_records: NDArray[np.int64],
     out_cq: NDArray[np.uint8],
     out_groups: NDArray[np.int64],
-    out_key_hashes: NDArray[np.int64],
-    out_key_log_offsets: NDArray[np.int64],
-    out_key_store_timestamps: NDArray[np.int64],
+    out_keys: NDArray[np.int64],
     out_info: NDArray[np.int64],
 ) -> int:
-    """Same contract as dispatch_kernels.dispatch_scan (hash slots, fingerprints, key states,
-    group_counts and scratch are accepted and ignored: the twin searches and hashes afresh)."""
-    del topic_slots, topic_fingerprints, topic_key_states, queue_slots, group_counts, scratch
+    """Same contract as dispatch_kernels.dispatch_scan (the hash slots and the fingerprint and
+    key state columns are accepted and ignored: the twin searches and hashes afresh)."""
+    del topic_slots, queue_slots
     data = segment.tobytes()
     record_capacity = out_records.shape[0]
-    key_capacity = out_key_hashes.size
+    key_capacity = out_keys.shape[1]
     position = start_bytes
     records: list[tuple[int, int, int, int, int, int, int]] = []
     keys: list[tuple[int, int, int]] = []
     group_slots: list[int] = []
     group_first_index: dict[int, int] = {}
-    reason = DISPATCH_STOP_END
+    reason = STOP_END
     detail_a = detail_b = 0
     while True:
         if position == end_bytes:
-            reason = DISPATCH_STOP_END
+            reason = STOP_END
             break
         if len(records) == record_capacity:
-            reason = DISPATCH_STOP_FULL
+            reason = STOP_FULL
             break
-        available = end_bytes - position
-        if available < 8:
-            reason = DISPATCH_STOP_TRUNCATED
-            break
-        (magic,) = _MAGIC.unpack_from(data, position + 4)
-        if magic == _BLANK_MAGIC:
-            reason = DISPATCH_STOP_BLANK
-            break
-        if magic != _MESSAGE_MAGIC:
-            reason = DISPATCH_STOP_INVALID
-            break
-        (size,) = _SIZE.unpack_from(data, position)
-        if size < _FIXED_SIZE_BYTES:
-            reason = DISPATCH_STOP_INVALID
-            break
-        if size > available:
-            reason = DISPATCH_STOP_TRUNCATED
-            break
-        (sysflag,) = _SYSFLAG.unpack_from(data, position + 36)
-        (body_size,) = _BODY_LENGTH.unpack_from(data, position + 84)
-        if sysflag & 0x30 or not 0 <= body_size <= size - _FIXED_SIZE_BYTES:
-            reason = DISPATCH_STOP_INVALID
-            break
-        topic_size = data[position + 88 + body_size]
-        if topic_size > _TOPIC_SIZE_BYTES_MAX or _FIXED_SIZE_BYTES + body_size + topic_size > size:
-            reason = DISPATCH_STOP_INVALID
-            break
-        topic_position = position + 89 + body_size
-        topic = data[topic_position : topic_position + topic_size]
-        (properties_size,) = _PROPERTIES_LENGTH.unpack_from(data, topic_position + topic_size)
-        if _FIXED_SIZE_BYTES + body_size + topic_size + properties_size != size:
-            reason = DISPATCH_STOP_INVALID
+        verdict, size, _body_at, topic_position, properties_position = check_record(
+            segment, position, end_bytes, base_log_offset_bytes, False, False
+        )
+        if verdict != RECORD_WHOLE:
+            reason = verdict
             break
         log_offset = base_log_offset_bytes + position
-        if _PHYSICAL_OFFSET.unpack_from(data, position + 28)[0] != log_offset:
-            reason = DISPATCH_STOP_OFFSET_MISMATCH
-            break
+        (sysflag,) = _SYSFLAG.unpack_from(data, position + 36)
+        topic = data[topic_position : properties_position - 2]
+        properties_size = position + size - properties_position
         if len(keys) + properties_size // 2 + _KEY_ROOM_EXTRA > key_capacity:
-            reason = DISPATCH_STOP_FULL
+            reason = STOP_FULL
             break
-        topic_id = _find_topic(topic, topic_bytes, topic_sizes)
+        topic_id = _find_topic(topic, topics, topic_bytes)
         if topic_id < 0:
             reason = DISPATCH_STOP_UNKNOWN_TOPIC
-            detail_a, detail_b = topic_position, topic_size
+            detail_a, detail_b = topic_position, len(topic)
             break
         (queue_id,) = _QUEUE_ID.unpack_from(data, position + 12)
         (queue_index,) = _QUEUE_INDEX.unpack_from(data, position + 20)
         transaction = sysflag & 0xC
         slot = -1
         if transaction in (_NOT, _COMMIT):
-            slot = _find_queue(topic_id, queue_id, queue_topic_ids, queue_ids)
+            slot = _find_queue(topic_id, queue_id, queues)
             if slot < 0:
                 reason = DISPATCH_STOP_UNKNOWN_QUEUE
                 detail_a, detail_b = topic_id, queue_id
                 break
-            expected = int(next_queue_indexes[slot])
+            expected = int(queues[slot, QUEUE_NEXT_INDEX])
             if queue_index != expected:
                 if queue_index < expected and log_offset < redispatch_end_log_offset_bytes:
                     slot = -1
@@ -179,11 +138,10 @@ def dispatch_scan(
                     detail_a, detail_b = expected, queue_index
                     break
         (store_timestamp,) = _STORE_TIMESTAMP.unpack_from(data, position + 56)
-        properties_position = topic_position + topic_size + 2
         properties = decode_properties(
             data[properties_position : properties_position + properties_size]
         )
-        if topic_is_schedule[topic_id]:
+        if topics[topic_id, TOPIC_IS_SCHEDULE]:
             if 0 <= queue_id < delay_levels_ms.size:
                 tag = store_timestamp + int(delay_levels_ms[queue_id])
             else:
@@ -204,7 +162,7 @@ def dispatch_scan(
             (log_offset, size, tag, slot, queue_index, store_timestamp, len(record_keys))
         )
         if slot >= 0:
-            next_queue_indexes[slot] = queue_index + 1
+            queues[slot, QUEUE_NEXT_INDEX] = queue_index + 1
             if slot not in group_first_index:
                 group_first_index[slot] = queue_index
                 group_slots.append(slot)
@@ -222,8 +180,8 @@ def dispatch_scan(
                 out_cq[start * 20 : start * 20 + 20] = np.frombuffer(entry, dtype=np.uint8)
                 start += 1
     out_groups[len(group_slots), 1] = start
-    for row, key in enumerate(keys):
-        out_key_hashes[row], out_key_log_offsets[row], out_key_store_timestamps[row] = key
+    for column, key in enumerate(keys):
+        out_keys[:, column] = key
     out_info[:] = [
         len(records),
         position,

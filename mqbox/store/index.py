@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 
 from mqbox._jit import kernel
 from mqbox.errors import StoreError
+from mqbox.message_kernels import read_s32_be, read_s64_be, write_i32_be, write_i64_be
 from mqbox.store.layout import (
     INDEX_COUNT_INITIAL,
     INDEX_ENTRY_KEY_HASH_POSITION_BYTES,
@@ -80,43 +81,6 @@ _INT64_BE = struct.Struct(">q")
 
 
 @kernel
-def _read_i32_be(file_bytes: NDArray[np.uint8], position_bytes: int) -> int:
-    value = (
-        (np.int64(file_bytes[position_bytes]) << 24)
-        | (np.int64(file_bytes[position_bytes + 1]) << 16)
-        | (np.int64(file_bytes[position_bytes + 2]) << 8)
-        | np.int64(file_bytes[position_bytes + 3])
-    )
-    if value > INT32_MAX:
-        value -= 1 << 32
-    return int(value)
-
-
-@kernel
-def _read_i64_be(file_bytes: NDArray[np.uint8], position_bytes: int) -> int:
-    # Two 32-bit halves keep every step inside int64, with or without the JIT.
-    high = _read_i32_be(file_bytes, position_bytes)
-    low = _read_i32_be(file_bytes, position_bytes + 4)
-    if low < 0:
-        low += 1 << 32
-    return high * (1 << 32) + low
-
-
-@kernel
-def _write_i32_be(file_bytes: NDArray[np.uint8], position_bytes: int, value: int) -> None:
-    file_bytes[position_bytes] = (value >> 24) & 0xFF
-    file_bytes[position_bytes + 1] = (value >> 16) & 0xFF
-    file_bytes[position_bytes + 2] = (value >> 8) & 0xFF
-    file_bytes[position_bytes + 3] = value & 0xFF
-
-
-@kernel
-def _write_i64_be(file_bytes: NDArray[np.uint8], position_bytes: int, value: int) -> None:
-    _write_i32_be(file_bytes, position_bytes, value >> 32)
-    _write_i32_be(file_bytes, position_bytes + 4, value & 0xFFFFFFFF)
-
-
-@kernel
 def put_index_batch(
     file_bytes: NDArray[np.uint8],
     slot_count: int,
@@ -135,13 +99,13 @@ def put_index_batch(
     that hashes are in [0, 2^31) and timestamps are not negative.
     """
     entries_position_bytes = INDEX_HEADER_SIZE_BYTES + slot_count * INDEX_SLOT_SIZE_BYTES
-    index_count = _read_i32_be(file_bytes, HEADER_INDEX_COUNT_AT)
+    index_count = read_s32_be(file_bytes, HEADER_INDEX_COUNT_AT)
     if index_count < INDEX_COUNT_INITIAL:
         index_count = INDEX_COUNT_INITIAL
-    slots_used = _read_i32_be(file_bytes, HEADER_SLOTS_USED_AT)
-    begin_timestamp_ms = _read_i64_be(file_bytes, HEADER_BEGIN_TIMESTAMP_AT)
-    end_timestamp_ms = _read_i64_be(file_bytes, HEADER_END_TIMESTAMP_AT)
-    end_log_offset_bytes = _read_i64_be(file_bytes, HEADER_END_LOG_OFFSET_AT)
+    slots_used = read_s32_be(file_bytes, HEADER_SLOTS_USED_AT)
+    begin_timestamp_ms = read_s64_be(file_bytes, HEADER_BEGIN_TIMESTAMP_AT)
+    end_timestamp_ms = read_s64_be(file_bytes, HEADER_END_TIMESTAMP_AT)
+    end_log_offset_bytes = read_s64_be(file_bytes, HEADER_END_LOG_OFFSET_AT)
     put_count = 0
     for position in range(key_hashes.shape[0]):
         if index_count >= entry_count_max:
@@ -152,7 +116,7 @@ def put_index_batch(
         slot_position_bytes = INDEX_HEADER_SIZE_BYTES + (key_hash % slot_count) * (
             INDEX_SLOT_SIZE_BYTES
         )
-        previous_index = _read_i32_be(file_bytes, slot_position_bytes)
+        previous_index = read_s32_be(file_bytes, slot_position_bytes)
         if previous_index <= INDEX_SLOT_EMPTY or previous_index >= index_count:
             previous_index = INDEX_SLOT_EMPTY
         time_diff_s = 0
@@ -163,17 +127,17 @@ def put_index_batch(
             elif time_diff_s > INT32_MAX:
                 time_diff_s = INT32_MAX
         entry_position_bytes = entries_position_bytes + index_count * INDEX_ENTRY_SIZE_BYTES
-        _write_i32_be(file_bytes, entry_position_bytes + ENTRY_KEY_HASH_AT, key_hash)
-        _write_i64_be(file_bytes, entry_position_bytes + ENTRY_LOG_OFFSET_AT, log_offset_bytes)
-        _write_i32_be(file_bytes, entry_position_bytes + ENTRY_TIME_DIFF_AT, time_diff_s)
-        _write_i32_be(file_bytes, entry_position_bytes + ENTRY_PREV_INDEX_AT, previous_index)
+        write_i32_be(file_bytes, entry_position_bytes + ENTRY_KEY_HASH_AT, key_hash)
+        write_i64_be(file_bytes, entry_position_bytes + ENTRY_LOG_OFFSET_AT, log_offset_bytes)
+        write_i32_be(file_bytes, entry_position_bytes + ENTRY_TIME_DIFF_AT, time_diff_s)
+        write_i32_be(file_bytes, entry_position_bytes + ENTRY_PREV_INDEX_AT, previous_index)
         # The entry is written before the slot points at it, so a reader following the slot
         # finds a whole entry (on x86, where stores are seen in program order).
-        _write_i32_be(file_bytes, slot_position_bytes, index_count)
+        write_i32_be(file_bytes, slot_position_bytes, index_count)
         if index_count == INDEX_COUNT_INITIAL:
             begin_timestamp_ms = store_timestamp_ms
-            _write_i64_be(file_bytes, HEADER_BEGIN_TIMESTAMP_AT, store_timestamp_ms)
-            _write_i64_be(file_bytes, HEADER_BEGIN_LOG_OFFSET_AT, log_offset_bytes)
+            write_i64_be(file_bytes, HEADER_BEGIN_TIMESTAMP_AT, store_timestamp_ms)
+            write_i64_be(file_bytes, HEADER_BEGIN_LOG_OFFSET_AT, log_offset_bytes)
         if previous_index == INDEX_SLOT_EMPTY:
             slots_used += 1
         index_count += 1
@@ -181,10 +145,10 @@ def put_index_batch(
         end_log_offset_bytes = log_offset_bytes
         put_count += 1
     if put_count > 0:
-        _write_i64_be(file_bytes, HEADER_END_TIMESTAMP_AT, end_timestamp_ms)
-        _write_i64_be(file_bytes, HEADER_END_LOG_OFFSET_AT, end_log_offset_bytes)
-        _write_i32_be(file_bytes, HEADER_SLOTS_USED_AT, slots_used)
-        _write_i32_be(file_bytes, HEADER_INDEX_COUNT_AT, index_count)
+        write_i64_be(file_bytes, HEADER_END_TIMESTAMP_AT, end_timestamp_ms)
+        write_i64_be(file_bytes, HEADER_END_LOG_OFFSET_AT, end_log_offset_bytes)
+        write_i32_be(file_bytes, HEADER_SLOTS_USED_AT, slots_used)
+        write_i32_be(file_bytes, HEADER_INDEX_COUNT_AT, index_count)
     return put_count
 
 
@@ -204,21 +168,21 @@ def query_index(
     chain, when the output is full, at an entry whose second ends before begin_ms (older
     entries are older still), or at a malformed link. Returns how many offsets were written.
     """
-    index_count = _read_i32_be(file_bytes, HEADER_INDEX_COUNT_AT)
-    begin_timestamp_ms = _read_i64_be(file_bytes, HEADER_BEGIN_TIMESTAMP_AT)
+    index_count = read_s32_be(file_bytes, HEADER_INDEX_COUNT_AT)
+    begin_timestamp_ms = read_s64_be(file_bytes, HEADER_BEGIN_TIMESTAMP_AT)
     entries_position_bytes = INDEX_HEADER_SIZE_BYTES + slot_count * INDEX_SLOT_SIZE_BYTES
     slot_position_bytes = INDEX_HEADER_SIZE_BYTES + (key_hash % slot_count) * INDEX_SLOT_SIZE_BYTES
-    current_index = _read_i32_be(file_bytes, slot_position_bytes)
+    current_index = read_s32_be(file_bytes, slot_position_bytes)
     if current_index <= INDEX_SLOT_EMPTY or current_index >= index_count:
         return 0
     found_count = 0
     capacity = out_log_offsets_bytes.shape[0]
     while found_count < capacity:
         entry_position_bytes = entries_position_bytes + current_index * INDEX_ENTRY_SIZE_BYTES
-        entry_key_hash = _read_i32_be(file_bytes, entry_position_bytes + ENTRY_KEY_HASH_AT)
-        log_offset_bytes = _read_i64_be(file_bytes, entry_position_bytes + ENTRY_LOG_OFFSET_AT)
-        time_diff_s = _read_i32_be(file_bytes, entry_position_bytes + ENTRY_TIME_DIFF_AT)
-        previous_index = _read_i32_be(file_bytes, entry_position_bytes + ENTRY_PREV_INDEX_AT)
+        entry_key_hash = read_s32_be(file_bytes, entry_position_bytes + ENTRY_KEY_HASH_AT)
+        log_offset_bytes = read_s64_be(file_bytes, entry_position_bytes + ENTRY_LOG_OFFSET_AT)
+        time_diff_s = read_s32_be(file_bytes, entry_position_bytes + ENTRY_TIME_DIFF_AT)
+        previous_index = read_s32_be(file_bytes, entry_position_bytes + ENTRY_PREV_INDEX_AT)
         if time_diff_s < 0:
             break
         entry_first_ms = begin_timestamp_ms + time_diff_s * 1000

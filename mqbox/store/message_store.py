@@ -8,10 +8,10 @@ queue index by time, queue bounds. `MessageStoreReader.open` gives another proce
 reads over read-only maps.
 
 Written by the store writer role (appends), the dispatcher role (dispatch) and the flush
-service; in this first form all three run in one process, so one MessageStore holds them. The
-appliance splits them by giving each role its own part (CommitLog, Dispatcher,
-MessageStoreReader) and mirroring the published integers (write position, dispatched position,
-max offsets) through shared memory.
+service (flush.py); here all three run in one process, so one MessageStore holds them. The
+appliance splits them by giving each role its own part (CommitLog with its FlushService,
+Dispatcher, MessageStoreReader) and mirroring the published integers (write position, dispatched
+position, max offsets) through shared memory.
 
 Never: touches a socket, parses a request, decides a response code beyond the store's own
 GetMessageStatus, or runs a thread the owner did not start (`start_background_threads`).
@@ -56,13 +56,7 @@ from mqbox.message import (
 )
 from mqbox.store.checkpoint import Checkpoint
 from mqbox.store.cleanup import DiskSpaceGuard, RetentionConfig, RetentionService
-from mqbox.store.commit_log import (
-    AppendResult,
-    CommitLog,
-    GroupCommit,
-    SegmentWarmer,
-    warm_up_append_kernel,
-)
+from mqbox.store.commit_log import AppendResult, CommitLog, warm_up_append_kernel
 from mqbox.store.consume_queue import ConsumeQueue, ConsumeQueueTable
 from mqbox.store.dispatch import (
     DELAY_LEVELS_MS_DEFAULT,
@@ -70,6 +64,7 @@ from mqbox.store.dispatch import (
     Dispatcher,
     warm_up_dispatch_kernel,
 )
+from mqbox.store.flush import FLUSH_INTERVAL_MS_DEFAULT, FLUSHED, FlushService, SegmentWarmer
 from mqbox.store.index import IndexService
 from mqbox.store.index import warm_up_kernels as warm_up_index_kernels
 from mqbox.store.layout import (
@@ -119,6 +114,7 @@ class StoreConfig:
     geometry: StoreGeometry = dataclasses.field(default_factory=StoreGeometry)
     max_message_size_bytes: int = BODY_SIZE_BYTES_MAX_DEFAULT  # maxMessageSize: whole record
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH  # flushDiskType
+    flush_interval_ms: int = FLUSH_INTERVAL_MS_DEFAULT  # flushIntervalCommitLog (ASYNC_FLUSH)
     store_host: bytes = HOST_ZERO  # message.pack_host(brokerIP1, listenPort)
     delay_levels_ms: tuple[int, ...] = DELAY_LEVELS_MS_DEFAULT  # messageDelayLevel
     cq_map_count_max: int | None = None  # None: consume_queue.map_count_max_default()
@@ -136,6 +132,8 @@ class StoreConfig:
             raise ConfigError(f"maxMessageSize out of range: {self.max_message_size_bytes}")
         if self.max_message_size_bytes + 8 > self.geometry.commit_log_segment_size_bytes:
             raise ConfigError("maxMessageSize does not fit one commit log segment")
+        if self.flush_interval_ms <= 0:
+            raise ConfigError("flushIntervalCommitLog must be positive")
         if not self.delay_levels_ms or min(self.delay_levels_ms) < 0:
             raise ConfigError("delay levels must be a non-empty tuple of non-negative ms")
         if self.dispatch_record_count_max <= 0:
@@ -144,7 +142,8 @@ class StoreConfig:
     @classmethod
     def from_broker_config(cls, broker: BrokerConfig, store_host: bytes) -> StoreConfig:
         """The store settings of a broker (RocketMQ keys: mapedFileSizeCommitLog,
-        mapedFileSizeConsumeQueue, maxMessageSize, flushDiskType, messageDelayLevel)."""
+        mapedFileSizeConsumeQueue, maxMessageSize, flushDiskType, flushIntervalCommitLog,
+        messageDelayLevel)."""
         geometry = StoreGeometry(
             commit_log_segment_size_bytes=broker.commit_log_segment_size_bytes,
             cq_segment_entry_count=broker.consume_queue_entry_count,
@@ -153,6 +152,7 @@ class StoreConfig:
             geometry=geometry,
             max_message_size_bytes=broker.max_message_size_bytes,
             flush_disk_type=broker.flush_disk_type,
+            flush_interval_ms=broker.flush_interval_commit_log_ms,
             store_host=store_host,
             delay_levels_ms=delay_level_durations_ms(broker.message_delay_level),
             retention=RetentionConfig.from_broker_config(broker),
@@ -652,7 +652,14 @@ class MessageStore:
             self.index,
             lambda: self.commit_log.write_log_offset_bytes,
         )
-        self.group_commit = GroupCommit(self.commit_log)
+        # The commit log's one flush service (flush.py). Its thread runs only when started:
+        # start_background_threads does under SYNC_FLUSH; the store writer role starts it in
+        # both modes, ASYNC_FLUSH being its timer.
+        self.flush_service = FlushService(
+            self.commit_log,
+            sync=config.flush_disk_type is FlushDiskType.SYNC_FLUSH,
+            interval_ms=config.flush_interval_ms,
+        )
         self.disk_guard = DiskSpaceGuard(store_root, config.retention.refuse_ratio_percent)
         self.retention = RetentionService(
             store_root,
@@ -710,6 +717,7 @@ class MessageStore:
         )
         # Only a repair cuts below the flushed offset; the checkpoint must not claim what is gone.
         self.checkpoint.clamp_offsets(self.recovery_report.write_log_offset_bytes)
+        self.flush_service.positions.advance(FLUSHED, self.commit_log.flushed_log_offset_bytes)
         self.reader.refresh_commit_log_bounds()
 
     def _initial_queue_index(self, topic: str, queue_id: int) -> int:
@@ -766,7 +774,7 @@ class MessageStore:
         timeout. ASYNC_FLUSH acknowledges from the page cache, so it returns True at once."""
         if self.config.flush_disk_type is FlushDiskType.ASYNC_FLUSH:
             return True
-        return self.group_commit.wait_flushed(end_log_offset_bytes, timeout_s)
+        return self.flush_service.wait_flushed(end_log_offset_bytes, timeout_s)
 
     def dispatch(self) -> int:
         """Dispatch everything appended so far; return how many records were dispatched."""
@@ -823,8 +831,9 @@ class MessageStore:
     # -- flushing ------------------------------------------------------------------------------
 
     def flush_commit_log(self) -> int:
-        """msync [flushed, written); return the flushed position (flushIntervalCommitLog)."""
-        flushed_bytes = self.commit_log.flush()
+        """msync [flushed, written); return the flushed position (flushIntervalCommitLog).
+        Through the flush service, so group-commit waiters it covers are released."""
+        flushed_bytes = self.flush_service.flush_now()
         physic_ms = self.commit_log.flushed_store_timestamp_ms
         self.checkpoint.update(
             physic_msg_timestamp_ms=physic_ms if physic_ms > 0 else None,
@@ -867,16 +876,17 @@ class MessageStore:
     # -- lifetime ------------------------------------------------------------------------------
 
     def start_background_threads(self) -> None:
-        """Start the group-commit flusher (SYNC_FLUSH) and the segment warmer (if configured)."""
+        """Start the group-commit flush thread (SYNC_FLUSH) and the segment warmer (if
+        configured)."""
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            self.group_commit.start()
+            self.flush_service.start()
         if self.config.warm_segments and self._warmer is None:
             self._warmer = SegmentWarmer(self.commit_log)
             self._warmer.start()
 
     def stop_background_threads(self) -> None:
         """Stop what start_background_threads started."""
-        self.group_commit.stop()
+        self.flush_service.stop()
         if self._warmer is not None:
             self._warmer.stop()
             self._warmer = None

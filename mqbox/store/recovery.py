@@ -103,7 +103,6 @@ from numpy.typing import NDArray
 from mqbox._jit import kernel
 from mqbox.errors import MessageIllegalError, StoreError
 from mqbox.message import (
-    BLANK_MAGIC,
     BODY_LENGTH_POSITION_BYTES,
     BODY_POSITION_BYTES,
     MAGICCODE_POSITION_BYTES,
@@ -126,22 +125,27 @@ from mqbox.message import (
     encode_record,
     index_key_hash,
 )
-from mqbox.message_kernels import read_s16_be, read_s32_be, read_s64_be, read_u8, read_u32_be
+from mqbox.message_kernels import (
+    LOG_OFFSET_UNKNOWN,
+    RECORD_WHOLE,
+    STOP_BLANK,
+    STOP_CRC_MISMATCH,
+    STOP_END,
+    STOP_FULL,
+    STOP_INVALID,
+    STOP_OFFSET_MISMATCH,
+    STOP_REASON_COUNT,
+    STOP_TRUNCATED,
+    check_record,
+    read_s32_be,
+    read_s64_be,
+)
 from mqbox.store.checkpoint import Checkpoint, CheckpointState
 from mqbox.store.commit_log import CommitLog
 from mqbox.store.consume_queue import ConsumeQueueTable
 from mqbox.store.dispatch import Dispatcher
 from mqbox.store.index import IndexService
-from mqbox.store.kernels import (
-    SCAN_STOP_BLANK,
-    SCAN_STOP_CRC_MISMATCH,
-    SCAN_STOP_END,
-    SCAN_STOP_FULL,
-    SCAN_STOP_INVALID,
-    SCAN_STOP_OFFSET_MISMATCH,
-    SCAN_STOP_TRUNCATED,
-    scan_records,
-)
+from mqbox.store.kernels import scan_records
 from mqbox.store.layout import (
     CQ_ENTRY_SIZE_BYTES,
     DIRECTORY_MODE,
@@ -174,29 +178,21 @@ TIMESTAMP_MARGIN_MS_DEFAULT: Final = 3000
 SCAN_RECORD_COUNT_MAX: Final = 65536
 # Zero checks read at most this much at a time.
 CHUNK_SIZE_BYTES: Final = 16 * 1024 * 1024
-# Not a scan_records reason: a structurally valid record the writer did not finish (see
-# find_unfinished_record).
-STOP_UNFINISHED_RECORD: Final = 100
+# Recovery's own stop reason, beyond the record check's: a whole record the writer did not
+# finish (see find_unfinished_record).
+STOP_UNFINISHED_RECORD: Final = STOP_REASON_COUNT
 
 STOP_REASON_NAMES: Final = {
-    SCAN_STOP_END: "end",
-    SCAN_STOP_FULL: "full",
-    SCAN_STOP_BLANK: "bad blank",
-    SCAN_STOP_TRUNCATED: "truncated record",
-    SCAN_STOP_INVALID: "invalid record",
-    SCAN_STOP_CRC_MISMATCH: "body CRC mismatch",
-    SCAN_STOP_OFFSET_MISMATCH: "PHYSICALOFFSET mismatch",
+    STOP_END: "end",
+    STOP_FULL: "full",
+    STOP_BLANK: "bad blank",
+    STOP_TRUNCATED: "truncated record",
+    STOP_INVALID: "invalid record",
+    STOP_CRC_MISMATCH: "body CRC mismatch",
+    STOP_OFFSET_MISMATCH: "PHYSICALOFFSET mismatch",
     STOP_UNFINISHED_RECORD: "unfinished record (store time 0, or a lost page at its end)",
 }
-assert STOP_UNFINISHED_RECORD not in (
-    SCAN_STOP_END,
-    SCAN_STOP_FULL,
-    SCAN_STOP_BLANK,
-    SCAN_STOP_TRUNCATED,
-    SCAN_STOP_INVALID,
-    SCAN_STOP_CRC_MISMATCH,
-    SCAN_STOP_OFFSET_MISMATCH,
-)
+assert STOP_UNFINISHED_RECORD >= STOP_REASON_COUNT
 
 _INT32_BE = struct.Struct(">i")
 _INT64_BE = struct.Struct(">q")
@@ -286,7 +282,7 @@ class SegmentScan:
     start_file_offset_bytes: int
     record_count: int
     stop_file_offset_bytes: int
-    stop_reason: int  # SCAN_STOP_*; SCAN_STOP_BLANK only for a valid blank
+    stop_reason: int  # STOP_*; STOP_BLANK only for a valid blank
     last_store_timestamp_ms: int  # -1 without records
     # Per threshold: log offset of the first record stored at or after it, -1 if none here.
     first_log_offsets_bytes: tuple[int, ...]
@@ -309,7 +305,7 @@ class ScanOutcome:
 
     start_log_offset_bytes: int
     end_log_offset_bytes: int  # the first byte not covered by a valid record or blank
-    stop_reason: int  # SCAN_STOP_END when the log ended after a blank with no next segment
+    stop_reason: int  # STOP_END when the log ended after a blank with no next segment
     damaged: bool  # some non-zero byte lies at or after the end (or a later segment has data)
     later_segment_count: int  # segments after the one holding the end
     record_count: int
@@ -354,7 +350,7 @@ def scan_segment(
     """Scan one segment with scan_records until it stops for a reason other than FULL.
 
     A blank is accepted only if its size field says exactly how many bytes were left in the
-    segment; a blank that does not is reported as SCAN_STOP_INVALID at its position. Runs
+    segment; a blank that does not is reported as STOP_INVALID at its position. Runs
     without the GIL for the long part (the kernel), so threads scan segments in parallel.
     """
     segment_size_bytes = buffer.size
@@ -390,12 +386,12 @@ def scan_segment(
                 if hits.size > 0:
                     first_log_offsets[position] = int(outs.log_offsets_bytes[hits[0]])
         position_bytes = stop_bytes
-        if reason == SCAN_STOP_FULL:
+        if reason == STOP_FULL:
             continue
-        if reason == SCAN_STOP_BLANK:
+        if reason == STOP_BLANK:
             (left_bytes,) = _INT32_BE.unpack_from(buffer.data, position_bytes)
             if left_bytes != segment_size_bytes - position_bytes:
-                reason = SCAN_STOP_INVALID
+                reason = STOP_INVALID
         break
     return SegmentScan(
         segment_start_bytes=segment_start_bytes,
@@ -481,7 +477,7 @@ def recover_scan(
         return ScanOutcome(
             start_log_offset_bytes=start_log_offset_bytes,
             end_log_offset_bytes=start_log_offset_bytes,
-            stop_reason=SCAN_STOP_END,
+            stop_reason=STOP_END,
             damaged=False,
             later_segment_count=0,
             record_count=0,
@@ -506,7 +502,7 @@ def recover_scan(
     last_store_timestamp_ms = -1
     first_log_offsets = [-1] * threshold_count
     end_bytes = start_log_offset_bytes
-    stop_reason = SCAN_STOP_END
+    stop_reason = STOP_END
     ended = False
     segment_ranges: list[SegmentRange] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=thread_count) as executor:
@@ -533,11 +529,11 @@ def recover_scan(
                         result.last_store_timestamp_ms,
                     )
                 )
-                if result.stop_reason in (SCAN_STOP_BLANK, SCAN_STOP_END):
+                if result.stop_reason in (STOP_BLANK, STOP_END):
                     # A valid blank (or, never written by mqbox, a record ending exactly at the
                     # segment end): the next record starts the next segment.
                     end_bytes = result.segment_start_bytes + segment_size_bytes
-                    stop_reason = SCAN_STOP_END
+                    stop_reason = STOP_END
                     continue
                 end_bytes = result.segment_start_bytes + stop_file_offset_bytes
                 stop_reason = result.stop_reason
@@ -575,18 +571,19 @@ def find_unfinished_record(
 ) -> tuple[int, int, int]:
     """Look for a record the writer did not finish among records scan_records already accepted.
 
-    scan_records checks what a record says about itself (magic, sizes, PHYSICALOFFSET, body
-    CRC). A page of a record that no flush covered may still be lost to a power failure while
-    the page holding its header survived; the body CRC does not cover the topic and the
-    properties, so this kernel checks the facts the writer guarantees there, never anything a
-    client chose: STORETIMESTAMP > 0 (the writer's own field); no zero byte in the topic
-    (topics are validated, and NUL is not a topic character); and, when `check_properties_end`,
-    properties that are empty or end with 0x02 (the send path adds the final 0x02 a client left
-    off: message.terminate_properties), so a record's last byte is never zero. A client's NUL
-    bytes in a body or a property value decide nothing. Records at or after `check_from_bytes`
-    are checked. Precondition: segment[start_bytes:end_bytes) holds records back to back, every
-    one reported by scan_records (a blank stops the walk), and `check_from_bytes` is one of
-    their starts (or end_bytes).
+    scan_records checks what a record says about itself (message_kernels.check_record: magic,
+    sizes, PHYSICALOFFSET, body CRC). A page of a record that no flush covered may still be lost
+    to a power failure while the page holding its header survived; the body CRC does not cover
+    the topic and the properties, so this kernel walks the records with the same check (framing
+    only: no CRC, no offset) and checks, on top of it, the facts the writer guarantees there,
+    never anything a client chose: STORETIMESTAMP > 0 (the writer's own field); no zero byte in
+    the topic (topics are validated, and NUL is not a topic character); and, when
+    `check_properties_end`, properties that are empty or end with 0x02 (the send path adds the
+    final 0x02 a client left off: message.terminate_properties), so a record's last byte is
+    never zero. A client's NUL bytes in a body or a property value decide nothing. Records at or
+    after `check_from_bytes` are checked. Precondition: segment[start_bytes:end_bytes) holds
+    records back to back, every one reported by scan_records (a blank stops the walk), and
+    `check_from_bytes` is one of their starts (or end_bytes).
 
     Returns (position of the first unfinished record, or end_bytes; how many records precede it
     from start_bytes; the store time of the last of those, -1 if none).
@@ -595,31 +592,25 @@ def find_unfinished_record(
     position_bytes = start_bytes
     good_count = 0
     last_good_timestamp_ms = -1
-    while position_bytes + RECORD_SIZE_BYTES_MIN <= end_bytes:
-        if read_u32_be(segment, position_bytes + MAGICCODE_POSITION_BYTES) == BLANK_MAGIC:
+    while position_bytes < end_bytes:
+        verdict, size_bytes, _body_at, topic_at, properties_at = check_record(
+            segment, position_bytes, end_bytes, LOG_OFFSET_UNKNOWN, False, False
+        )
+        if verdict == STOP_BLANK:
             break
-        size_bytes = read_s32_be(segment, position_bytes + TOTALSIZE_POSITION_BYTES)
-        assert size_bytes >= RECORD_SIZE_BYTES_MIN
-        assert position_bytes + size_bytes <= end_bytes
+        assert verdict == RECORD_WHOLE  # the precondition: scan_records reported it
         store_timestamp_ms = read_s64_be(segment, position_bytes + STORETIMESTAMP_POSITION_BYTES)
         if position_bytes >= check_from_bytes:
             if store_timestamp_ms <= 0:
                 return position_bytes, good_count, last_good_timestamp_ms
-            body_size_bytes = read_s32_be(segment, position_bytes + BODY_LENGTH_POSITION_BYTES)
-            topic_length_at = position_bytes + BODY_POSITION_BYTES + body_size_bytes
-            topic_at = topic_length_at + TOPIC_LENGTH_SIZE_BYTES
-            properties_length_at = topic_at + read_u8(segment, topic_length_at)
-            properties_size_bytes = read_s16_be(segment, properties_length_at)
-            record_end_bytes = position_bytes + size_bytes
-            assert properties_length_at + PROPERTIES_LENGTH_SIZE_BYTES + properties_size_bytes == (
-                record_end_bytes
-            )
-            for at in range(topic_at, properties_length_at):
+            topic_end = properties_at - PROPERTIES_LENGTH_SIZE_BYTES
+            for at in range(topic_at, topic_end):
                 if segment[at] == 0:
                     return position_bytes, good_count, last_good_timestamp_ms
+            record_end_bytes = position_bytes + size_bytes
             if (
                 check_properties_end
-                and properties_size_bytes > 0
+                and record_end_bytes > properties_at
                 and segment[record_end_bytes - 1] != PROPERTY_SEPARATOR
             ):
                 return position_bytes, good_count, last_good_timestamp_ms

@@ -10,7 +10,8 @@ route is created by the broker from TBW102 with the producer's four queues, and 
 then follows the topic's own route; without `create_topic_key` it is refused; (5) input errors
 and a producer that is not running raise typed errors before anything is written; (6) a
 pipeline of async sends completes every future; shutdown is bounded and later sends are
-refused.
+refused; (7) a prepared idempotent batch goes to the queue the caller chose and, sent twice, is
+stored once and answered twice alike.
 Method: one real appliance for the module (supervisor, every broker role, the name server; port
 0; a home of its own); a Producer in the test process with latency fault avoidance on; what the
 broker stored is read back over the raw protocol (tests/support/read_back.py: PULL from index
@@ -35,6 +36,7 @@ from mqbox.client import (
     SendResult,
     SendStatus,
 )
+from mqbox.client.outgoing import encode_batch
 from mqbox.client.producer import SendOptions
 from mqbox.message import (
     SYSFLAG_COMPRESSED,
@@ -43,6 +45,7 @@ from mqbox.message import (
     encode_offset_msg_id,
 )
 from mqbox.protocol.codes import PERM_INHERIT
+from mqbox.protocol.headers import MessageQueue
 from tests.conftest import unique_name
 from tests.support.appliance import Appliance
 from tests.support.read_back import create_topic, read_back, read_back_until, read_queue_count
@@ -242,3 +245,25 @@ def test_async_pipeline_completes_and_shutdown_ends_the_producer(appliance: Appl
     stats = producer.statistics()
     assert (stats.sent, stats.failed, stats.retries) == (500, 0, 0)
     assert len(records_of(appliance, topic, 500)) == 500
+
+
+def test_a_prepared_idempotent_batch_goes_to_its_queue_and_is_stored_once(
+    appliance: Appliance, producer: Producer
+) -> None:
+    topic = unique_name("TopicPrepared").replace("-", "_")
+    create_topic(appliance, topic, QUEUE_COUNT)
+    keys = [f"PREPARED-{topic}-{number}" for number in range(3)]
+    message = encode_batch(topic, [b"a", b"b", b"c"], keys)
+    message.idempotent = True
+    producer.instance.update_route(topic)
+    queue = MessageQueue(topic, producer.instance.subscribe_queues(topic)[0].broker_name, 2)
+    first = producer.send_prepared_async(message, queue).result(10)
+    again = producer.send_prepared_async(message, queue).result(10)
+    assert first.queue == again.queue == queue
+    assert (again.offset_msg_id, again.queue_offset) == (first.offset_msg_id, first.queue_offset)
+    assert first.msg_id == ",".join(keys)
+    records = records_of(appliance, topic, 3)
+    assert [record.body for record in records] == [b"a", b"b", b"c"]
+    assert {record.queue_id for record in records} == {2}
+    with pytest.raises(InvalidMessageError):
+        producer.send_prepared_async(message, MessageQueue("Elsewhere", queue.broker_name, 0))

@@ -14,6 +14,19 @@ import pytest
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "mqbox"
 
+_DATA_PLANE_LEAF_FORBIDDEN = (
+    "mqbox.store",
+    "mqbox.client",
+    "mqbox.protocol",
+    "mqbox.server",
+    "mqbox.ipc",
+    "mqbox.config",
+    "mqbox.namesrv",
+    "mqbox.admin",
+    "mqbox.spark",
+    "socket",
+    "selectors",
+)
 # package prefix -> module prefixes it must not import
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     # message.py is a leaf: only the leaf errors module, so callers catch one set of classes.
@@ -32,6 +45,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "selectors",
     ),
     "mqbox.errors": ("mqbox",),
+    # message_kernels.py (and its twin) is the data plane's leaf under both store and client: the
+    # byte layer and the record check. It stands on message.py and _jit.py alone.
+    "mqbox.message_kernels": _DATA_PLANE_LEAF_FORBIDDEN,
+    "mqbox.message_kernels_ref": _DATA_PLANE_LEAF_FORBIDDEN,
     # resources.py (descriptor limit, accept back-off) serves the broker and the name server.
     "mqbox.resources": ("mqbox",),
     "mqbox.protocol": (

@@ -10,6 +10,7 @@ to the count) must be equal. Fixed vectors pin the Java hash and the error codes
 from __future__ import annotations
 
 import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from mqbox import message as m
 from mqbox import message_kernels as fast
 from mqbox import message_kernels_ref as ref
 from mqbox.errors import MessageIllegalError, MessageTooLargeError
+from tests.support.stored_records import messages
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 
@@ -56,6 +58,169 @@ def test_readers_match_struct(data: bytes) -> None:
     assert fast.read_u32_be(buf, 1) == struct.unpack(">I", data[:4])[0]
     assert fast.read_s32_be(buf, 1) == struct.unpack(">i", data[:4])[0]
     assert fast.read_s64_be(buf, 1) == struct.unpack(">q", data)[0]
+
+
+@settings(deadline=None)
+@given(
+    value=st.integers(-(2**63), 2**63 - 1),
+    width_and_format=st.sampled_from([(2, ">H"), (4, ">I"), (8, ">Q")]),
+    at=st.integers(0, 3),
+)
+def test_writers_store_the_low_bits_big_endian(
+    value: int, width_and_format: tuple[int, str], at: int
+) -> None:
+    width, fmt = width_and_format
+    writer = {2: fast.write_i16_be, 4: fast.write_i32_be, 8: fast.write_i64_be}[width]
+    buf = as_array(bytes(range(1, 13)))
+    writer(buf, at, value)
+    expected = bytearray(range(1, 13))
+    struct.pack_into(fmt, expected, at, value & ((1 << (8 * width)) - 1))
+    assert buf.tobytes() == bytes(expected)
+
+
+@settings(deadline=None)
+@given(
+    source=st.binary(max_size=80),
+    cuts=st.tuples(st.integers(0), st.integers(0), st.integers(0)),
+)
+def test_copy_bytes_copies_exactly_the_range(source: bytes, cuts: tuple[int, int, int]) -> None:
+    source_at = cuts[0] % (len(source) + 1)
+    size_bytes = cuts[1] % (len(source) - source_at + 1)
+    target_at = cuts[2] % 9
+    target = as_array(bytes(size_bytes + 16))
+    fast.copy_bytes(target, target_at, as_array(source), source_at, size_bytes)
+    expected = bytearray(size_bytes + 16)
+    expected[target_at : target_at + size_bytes] = source[source_at : source_at + size_bytes]
+    assert target.tobytes() == bytes(expected)
+
+
+# --- crc32 --------------------------------------------------------------------------------------
+
+
+@settings(deadline=None)
+@given(data=st.binary(max_size=100), cuts=st.tuples(st.integers(0), st.integers(0)))
+def test_crc32_equals_zlib(data: bytes, cuts: tuple[int, int]) -> None:
+    start = cuts[0] % (len(data) + 1)
+    end = start + cuts[1] % (len(data) - start + 1)
+    array = as_array(data)
+    assert fast.crc32(array, start, end) == zlib.crc32(data[start:end])
+    assert ref.crc32(array, start, end) == zlib.crc32(data[start:end])
+
+
+def test_crc32_vector_from_the_document() -> None:
+    assert fast.crc32(as_array(b"hello-1"), 0, 7) & 0x7FFFFFFF == 1648445226
+
+
+# --- check_record -------------------------------------------------------------------------------
+
+FIELD_FORMATS = {
+    m.TOTALSIZE_POSITION_BYTES: ">i",
+    m.MAGICCODE_POSITION_BYTES: ">I",
+    m.BODYCRC_POSITION_BYTES: ">I",
+    m.PHYSICALOFFSET_POSITION_BYTES: ">q",
+    m.SYSFLAG_POSITION_BYTES: ">i",
+    m.BODY_LENGTH_POSITION_BYTES: ">i",
+}
+
+
+@st.composite
+def checked_records(draw: st.DrawFn) -> tuple[bytes, int, int]:
+    """(bytes, position, log offset of byte 0): one record after a prefix, maybe damaged."""
+    prefix = draw(st.binary(max_size=3))
+    base_log_offset_bytes = draw(st.integers(0, 2**40))
+    record = bytearray(
+        m.encode_record(
+            draw(messages),
+            queue_index=draw(st.integers(0, 2**40)),
+            log_offset_bytes=base_log_offset_bytes + len(prefix),
+            store_timestamp_ms=draw(st.integers(0, 2**41)),
+        )
+    )
+    damage = draw(st.sampled_from(["none", "field", "byte", "cut", "v6", "blank", "noise"]))
+    if damage == "field":
+        at = draw(st.sampled_from(sorted(FIELD_FORMATS)))
+        fmt = FIELD_FORMATS[at]
+        (value,) = struct.unpack_from(fmt, record, at)
+        width = struct.calcsize(fmt)
+        nudged = (value + draw(st.integers(-3, 3))) % (1 << (8 * width))
+        record[at : at + width] = nudged.to_bytes(width, "big")
+    elif damage == "byte":
+        record[draw(st.integers(0, len(record) - 1))] = draw(st.integers(0, 255))
+    elif damage == "cut":
+        del record[draw(st.integers(0, len(record))) :]
+    elif damage == "v6":
+        # IPv6 host bits on IPv4 bytes: every later field moves, so most such records fail.
+        (sysflag,) = struct.unpack_from(">i", record, m.SYSFLAG_POSITION_BYTES)
+        bits = draw(st.sampled_from([m.SYSFLAG_BORNHOST_V6, m.SYSFLAG_STOREHOST_V6]))
+        struct.pack_into(">i", record, m.SYSFLAG_POSITION_BYTES, sysflag | bits)
+        record += bytes(draw(st.sampled_from([0, 12, 24])))
+    elif damage == "blank":
+        record = bytearray(m.encode_blank(8 + draw(st.integers(0, 8))))
+    elif damage == "noise":
+        record = bytearray(draw(st.binary(max_size=120)))
+    data = prefix + bytes(record) + draw(st.binary(max_size=4))
+    return data, len(prefix), base_log_offset_bytes
+
+
+@settings(deadline=None, max_examples=400)
+@given(
+    record=checked_records(),
+    end_cut_bytes=st.integers(0, 6),
+    base_known=st.booleans(),
+    check_crc=st.booleans(),
+    hosts_v6_allowed=st.booleans(),
+)
+def test_check_record_agrees_with_twin(
+    record: tuple[bytes, int, int],
+    end_cut_bytes: int,
+    base_known: bool,
+    check_crc: bool,
+    hosts_v6_allowed: bool,
+) -> None:
+    data, position_bytes, base_log_offset_bytes = record
+    end_bytes = max(position_bytes, len(data) - end_cut_bytes)
+    base = base_log_offset_bytes if base_known else fast.LOG_OFFSET_UNKNOWN
+    arguments = (as_array(data), position_bytes, end_bytes, base, check_crc, hosts_v6_allowed)
+    verdict = fast.check_record(*arguments)
+    assert verdict == ref.check_record(*arguments)
+    if verdict[0] == fast.RECORD_WHOLE:
+        stored = m.decode_record(data[:end_bytes], position_bytes, check_crc=check_crc)
+        size_bytes, body_at, topic_at, properties_at = verdict[1:]
+        assert size_bytes == stored.size_bytes
+        assert data[body_at : topic_at - 1] == stored.body
+        assert data[properties_at : position_bytes + size_bytes] == stored.properties
+    else:
+        assert verdict[1:] == (0, 0, 0, 0)
+
+
+def test_check_record_stops_in_its_documented_order() -> None:
+    record = bytearray(
+        m.encode_record(
+            m.MessageToStore("T", 1, b"body"), log_offset_bytes=100, store_timestamp_ms=1
+        )
+    )
+
+    def verdict(
+        data: bytes | bytearray, base: int = 100, crc: bool = True, v6: bool = False
+    ) -> int:
+        return int(fast.check_record(as_array(bytes(data)), 0, len(data), base, crc, v6)[0])
+
+    assert verdict(record) == fast.RECORD_WHOLE
+    assert verdict(record[:7]) == fast.STOP_TRUNCATED
+    assert verdict(record[:-1]) == fast.STOP_TRUNCATED
+    assert verdict(m.encode_blank(8)) == fast.STOP_BLANK
+    assert verdict(record, base=0) == fast.STOP_OFFSET_MISMATCH
+    assert verdict(record, base=fast.LOG_OFFSET_UNKNOWN) == fast.RECORD_WHOLE
+    body_damaged = bytearray(record)
+    body_damaged[m.BODY_POSITION_BYTES] ^= 1
+    assert verdict(body_damaged) == fast.STOP_CRC_MISMATCH
+    assert verdict(body_damaged, crc=False) == fast.RECORD_WHOLE
+    # The offset is checked before the CRC.
+    assert verdict(body_damaged, base=0) == fast.STOP_OFFSET_MISMATCH
+    v6 = bytearray(record)
+    struct.pack_into(">i", v6, m.SYSFLAG_POSITION_BYTES, m.SYSFLAG_STOREHOST_V6)
+    assert verdict(v6) == fast.STOP_INVALID
+    assert verdict(v6, v6=True) == fast.STOP_INVALID  # 12 bytes short for a 20-byte host
 
 
 # --- java_hash_utf8 -----------------------------------------------------------------------------
@@ -103,6 +268,23 @@ def test_java_hash_utf8_kernel_agrees_with_twin(data: bytes, cuts: tuple[int, in
     start = cuts[0] % (len(data) + 1)
     end = start + cuts[1] % (len(data) - start + 1)
     assert fast.java_hash_utf8(buf, start, end) == ref.java_hash_utf8(buf, start, end)
+
+
+@settings(deadline=None, max_examples=300)
+@given(
+    prefix=st.text(alphabet="aZ#9_%", max_size=8),
+    data=st.one_of(utf8_noise, st.binary(max_size=24)),
+)
+def test_java_hash_utf8_from_continues_the_hash_of_an_ascii_prefix(
+    prefix: str, data: bytes
+) -> None:
+    """The index key hash's case: topic + "#" hashed once, each key continuing it."""
+    state = m.java_string_hash(prefix) & 0xFFFFFFFF
+    buf = as_array(data)
+    continued = fast.java_hash_utf8_from(buf, 0, len(data), state)
+    assert continued == ref.java_hash_utf8_from(buf, 0, len(data), state)
+    whole = m.java_string_hash(prefix + m.java_utf8_decode(data))
+    assert continued == whole & 0xFFFFFFFF
 
 
 @settings(deadline=None)

@@ -34,6 +34,12 @@ Rules from docs/protocol.md section 4.2 (the Java broker's, as far as they go he
   messageDelayLevel's count is cut to the last); a DELAY that is not an integer: 13. The
   answer names the queue the client asked for and the index in the queue it was stored in.
 
+The idempotent window (store/idempotence.py, docs/idempotence.md): a send whose header holds
+`mqboxIdempotent` = "true" (case as Java's Boolean.parseBoolean) has its APPEND flagged
+APPEND_FLAG_IDEMPOTENT; when the store writer's ack lists duplicates, the answer is built from
+its per-record log offsets (the records stored first), names the first record's queue id and
+queue index, and adds `mqboxDuplicates`. Other sends pay one dict lookup.
+
 CONSUMER_SEND_MSG_BACK (docs/protocol.md sections 4.3 and 9): the failed record is read by
 its commit-log offset from a read-only map of the commit log (bounded by the writer's published
 position; a bad offset or a record that does not decode: 1 with "look message by offset
@@ -75,6 +81,7 @@ from mqbox.message import (
     BATCH_FLAG_POSITION_BYTES,
     BODY_LENGTH_POSITION_BYTES,
     BODY_POSITION_BYTES,
+    BODYCRC_MASK,
     BODYCRC_POSITION_BYTES,
     BORNHOST_POSITION_BYTES,
     BORNTIMESTAMP_POSITION_BYTES,
@@ -94,6 +101,7 @@ from mqbox.message import (
     STORETIMESTAMP_POSITION_BYTES,
     SYSFLAG_COMPRESSED,
     SYSFLAG_COMPRESSION_TYPE_MASK,
+    SYSFLAG_HOSTS_V6,
     SYSFLAG_POSITION_BYTES,
     SYSFLAG_TRANSACTION_MASK,
     TOTALSIZE_POSITION_BYTES,
@@ -111,12 +119,19 @@ from mqbox.message import (
 from mqbox.message_kernels import (
     SPLIT_BATCH_BODY_TOO_LARGE,
     SPLIT_BATCH_TOO_MANY,
+    copy_bytes,
+    crc32,
     read_s16_be,
     read_s32_be,
     split_batch,
+    write_i16_be,
+    write_i32_be,
+    write_i64_be,
 )
 from mqbox.protocol.codes import PERM_WRITE, RequestCode, ResponseCode
 from mqbox.protocol.headers import (
+    SEND_DUPLICATES_KEY,
+    SEND_IDEMPOTENT_KEY,
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
@@ -137,7 +152,6 @@ from mqbox.server.topology import RoleContext, RoleKind
 from mqbox.store import config_files
 from mqbox.store.commit_log import CommitLog
 from mqbox.store.config_files import SubscriptionGroupConfig, SubscriptionGroupTable, TopicConfig
-from mqbox.store.kernels import crc32
 from mqbox.store.layout import SUBSCRIPTION_GROUP_FILE_NAME, config_dir
 
 SEND_CODES: Final = frozenset(
@@ -147,8 +161,6 @@ SEND_CODES: Final = frozenset(
         int(RequestCode.SEND_BATCH_MESSAGE),
     }
 )
-SYSFLAG_HOSTS_V6: Final = 0x10 | 0x20  # BORNHOST_V6 | STOREHOSTADDRESS_V6: never stored
-_BODYCRC_MASK: Final = 0x7FFFFFFF
 _HOST: Final = struct.Struct(">4si")
 _PROPERTY_WAIT_FALSE: Final = "\x02WAIT\x01false\x02"
 _PROPERTY_DELAY: Final = "\x02DELAY\x01"
@@ -164,31 +176,6 @@ GROUPS_RELOAD_CHECK_INTERVAL_NS: Final = 1_000_000_000
 
 
 # --- The batch kernel ---------------------------------------------------------------------------
-
-
-@kernel
-def _write_u32_be(buf: NDArray[np.uint8], at: int, value: int) -> None:
-    buf[at] = (value >> 24) & 0xFF
-    buf[at + 1] = (value >> 16) & 0xFF
-    buf[at + 2] = (value >> 8) & 0xFF
-    buf[at + 3] = value & 0xFF
-
-
-@kernel
-def _write_s64_be(buf: NDArray[np.uint8], at: int, value: int) -> None:
-    _write_u32_be(buf, at, (value >> 32) & 0xFFFFFFFF)
-    _write_u32_be(buf, at + 4, value & 0xFFFFFFFF)
-
-
-@kernel
-def _copy(
-    target: NDArray[np.uint8], target_at: int, source: NDArray[np.uint8], at: int, size: int
-) -> None:
-    """target[target_at:+size] = source[at:+size], as two local slices so LLVM vectorizes it."""
-    target_slice = target[target_at : target_at + size]
-    source_slice = source[at : at + size]
-    for index in range(size):
-        target_slice[index] = source_slice[index]
 
 
 @kernel
@@ -263,31 +250,30 @@ def encode_batch_records(
         assert stored_properties_size <= PROPERTIES_SIZE_BYTES_MAX
         record_size = RECORD_SIZE_BYTES_MIN + body_size + topic_size + stored_properties_size
         assert at + record_size <= out_records.size
-        _write_u32_be(out_records, at + TOTALSIZE_POSITION_BYTES, record_size)
-        _write_u32_be(out_records, at + MAGICCODE_POSITION_BYTES, MESSAGE_MAGIC)
-        body_crc = crc32(batch, body_at, body_at + body_size) & _BODYCRC_MASK
-        _write_u32_be(out_records, at + BODYCRC_POSITION_BYTES, body_crc)
-        _write_u32_be(out_records, at + QUEUEID_POSITION_BYTES, queue_id & 0xFFFFFFFF)
-        _write_u32_be(out_records, at + FLAG_POSITION_BYTES, flag & 0xFFFFFFFF)
-        _write_s64_be(out_records, at + QUEUEOFFSET_POSITION_BYTES, 0)
-        _write_s64_be(out_records, at + PHYSICALOFFSET_POSITION_BYTES, 0)
-        _write_u32_be(out_records, at + SYSFLAG_POSITION_BYTES, sysflag & 0xFFFFFFFF)
-        _write_s64_be(out_records, at + BORNTIMESTAMP_POSITION_BYTES, born_timestamp_ms)
+        write_i32_be(out_records, at + TOTALSIZE_POSITION_BYTES, record_size)
+        write_i32_be(out_records, at + MAGICCODE_POSITION_BYTES, MESSAGE_MAGIC)
+        body_crc = crc32(batch, body_at, body_at + body_size) & BODYCRC_MASK
+        write_i32_be(out_records, at + BODYCRC_POSITION_BYTES, body_crc)
+        write_i32_be(out_records, at + QUEUEID_POSITION_BYTES, queue_id)
+        write_i32_be(out_records, at + FLAG_POSITION_BYTES, flag)
+        write_i64_be(out_records, at + QUEUEOFFSET_POSITION_BYTES, 0)
+        write_i64_be(out_records, at + PHYSICALOFFSET_POSITION_BYTES, 0)
+        write_i32_be(out_records, at + SYSFLAG_POSITION_BYTES, sysflag)
+        write_i64_be(out_records, at + BORNTIMESTAMP_POSITION_BYTES, born_timestamp_ms)
         for index in range(HOST_SIZE_BYTES):
             out_records[at + BORNHOST_POSITION_BYTES + index] = born_host[index]
-        _write_s64_be(out_records, at + STORETIMESTAMP_POSITION_BYTES, 0)
-        _write_s64_be(out_records, at + STOREHOST_POSITION_BYTES, 0)
-        _write_u32_be(out_records, at + RECONSUMETIMES_POSITION_BYTES, reconsume_times & 0xFFFFFFFF)
-        _write_s64_be(out_records, at + PREPARED_TRANSACTION_OFFSET_POSITION_BYTES, 0)
-        _write_u32_be(out_records, at + BODY_LENGTH_POSITION_BYTES, body_size)
-        _copy(out_records, at + BODY_POSITION_BYTES, batch, body_at, body_size)
+        write_i64_be(out_records, at + STORETIMESTAMP_POSITION_BYTES, 0)
+        write_i64_be(out_records, at + STOREHOST_POSITION_BYTES, 0)
+        write_i32_be(out_records, at + RECONSUMETIMES_POSITION_BYTES, reconsume_times)
+        write_i64_be(out_records, at + PREPARED_TRANSACTION_OFFSET_POSITION_BYTES, 0)
+        write_i32_be(out_records, at + BODY_LENGTH_POSITION_BYTES, body_size)
+        copy_bytes(out_records, at + BODY_POSITION_BYTES, batch, body_at, body_size)
         topic_length_at = at + BODY_POSITION_BYTES + body_size
         out_records[topic_length_at] = topic_size
-        _copy(out_records, topic_length_at + 1, topic, 0, topic_size)
+        copy_bytes(out_records, topic_length_at + 1, topic, 0, topic_size)
         properties_length_at = topic_length_at + 1 + topic_size
-        out_records[properties_length_at] = (stored_properties_size >> 8) & 0xFF
-        out_records[properties_length_at + 1] = stored_properties_size & 0xFF
-        _copy(
+        write_i16_be(out_records, properties_length_at, stored_properties_size)
+        copy_bytes(
             out_records, properties_length_at + 2, batch, body_at + body_size + 2, properties_size
         )
         if terminate:
@@ -384,6 +370,7 @@ class SendStatistics:
     delayed: int  # messages stored under SCHEDULE_TOPIC_XXXX
     dead_letters: int  # messages routed to a %DLQ% topic
     send_backs: int  # CONSUMER_SEND_MSG_BACK requests
+    duplicates: int  # messages the idempotent window answered instead of storing them again
 
 
 class _RefusedError(Exception):
@@ -470,6 +457,8 @@ class SendProcessor(Processor):
         self._one_offset = np.zeros(1, dtype=np.int64)
         self._one_size = np.zeros(1, dtype=np.int64)
         self._direct_appends = 0
+        self._idempotent = False  # the send being handled asked for the idempotent window
+        self._duplicates = 0
         self._sends = 0
         self._batches = 0
         self._messages = 0
@@ -497,6 +486,8 @@ class SendProcessor(Processor):
             queue_id = self._pick_queue(header, topic_config)
             born_host = _HOST.pack(request.peer_ipv4, request.peer_port)
             sysflag = header.sys_flag & ~SYSFLAG_HOSTS_V6
+            asked = command.ext_fields_json.get(SEND_IDEMPOTENT_KEY)
+            self._idempotent = type(asked) is str and asked.lower() == "true"
             if header.batch:
                 self._send_batch(request, header, command.body, queue_id, sysflag, born_host)
             else:
@@ -933,6 +924,8 @@ class SendProcessor(Processor):
         `reply_queue_id` if given, else `queue_id`."""
         request_id = next(self._request_ids)
         flags = 0 if _PROPERTY_WAIT_FALSE in "\x02" + properties else records.APPEND_FLAG_WAIT_FLUSH
+        if self._idempotent and not send_back:
+            flags |= records.APPEND_FLAG_IDEMPOTENT
         payload = self._payload
         size = self._payload_size
         head = (request_id, record_count, queue_id, flags, len(topic_bytes), records_size_bytes)
@@ -987,6 +980,18 @@ class SendProcessor(Processor):
             return
         assert ack.record_count == pending.record_count
         sizes = pending.sizes_bytes
+        if ack.duplicate_count:
+            # Not contiguous any more: a duplicate names the record stored first.
+            self._duplicates += ack.duplicate_count
+            msg_ids = ",".join(
+                encode_offset_msg_id(self.store_host, log_offset)
+                for log_offset in ack.log_offsets_bytes
+            )
+            ext = SendMessageResponseHeader(msg_ids, ack.queue_id, ack.queue_index).to_ext()
+            ext[SEND_DUPLICATES_KEY] = str(ack.duplicate_count)
+            remark = ack.remark if ack.response_code != _OK else None
+            self.reply_fields(request, ack.response_code, ext, remark=remark)
+            return
         if sizes is None:
             msg_ids = encode_offset_msg_id(self.store_host, ack.log_offset_bytes)
         else:
@@ -1007,6 +1012,7 @@ class SendProcessor(Processor):
             delayed=self._delayed,
             dead_letters=self._dead_letters,
             send_backs=self._send_backs,
+            duplicates=self._duplicates,
         )
 
 

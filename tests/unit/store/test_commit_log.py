@@ -1,20 +1,18 @@
 """Goal: the commit log stores exactly the records it is given, at the positions RocketMQ's rules
 give them (back to back, a blank and a roll when L + 8 > bytes left, a batch whole in one
 segment), with QUEUEOFFSET dense per queue and the store fields patched; it refuses what is too
-large before writing a byte; flushes and group commits cover what was written; and a clean
-reopen finds the same write end.
+large before writing a byte; flushes cover what was written, even racing the writer; and a
+clean reopen finds the same write end (test_flush.py has the flush service).
 
 Method: tiny segments (1 KiB) in tmp_path so rolls happen every few records. The reference
 for every byte is message.encode_record() called with the queue index, log offset, store time
 and store host the rules predict (a plain-Python model of the log), compared with the segment
-files; hypothesis drives random batch sequences through both. Group commit runs real threads
-that wait while the test thread flushes once.
+files; hypothesis drives random batch sequences through both.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -34,12 +32,7 @@ from mqbox.message import (
     encode_record,
     pack_host,
 )
-from mqbox.store.commit_log import (
-    CommitLog,
-    GroupCommit,
-    SegmentWarmer,
-    record_log_offsets,
-)
+from mqbox.store.commit_log import CommitLog, record_log_offsets
 from mqbox.store.layout import StoreGeometry, commit_log_dir, segment_name
 
 SEGMENT_SIZE_BYTES = 1024
@@ -310,54 +303,6 @@ def test_flush_covers_written_bytes_and_records_their_store_time(tmp_path: Path)
     assert log.statistics().flush_total == 1
 
 
-def test_group_commit_one_flush_serves_every_waiter(tmp_path: Path) -> None:
-    log = open_log(tmp_path)
-    group = GroupCommit(log)
-    data, sizes = batch([message(100)])
-    results: list[bool] = []
-    lock = threading.Lock()
-
-    def append_and_wait() -> None:
-        with lock:  # one writer at a time, as the store writer is
-            result = log.append_batch(data, sizes, TOPIC, 0, store_timestamp_ms=1)
-        covered = group.wait_flushed(result.end_log_offset_bytes, timeout_s=30)
-        with lock:
-            results.append(covered)
-
-    threads = [threading.Thread(target=append_and_wait) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + 30
-    while group.waiting_count < len(threads):
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
-    assert group.flush_once() == log.write_log_offset_bytes
-    for thread in threads:
-        thread.join()
-    assert results == [True] * len(threads)
-    statistics = group.statistics()
-    assert statistics.flush_total == 1
-    assert statistics.waiter_total == len(threads)
-
-
-def test_group_commit_thread_resolves_waiters_and_a_wait_can_time_out(tmp_path: Path) -> None:
-    log = open_log(tmp_path)
-    group = GroupCommit(log)
-    data, sizes = batch([message(100)])
-    result = log.append_batch(data, sizes, TOPIC, 0, store_timestamp_ms=1)
-    assert not group.wait_flushed(result.end_log_offset_bytes, timeout_s=0.01)
-    assert group.statistics().timeout_total == 1
-    group.start()
-    try:
-        for _ in range(20):
-            result = log.append_batch(data, sizes, TOPIC, 0, store_timestamp_ms=1)
-            assert group.wait_flushed(result.end_log_offset_bytes, timeout_s=30)
-            assert log.flushed_log_offset_bytes >= result.end_log_offset_bytes
-    finally:
-        group.stop()
-    assert group.statistics().flush_total >= 1
-
-
 def test_flushes_from_two_threads_race_safely_with_the_writer(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     data, sizes = batch([message(150)] * 2)
@@ -456,28 +401,6 @@ def test_delete_segments_below_keeps_the_segment_being_written(tmp_path: Path) -
     assert log.read_record(2 * SEGMENT_SIZE_BYTES, log.write_log_offset_bytes) is not None
     assert log.delete_segments_below(10**9) == 3
     assert list(log.segment_starts_bytes) == [5 * SEGMENT_SIZE_BYTES]
-
-
-def test_segment_warmer_runs_ahead_of_the_writer(tmp_path: Path) -> None:
-    log = CommitLog.open(
-        tmp_path,
-        StoreGeometry(commit_log_segment_size_bytes=1 << 20),
-        writable=True,
-        record_size_bytes_max=RECORD_SIZE_BYTES_MAX,
-    )
-    log.set_write_position(0)
-    warmer = SegmentWarmer(log, lead_bytes=256 * 1024, chunk_bytes=64 * 1024)
-    warmer.start()
-    try:
-        data, sizes = batch([message(200)])
-        log.append_batch(data, sizes, TOPIC, 0, store_timestamp_ms=1)
-        deadline = time.monotonic() + 30
-        while warmer.warmed_bytes_total + warmer.refused_total == 0:
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
-    finally:
-        warmer.stop()
-    assert warmer.warmed_bytes_total <= 256 * 1024 + 64 * 1024
 
 
 batches = st.lists(

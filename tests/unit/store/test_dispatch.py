@@ -147,7 +147,7 @@ class Scan:
     records: list[list[int]]
     cq: bytes
     groups: list[list[int]]
-    keys: list[tuple[int, int, int]]
+    keys: list[tuple[int, ...]]
     next_queue_indexes: list[int]
 
 
@@ -162,13 +162,12 @@ def run_scan(
     index_skip_through_log_offset_bytes: int,
     record_capacity: int,
 ) -> Scan:
-    next_queue_indexes = tables.next_queue_indexes.copy()
-    group_counts = np.zeros_like(tables.group_counts)
+    queues = tables.queues.copy()
     key_capacity = fast.KEY_COUNT_PER_RECORD_MAX
     out_records = np.full((record_capacity, fast.RECORD_COLUMN_COUNT), SENTINEL, dtype=np.int64)
     out_cq = np.zeros(record_capacity * 20, dtype=np.uint8)
     out_groups = np.full((record_capacity + 1, fast.GROUP_COLUMN_COUNT), SENTINEL, np.int64)
-    out_keys = [np.full(key_capacity, SENTINEL, dtype=np.int64) for _ in range(3)]
+    out_keys = np.full((fast.KEY_ROW_COUNT, key_capacity), SENTINEL, dtype=np.int64)
     out_info = np.zeros(fast.INFO_SIZE, dtype=np.int64)
     reason = implementation.dispatch_scan(
         segment,
@@ -176,41 +175,34 @@ def run_scan(
         end_bytes,
         base_log_offset_bytes,
         tables.topic_slots,
-        tables.topic_fingerprints,
+        tables.topics,
         tables.topic_bytes,
-        tables.topic_sizes,
-        tables.topic_key_states,
-        tables.topic_is_schedule,
         tables.queue_slots,
-        tables.queue_topic_ids,
-        tables.queue_ids,
-        next_queue_indexes,
+        queues,
         DELAYS,
         redispatch_end_log_offset_bytes,
         index_skip_through_log_offset_bytes,
-        group_counts,
-        np.zeros(fast.SCRATCH_SIZE_BYTES, dtype=np.uint8),
         out_records,
         out_cq,
         out_groups,
-        *out_keys,
+        out_keys,
         out_info,
     )
-    assert not group_counts.any()
+    assert not queues[:, fast.QUEUE_GROUP_COUNT].any()
     info = out_info.tolist()
     record_count = info[fast.INFO_RECORD_COUNT]
     group_count = info[fast.INFO_GROUP_COUNT]
     key_count = info[fast.INFO_KEY_COUNT]
     assert (out_records[record_count:] == SENTINEL).all()
-    assert (out_keys[0][key_count:] == SENTINEL).all()
+    assert (out_keys[:, key_count:] == SENTINEL).all()
     return Scan(
         reason=reason,
         info=info,
         records=out_records[:record_count].tolist(),
         cq=out_cq[: info[fast.INFO_CQ_ENTRY_COUNT] * 20].tobytes(),
         groups=out_groups[: group_count + 1].tolist(),
-        keys=list(zip(*(array[:key_count].tolist() for array in out_keys), strict=True)),
-        next_queue_indexes=next_queue_indexes.tolist(),
+        keys=[tuple(column) for column in out_keys[:, :key_count].T.tolist()],
+        next_queue_indexes=queues[:, fast.QUEUE_NEXT_INDEX].tolist(),
     )
 
 

@@ -1,6 +1,6 @@
 """Goal: scan_records reports exactly the records message.decode_record() accepts, stops where and
-why its contract says, and agrees exactly with its plain-Python twin in store/kernels_ref; crc32
-equals zlib.crc32.
+why its contract says (message_kernels' STOP_* reasons), and agrees exactly with its
+plain-Python twin in store/kernels_ref.
 
 Method: hypothesis builds segments from message.encode_record() (random fields, TAGS values that
 are valid or broken UTF-8, raw property bytes), optionally ends them with a blank, then damages
@@ -13,7 +13,6 @@ and entries past the count must stay untouched. Targeted tests pin each stop rea
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -25,19 +24,21 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 from mqbox import message as m
+from mqbox import message_kernels as leaf
+from mqbox import message_kernels_ref as leaf_ref
 from mqbox.store import kernels as fast
 from mqbox.store import kernels_ref as ref
 from tests.support.stored_records import INT64, messages
 
 SENTINEL = -7
 STOP_REASONS = (
-    "SCAN_STOP_END",
-    "SCAN_STOP_FULL",
-    "SCAN_STOP_BLANK",
-    "SCAN_STOP_TRUNCATED",
-    "SCAN_STOP_INVALID",
-    "SCAN_STOP_CRC_MISMATCH",
-    "SCAN_STOP_OFFSET_MISMATCH",
+    "STOP_END",
+    "STOP_FULL",
+    "STOP_BLANK",
+    "STOP_TRUNCATED",
+    "STOP_INVALID",
+    "STOP_CRC_MISMATCH",
+    "STOP_OFFSET_MISMATCH",
 )
 
 
@@ -185,30 +186,14 @@ def damaged_segments(draw: st.DrawFn) -> Segment:
     return Segment(bytes(data), segment.base_log_offset_bytes, segment.record_positions_bytes)
 
 
-# --- crc32 --------------------------------------------------------------------------------------
-
-
-@settings(deadline=None)
-@given(data=st.binary(max_size=100), cuts=st.tuples(st.integers(0), st.integers(0)))
-def test_crc32_equals_zlib(data: bytes, cuts: tuple[int, int]) -> None:
-    start = cuts[0] % (len(data) + 1)
-    end = start + cuts[1] % (len(data) - start + 1)
-    array = as_array(data)
-    assert fast.crc32(array, start, end) == zlib.crc32(data[start:end])
-    assert ref.crc32(array, start, end) == zlib.crc32(data[start:end])
-
-
-def test_crc32_vector_from_the_document() -> None:
-    assert fast.crc32(as_array(b"hello-1"), 0, 7) & 0x7FFFFFFF == 1648445226
-
-
 # --- scan_records: kernel and twin agree --------------------------------------------------------
 
 
 def test_stop_reasons_are_the_same_in_both_twins() -> None:
-    values = [getattr(fast, name) for name in STOP_REASONS]
-    assert values == [getattr(ref, name) for name in STOP_REASONS]
-    assert len(set(values)) == len(values)
+    values = [getattr(leaf, name) for name in STOP_REASONS]
+    assert values == [getattr(leaf_ref, name) for name in STOP_REASONS]
+    assert len(set(values)) == len(values) == leaf.STOP_REASON_COUNT
+    assert leaf.RECORD_WHOLE == leaf_ref.RECORD_WHOLE not in values
 
 
 @settings(deadline=None, max_examples=500)
@@ -252,7 +237,7 @@ def test_scan_reports_what_decode_record_reads(segment: Segment, check_crc: bool
         segment.base_log_offset_bytes,
         check_crc,
     )
-    assert result.stop_reason == fast.SCAN_STOP_END
+    assert result.stop_reason == leaf.STOP_END
     assert result.stop_position_bytes == len(segment.data)
     assert result.record_count == len(positions)
     for index, position_bytes in enumerate(positions):
@@ -281,11 +266,11 @@ def test_scan_stops_at_a_torn_tail(segment: Segment, cut_choice: int) -> None:
     )
     assert result.record_count == len(complete)
     if cut_bytes in (start_bytes, *complete):
-        assert result.stop_reason == fast.SCAN_STOP_END
+        assert result.stop_reason == leaf.STOP_END
         assert result.stop_position_bytes == cut_bytes
     else:
         # The torn record keeps its magic and TOTALSIZE, or has fewer than 8 bytes left.
-        assert result.stop_reason == fast.SCAN_STOP_TRUNCATED
+        assert result.stop_reason == leaf.STOP_TRUNCATED
         assert result.stop_position_bytes == (complete[-1] if complete else start_bytes)
 
 
@@ -314,7 +299,7 @@ def test_scan_stops_at_a_blank_and_says_so() -> None:
     data += m.encode_blank(100) + bytes(92)
     result = scan_both(as_array(data), 0, len(data), 1 << 30)
     assert result.record_count == 2
-    assert result.stop_reason == fast.SCAN_STOP_BLANK
+    assert result.stop_reason == leaf.STOP_BLANK
     assert result.stop_position_bytes == records_end_bytes
     assert result.log_offset_bytes == [1 << 30, (1 << 30) + 91 + 1 + 9 + 20]
     assert result.tag_hash == [2598919, 2598919]
@@ -327,12 +312,12 @@ def test_scan_resumes_where_the_out_arrays_filled() -> None:
     data = encode_segment([bytes([index]) * index for index in range(7)])
     first = scan_both(as_array(data), 0, len(data), capacity=4)
     assert first.record_count == 4
-    assert first.stop_reason == fast.SCAN_STOP_FULL
+    assert first.stop_reason == leaf.STOP_FULL
     second = scan_both(as_array(data), first.stop_position_bytes, len(data), capacity=4)
     assert second.record_count == 3
-    assert second.stop_reason == fast.SCAN_STOP_END
+    assert second.stop_reason == leaf.STOP_END
     assert second.queue_index == [4, 5, 6]
-    assert scan_both(as_array(data), 0, len(data), capacity=0).stop_reason == fast.SCAN_STOP_FULL
+    assert scan_both(as_array(data), 0, len(data), capacity=0).stop_reason == leaf.STOP_FULL
 
 
 def test_scan_checks_the_body_crc_only_when_asked() -> None:
@@ -340,31 +325,31 @@ def test_scan_checks_the_body_crc_only_when_asked() -> None:
     second_body_at = struct.unpack_from(">i", data, 0)[0] + m.BODY_POSITION_BYTES
     data[second_body_at] ^= 0x01
     checked = scan_both(as_array(data), 0, len(data), check_crc=True)
-    assert (checked.record_count, checked.stop_reason) == (1, fast.SCAN_STOP_CRC_MISMATCH)
+    assert (checked.record_count, checked.stop_reason) == (1, leaf.STOP_CRC_MISMATCH)
     unchecked = scan_both(as_array(data), 0, len(data), check_crc=False)
-    assert (unchecked.record_count, unchecked.stop_reason) == (2, fast.SCAN_STOP_END)
+    assert (unchecked.record_count, unchecked.stop_reason) == (2, leaf.STOP_END)
 
 
 def test_scan_refuses_a_record_at_the_wrong_log_offset() -> None:
     data = encode_segment([b"a", b"b"], base_log_offset_bytes=1000)
     assert scan_both(as_array(data), 0, len(data), 1000).record_count == 2
     wrong = scan_both(as_array(data), 0, len(data), 0)
-    assert (wrong.record_count, wrong.stop_reason) == (0, fast.SCAN_STOP_OFFSET_MISMATCH)
+    assert (wrong.record_count, wrong.stop_reason) == (0, leaf.STOP_OFFSET_MISMATCH)
 
 
 @pytest.mark.parametrize(
     ("position_bytes", "replacement", "reason"),
     [
-        (m.MAGICCODE_POSITION_BYTES, b"\x00\x00\x00\x00", "SCAN_STOP_INVALID"),
-        (m.TOTALSIZE_POSITION_BYTES, struct.pack(">i", 90), "SCAN_STOP_INVALID"),
-        (m.TOTALSIZE_POSITION_BYTES, struct.pack(">i", -5), "SCAN_STOP_INVALID"),
-        (m.TOTALSIZE_POSITION_BYTES, struct.pack(">i", 10**6), "SCAN_STOP_TRUNCATED"),
-        (m.SYSFLAG_POSITION_BYTES, struct.pack(">i", m.SYSFLAG_BORNHOST_V6), "SCAN_STOP_INVALID"),
-        (m.BODY_LENGTH_POSITION_BYTES, struct.pack(">i", -1), "SCAN_STOP_INVALID"),
-        (m.BODY_LENGTH_POSITION_BYTES, struct.pack(">i", 2), "SCAN_STOP_INVALID"),
-        (m.BODY_POSITION_BYTES + 1, b"\x80", "SCAN_STOP_INVALID"),
-        (m.BODY_POSITION_BYTES + 1, b"\x7f", "SCAN_STOP_INVALID"),
-        (m.BODY_POSITION_BYTES + 11, b"\xff\xff", "SCAN_STOP_INVALID"),
+        (m.MAGICCODE_POSITION_BYTES, b"\x00\x00\x00\x00", "STOP_INVALID"),
+        (m.TOTALSIZE_POSITION_BYTES, struct.pack(">i", 90), "STOP_INVALID"),
+        (m.TOTALSIZE_POSITION_BYTES, struct.pack(">i", -5), "STOP_INVALID"),
+        (m.TOTALSIZE_POSITION_BYTES, struct.pack(">i", 10**6), "STOP_TRUNCATED"),
+        (m.SYSFLAG_POSITION_BYTES, struct.pack(">i", m.SYSFLAG_BORNHOST_V6), "STOP_INVALID"),
+        (m.BODY_LENGTH_POSITION_BYTES, struct.pack(">i", -1), "STOP_INVALID"),
+        (m.BODY_LENGTH_POSITION_BYTES, struct.pack(">i", 2), "STOP_INVALID"),
+        (m.BODY_POSITION_BYTES + 1, b"\x80", "STOP_INVALID"),
+        (m.BODY_POSITION_BYTES + 1, b"\x7f", "STOP_INVALID"),
+        (m.BODY_POSITION_BYTES + 11, b"\xff\xff", "STOP_INVALID"),
     ],
 )
 def test_scan_stops_at_an_inconsistent_record(
@@ -378,7 +363,7 @@ def test_scan_stops_at_an_inconsistent_record(
     result = scan_both(as_array(data), 0, len(data))
     assert result.record_count == 1
     assert result.stop_position_bytes == second_at
-    assert result.stop_reason == getattr(fast, reason)
+    assert result.stop_reason == getattr(leaf, reason)
 
 
 def test_scan_of_a_short_tail_is_truncated_and_of_zeros_is_invalid() -> None:
@@ -386,9 +371,9 @@ def test_scan_of_a_short_tail_is_truncated_and_of_zeros_is_invalid() -> None:
     size_bytes = len(data)
     for tail in (b"\x00" * 7, b"\xff"):
         result = scan_both(as_array(data + tail), 0, size_bytes + len(tail))
-        assert (result.record_count, result.stop_reason) == (1, fast.SCAN_STOP_TRUNCATED)
+        assert (result.record_count, result.stop_reason) == (1, leaf.STOP_TRUNCATED)
     zeros = scan_both(as_array(data + bytes(200)), 0, size_bytes + 200)
-    assert (zeros.record_count, zeros.stop_reason) == (1, fast.SCAN_STOP_INVALID)
+    assert (zeros.record_count, zeros.stop_reason) == (1, leaf.STOP_INVALID)
     assert zeros.stop_position_bytes == size_bytes
 
 

@@ -432,7 +432,7 @@ def test_sync_flush_waits_for_a_group_commit(tmp_path: Path) -> None:
             thread.join()
         assert covered == [True] * 8
         assert store.commit_log.flushed_log_offset_bytes == store.commit_log.write_log_offset_bytes
-        assert store.group_commit.statistics().flush_total <= 8
+        assert store.flush_service.statistics().flush_total <= 8
     finally:
         store.close()
     async_store = open_store(tmp_path / "async")
