@@ -235,6 +235,9 @@ def make_message(topic, item):
     message.set_body(item["body"].encode("utf-8"))
     for name, value in item["properties"].items():
         message.set_property(name, value)
+    level = spec.get("delay_levels", {}).get(item["properties"]["mqboxSeq"])
+    if level:
+        message.set_delay_time_level(level)
     return message
 
 
@@ -532,7 +535,8 @@ def produce(
     **extra: Any,
 ) -> list[dict[str, Any]]:
     """Send `messages` from one C++ producer child with `method` (sync, async, oneway, orderly
-    with `order_args`, batch with `batches` of indexes); its events once it ended."""
+    with `order_args`, batch with `batches` of indexes; `delay_levels` maps a seq to its delay
+    level); its events once it ended."""
     spec = {
         "mode": "produce",
         "namesrv": appliance.namesrv_address,
