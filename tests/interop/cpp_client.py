@@ -485,8 +485,10 @@ class CppChild:
                 os.kill(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
         self._reader.join(10)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                with contextlib.suppress(BrokenPipeError, OSError):
+                    stream.close()
 
 
 @contextlib.contextmanager
@@ -495,20 +497,32 @@ def cpp_child(
     spec: Mapping[str, Any],
     reap_pids: list[int],
     script_text: str = "",
+    *,
+    module: str = "",
 ) -> Iterator[CppChild]:
     """Run one C++ client in a child `python` with `spec` (see CHILD_SCRIPT; or a script of the
-    caller's own, `script_text`, that reads the same spec file argument); SIGKILLed by PID on the
-    way out if it is still running."""
+    caller's own, `script_text`, or a module of this repository, `module`, that reads the same
+    spec file argument and writes the same JSON lines); SIGKILLed by PID on the way out if it is
+    still running."""
     directory.mkdir(parents=True, exist_ok=True)
-    script = directory / "cpp_child.py"
-    script.write_text(script_text or CHILD_SCRIPT, encoding="utf-8")
     spec_path = directory / "spec.json"
     spec_path.write_text(json.dumps(spec), encoding="utf-8")
+    if module:
+        command = [sys.executable, "-m", module, str(spec_path)]
+    else:
+        script = directory / "cpp_child.py"
+        script.write_text(script_text or CHILD_SCRIPT, encoding="utf-8")
+        command = [sys.executable, str(script), str(spec_path)]
     # rocketmq-cpp writes its logs under $HOME/logs; one child per directory.
-    environment = {**os.environ, "HOME": str(directory), "PYTHONUNBUFFERED": "1"}
+    environment = {
+        **os.environ,
+        "HOME": str(directory),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+    }
     with (directory / "stderr.txt").open("wb") as stderr:
         process = subprocess.Popen(
-            [sys.executable, str(script), str(spec_path)],
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,
