@@ -12,7 +12,8 @@ back there; (5) broadcasting members each get every message and resume from thei
 files after a restart; (6) an offset reset (220) makes a running consumer consume again from
 the reset offsets; (7) shutdown is bounded by its timeout even with a handler stuck in a call;
 (8) the lite PullConsumer polls everything once and commits what it returned, assign and
-subscribe exclude each other, and seek moves a queue (refusing offsets out of range).
+subscribe exclude each other, and seek moves a queue (refusing offsets out of range); (9) flow
+control stops the pulls of a queue whose handler holds its messages.
 Method: one real appliance for the module (tests/conftest.py's `appliance`); consumers and
 producers in the test process, with short rebalance and persist intervals where a test waits
 for them; what the broker stored is read back raw (tests/support/read_back.py) and its
@@ -349,3 +350,38 @@ def test_the_lite_consumer_assigns_and_seeks(appliance: Appliance) -> None:
     # auto-commit committed what poll returned, at shutdown; assign registered nothing
     assert committed(appliance, group, topic) == {0: 10}
     assert broker_ops.offset_show(appliance.namesrv_address, group, topic).client_ids == ()
+
+
+def test_flow_control_stops_pulling_while_the_handler_holds_the_queue(
+    appliance: Appliance,
+) -> None:
+    """(9) docs/client.md B.7 checks 4 to 6: with the handler blocked, a queue with
+    `pull_threshold_count` messages cached is not pulled again (the waits are counted); once the
+    handler lets go, everything arrives."""
+    topic = topic_name("PushFlow")
+    create_topic(appliance, topic, 1)
+    send_all(appliance, topic, 300)
+    release = threading.Event()
+    collector = Collector(answer=lambda _: ConsumeResult.SUCCESS if release.wait(60) else None)
+    threshold, batch = 20, 8
+    with PushConsumer(
+        group_name("CG"),
+        appliance.namesrv_address,
+        consume_from="first",
+        threads=1,
+        consume_batch_size=4,
+        pull_batch_size=batch,
+        pull_threshold_count=threshold,
+        **FAST,
+    ) as consumer:
+        consumer.subscribe(topic, "*", collector)
+        wait_until(
+            lambda: consumer.statistics().flow_control_waits >= 5, "flow control waits", DELIVERY_S
+        )
+        held = consumer.statistics().pulled_messages
+        # A pull goes out while fewer than `threshold` are cached: at most one batch over it.
+        assert threshold <= held <= threshold + batch
+        assert collector.count() <= 4  # the one call the handler is stuck in
+        release.set()
+        wait_until(lambda: collector.count() >= 300, "every message", DELIVERY_S)
+    assert sorted(s.queue_offset for s in collector.seen()) == list(range(300))
