@@ -372,7 +372,7 @@ def test_flow_control_stops_pulling_while_the_handler_holds_the_queue(
         consume_batch_size=4,
         pull_batch_size=batch,
         pull_threshold_count=threshold,
-        **FAST,
+        rebalance_interval_ms=1000,
     ) as consumer:
         consumer.subscribe(topic, "*", collector)
         wait_until(
