@@ -127,6 +127,7 @@ class QueueState:
         "next_offset",
         "pq",
         "queue",
+        "releasing",
         "repairing",
     )
 
@@ -141,6 +142,7 @@ class QueueState:
         self.attempts: dict[int, int] = {}  # orderly: local retries by queue index
         self.consumed_offset = -1  # lite: what poll() handed out, the next commit
         self.repairing = False  # dropped by OFFSET_ILLEGAL, waiting for its repair (B.7)
+        self.releasing = False  # dropped by a rebalance: its offset is persisted after this
 
     def dropped(self) -> bool:
         """Rule 2's flag, read afresh (a method: other threads set it)."""
@@ -643,6 +645,7 @@ class ConsumerCore:
     def _drop(self, state: QueueState) -> bool:
         """Rule 2: stop the queue, persist its offset, and take it out of the table unless the
         subclass postpones it."""
+        state.releasing = True  # before `dropped`: a consumer seeing `dropped` may rely on it
         state.pq.dropped = True
         if not self._release_queue(state, self.timeout_ms):
             return False

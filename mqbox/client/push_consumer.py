@@ -40,8 +40,9 @@ Orderly (`orderly=True`), per queue:
    one-queue LOCK_BATCH_MQ (41) grants it, every queue's lock is renewed every `lock_interval_ms`
    (20 s, first after 1 s), a lock older than 30 s is not trusted, and pulls of an unlocked queue
    wait 1 s. A dropped queue waits up to 1 s for its consuming thread, persists its offset
-   (answered, so the next owner reads it), then unlocks (42); at shutdown, every queue is
-   persisted, then unlocked.
+   (answered, so the next owner reads it), then unlocks (42); a batch that thread finished
+   meanwhile is committed first (Java drops its result, and the next owner consumes it again);
+   at shutdown, every queue is persisted, then unlocked.
 6. One thread at a time consumes a queue (its consume_lock), taking up to `consume_batch_size`
    messages in queue order from its ProcessQueue. SUCCESS commits them (the offset set, not
    increase-only). SUSPEND_CURRENT_QUEUE_A_MOMENT (or a failure) puts them back, first, to be
@@ -580,6 +581,7 @@ class PushConsumer(ConsumerCore):
                 handler = self._handler_of(messages[0].topic)
                 succeeded = self._call(handler, messages)
                 if state.dropped():
+                    self._commit_dropped(state, pq, succeeded)
                     return
                 if not self._orderly_answer(state, pq, messages, succeeded):
                     return
@@ -621,6 +623,18 @@ class PushConsumer(ConsumerCore):
         if offset >= 0 and not pq.dropped:
             self.offsets.update(state.queue, offset, increase_only=False)
         return True
+
+    def _commit_dropped(self, state: QueueState, pq: ProcessQueue[Any], succeeded: bool) -> None:
+        """A batch that succeeded while a rebalance dropped its queue. Java drops the result,
+        so the next owner consumes the batch again; here its offset is still held, because the
+        rebalance persists only once this thread lets go of the queue's consume_lock (rule 5),
+        and the next owner starts after it. Not after a reset (220), whose offsets win."""
+        if not succeeded or not state.releasing:
+            return
+        with state.lock:
+            offset = pq.commit()
+        if offset >= 0:
+            self.offsets.update(state.queue, offset, increase_only=False)
 
     def _dead_letter(self, message: ReceivedMessage) -> bool:
         """CONSUMER_SEND_MSG_BACK with delay level -1: straight to `%DLQ%<group>`."""
