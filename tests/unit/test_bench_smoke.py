@@ -24,6 +24,7 @@ FIGURE_KEYS = {
     "sync_flush": {"single_msgs_per_s", "batch_msgs_per_s", "single_client_cpu_pct"},
     "memory": {"idle_pss_mb", "after_pss_mb", "ratio", "requests"},
     "client_latency": {"client_p50_us", "client_count", "raw_p50_us", "raw_count"},
+    "client_consume": {"client_msgs_per_s_median", "raw_msgs_per_s_median", "handler_calls"},
     "client_produce": {
         "batch_msgs_per_s_median",
         "raw_batch_msgs_per_s_median",
