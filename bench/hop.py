@@ -48,7 +48,7 @@ from _common import REPO_ROOT, emit, log, percentiles_us  # bench/ is sys.path[0
 from mqbox.config import BrokerConfig
 from mqbox.protocol import make_request
 from mqbox.protocol.command import encode_command
-from mqbox.server.processors.admin import MQBOX_NOOP
+from mqbox.protocol.mqbox_codes import MQBOX_NOOP
 from mqbox.server.topology import RoleKind, Topology, broker_topology
 
 BENCH = "hop"

@@ -60,7 +60,7 @@ class PoolConfig:
 @dataclasses.dataclass(frozen=True, slots=True)
 class LimitConfig:
     """Bounds on what clients can make one broker hold (issue 9): `mqbox*` keys, and RocketMQ's
-    Netty key for the idle time. ARCHITECTURE.md says which role enforces each and what a
+    Netty key for the idle time. docs/limits.md says which role enforces each and what a
     client sees past it."""
 
     connection_count_max: int = 4096  # mqboxConnectionCountMax: all reactors together

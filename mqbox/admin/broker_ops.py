@@ -67,6 +67,7 @@ from mqbox.message import (
     encode_offset_msg_id,
     unpack_host,
 )
+from mqbox.protocol import mqbox_codes
 from mqbox.protocol.codes import PERM_READ, PERM_WRITE, ResponseCode
 from mqbox.protocol.command import INT64_MAX
 from mqbox.protocol.errors import RemoteProtocolError
@@ -802,10 +803,10 @@ def offset_show(namesrv: str | None, group: str, topic: str | None = None) -> Of
 def parse_reset_target(text: str) -> tuple[str, int | None]:
     """--to: ("earliest", None), ("latest", None) or ("timestamp", ms) for an ISO 8601 time."""
     value = text.strip().lower()
-    if value in (admin_api.RESET_TO_EARLIEST, admin_api.RESET_TO_LATEST):
+    if value in (mqbox_codes.RESET_TO_EARLIEST, mqbox_codes.RESET_TO_LATEST):
         return value, None
     try:
-        return admin_api.RESET_TO_TIMESTAMP, parse_time_ms(text, "--to")
+        return mqbox_codes.RESET_TO_TIMESTAMP, parse_time_ms(text, "--to")
     except ConfigError:
         raise ConfigError(
             f"--to {text!r} is not earliest, latest or an ISO 8601 time such as 2026-05-01T12:00:00"

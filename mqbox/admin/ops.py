@@ -174,7 +174,7 @@ def start_daemon(
 ) -> dict[str, Any]:
     """Start the appliance in the background (its own session) and return its ready report
     once every role is ready. MqboxError if it could not start; nothing is left running."""
-    from mqbox.server.supervisor import prepare_home
+    from mqbox.server.home import prepare_home
 
     layout = prepare_home(options.home)
     command = [sys.executable, "-m", "mqbox.server.supervisor", "--home", str(options.home)]
@@ -279,7 +279,7 @@ class StopResult:
 
 
 def _supervisor_pid(home: Path) -> int | None:
-    from mqbox.server.supervisor import HomeLayout
+    from mqbox.server.home import HomeLayout
 
     try:
         return int(HomeLayout(home).pid_path.read_text(encoding="utf-8").strip())
@@ -288,7 +288,7 @@ def _supervisor_pid(home: Path) -> int | None:
 
 
 def _live(pid: int, create_time: float | None) -> psutil.Process | None:
-    from mqbox.server.supervisor import process_alive
+    from mqbox.server.home import process_alive
 
     if not process_alive(pid, create_time):
         return None
@@ -302,7 +302,7 @@ def stop(home: Path | None, *, timeout_s: float = STOP_TIMEOUT_S_DEFAULT) -> Sto
     SIGKILL it and every process it recorded, and sweep its shared memory. MqboxError if
     nothing of the appliance runs there."""
     from mqbox.ipc import names
-    from mqbox.server.supervisor import HomeLayout, read_state, recorded_processes
+    from mqbox.server.home import HomeLayout, read_state, recorded_processes
 
     home = home_dir(home)
     started = time.monotonic()
@@ -368,7 +368,7 @@ def _clean_dead_run(home: Path, state: Mapping[str, Any]) -> int:
     """Remove the shared memory and run files of a run whose processes are all gone, unless a
     supervisor holds the home's lock (it may be starting); how many objects were removed."""
     from mqbox.ipc import names
-    from mqbox.server.supervisor import NAMESRV_READY_FILE_NAME, HomeLayout
+    from mqbox.server.home import NAMESRV_READY_FILE_NAME, HomeLayout
 
     layout = HomeLayout(home)
     try:
@@ -436,7 +436,7 @@ class ProcessStatus:
     rss_bytes: int
     port: int | None
     uptime_s: float
-    generation: int | None  # roles: odd while up (runtime.ControlBlock)
+    generation: int | None  # roles: odd while up (control_block.ControlBlock)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -513,7 +513,7 @@ def disk_usage_bytes(root: Path) -> int:
 
 def status(home: Path | None) -> ApplianceStatus:
     """Every process of the appliance in `home`, measured now (CPU over CPU_SAMPLE_S)."""
-    from mqbox.server.supervisor import read_last_stop, read_state
+    from mqbox.server.home import read_last_stop, read_state
 
     home = home_dir(home)
     state = read_state(home) or {}
@@ -657,7 +657,7 @@ def repair_store(
     `<store>/repair/<UTC time>/`; then close it cleanly. Holds the home's lock meanwhile, so the
     appliance cannot start, and refuses a store any process has open."""
     from mqbox.message import pack_host
-    from mqbox.server.supervisor import HomeLayout, lock_home, store_root_of
+    from mqbox.server.home import HomeLayout, lock_home, store_root_of
     from mqbox.store.message_store import MessageStore, StoreConfig
 
     home_path = home_dir(home)

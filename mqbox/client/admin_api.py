@@ -5,9 +5,9 @@ Owns: building each request from typed headers (mqbox.protocol.headers), and rea
 into typed values: the topic admin codes (17 UPDATE_AND_CREATE_TOPIC, 215 DELETE_TOPIC_IN_BROKER,
 21 GET_ALL_TOPIC_CONFIG), the store queries (30, 31, 33 VIEW_MESSAGE_BY_ID, 12 QUERY_MESSAGE),
 one SEND_MESSAGE (10) and one PULL_MESSAGE (11), and mqbox's own admin views (10001 topic status,
-10002 consumer progress, 10003 reset offsets; their ext and bodies are documented in
-mqbox/server/processors/admin.py). Never: sockets (remoting.py), retries, routing (the caller
-picks the broker), or output.
+10002 consumer progress, 10003 reset offsets; their ext and bodies are documented beside their
+handlers in mqbox/server/roles/processors/admin/). Never: sockets (remoting.py), retries, routing
+(the caller picks the broker), or output.
 
 Every function raises `RemotingResponseError` for a response code it does not expect (its `code`
 and `remark` say what the broker meant), the `RemotingError` family for transport failures, and
@@ -15,9 +15,7 @@ RemoteProtocolError or MessageIllegalError for an answer that does not parse. "N
 not an error where the protocol has a code for it: `query_message` returns () on 22
 QUERY_NOT_FOUND, and `pull_message` returns a PullResult for each of 0/19/20/21.
 
-mqbox's private codes are restated here, not imported: the client package may not import
-mqbox.server (tests/unit/test_layering.py), so tests/integration/test_cli_wire.py checks that the
-numbers and words agree with mqbox/server/admin_records.py, their owner.
+mqbox's private codes and reset words come from mqbox/protocol/mqbox_codes.py, their owner.
 """
 
 from __future__ import annotations
@@ -44,14 +42,14 @@ from mqbox.protocol.headers import (
     UpdateAndCreateTopicRequestHeader,
     ViewMessageRequestHeader,
 )
-
-# mqbox's own request codes and reset targets (owner: mqbox/server/admin_records.py).
-MQBOX_TOPIC_STATUS: Final = 10_001
-MQBOX_CONSUMER_PROGRESS: Final = 10_002
-MQBOX_RESET_CONSUMER_OFFSET: Final = 10_003
-RESET_TO_EARLIEST: Final = "earliest"
-RESET_TO_LATEST: Final = "latest"
-RESET_TO_TIMESTAMP: Final = "timestamp"
+from mqbox.protocol.mqbox_codes import (
+    MQBOX_CONSUMER_PROGRESS,
+    MQBOX_RESET_CONSUMER_OFFSET,
+    MQBOX_TOPIC_STATUS,
+    RESET_TO_EARLIEST,
+    RESET_TO_LATEST,
+    RESET_TO_TIMESTAMP,
+)
 
 # A long poll is held up to suspendTimeoutMillis; the request must outlive it.
 PULL_TIMEOUT_MARGIN_MS: Final = 3_000

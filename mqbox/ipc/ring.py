@@ -150,7 +150,7 @@ _SHM_MODE: Final = 0o600
 _MAP_FLAGS: Final = mmap.MAP_SHARED | mmap.MAP_POPULATE
 # A drain that finds at most this many records before the end of the chain takes them in Python
 # (module docstring); more go to scan_records. At 4 the Python walk costs what one kernel call
-# does. Writers flush batches of the same size one record at a time (records.Outbox).
+# does. Writers flush batches of the same size one record at a time (transport.Outbox).
 SMALL_BATCH_COUNT_MAX: Final = 4
 # What try_write_nowait copies from: anything np.frombuffer reads as contiguous bytes.
 BytesLike = bytes | bytearray | memoryview

@@ -48,7 +48,6 @@ import collections
 import contextlib
 import dataclasses
 import itertools
-import json
 import logging
 import os
 import selectors
@@ -106,6 +105,7 @@ from mqbox.resources import (
     accept_out_of_resources,
     raise_file_limit,
 )
+from mqbox.run_files import write_json_atomically
 
 log = logging.getLogger("mqbox.namesrv")
 
@@ -745,13 +745,6 @@ class NamesrvServer:
 
 # ---------------------------------------------------------------------------------------------
 # Process entry
-
-
-def write_json_atomically(path: Path, document: object) -> None:
-    """Write `document` as JSON to `path` so a reader sees the old file or the whole new one."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(document, sort_keys=True) + "\n", encoding="utf-8")
-    temporary.replace(path)
 
 
 def statistics_document(statistics: NamesrvStatistics) -> dict[str, object]:

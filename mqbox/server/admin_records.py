@@ -1,15 +1,12 @@
 """What crosses process boundaries to and from the admin processor, besides records.py's records.
 
-Owns: mqbox's own request codes (the private range 10000-10099), the codes only admin.0 may
-serve (ADMIN_ZERO_CODES, which the worker routes there); the bodies of RESET_CONSUMER_CLIENT_OFFSET
-(220, broker -> client) and INVOKE_BROKER_TO_RESET_OFFSET's answer (222), which are not JSON in
-Java's form; the COMMIT_OFFSET ring record (pull.p -> admin.0: a commitOffset
-piggybacked on a PULL, topology.py's ring) and its layout; and the group-subscriptions file,
-`config/` + SUBSCRIPTIONS_FILE_NAME: admin.0 writes each consumer group's subscription table
-there whenever it changes, and the pull processors read it (`GroupSubscriptionsReader`) for
-pulls that carry no subscription (sysFlag bit 2 clear: the Java push consumer's default).
-Never: business rules (the
-admin processor and pull.py decide), sockets, or a record type inside records.py's range.
+Owns: the COMMIT_OFFSET ring record (pull.p -> admin.0: a commitOffset piggybacked on a PULL,
+topology.py's ring) and its layout; and the group-subscriptions file, `config/` +
+SUBSCRIPTIONS_FILE_NAME: admin.0 writes each consumer group's subscription table there whenever
+it changes, and the pull processors read it (`GroupSubscriptionsReader`) for pulls that carry no
+subscription (sysFlag bit 2 clear: the Java push consumer's default). Never: request codes
+(protocol/mqbox_codes.py) or their routing (routing.py), business rules (the admin processor and
+pull.py decide), sockets, or a record type inside records.py's range.
 
 Record type numbers: records.py numbers the broker's core records from 1 upwards; the admin's
 start at ADMIN_RECORD_TYPE_FIRST (64), far above them, so the two modules can grow apart without
@@ -47,90 +44,10 @@ from typing import Any, Final, NamedTuple, TypeAlias
 import numpy as np
 
 from mqbox.message import java_utf8_decode, java_utf8_encode
-from mqbox.protocol.codes import RequestCode
-from mqbox.server.client_manager import Subscription
+from mqbox.server.roles.processors.client_manager import Subscription
 from mqbox.store.layout import TEMP_SUFFIX, config_dir
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
-
-# ---------------------------------------------------------------------------------------------
-# Request codes of mqbox's own (processors/admin.py documents each one's ext and body), in a
-# private range far above RocketMQ's, whose largest codes are in the 300s. Here rather than in
-# admin.py so the CLI and the worker can name them without importing the admin processor.
-
-MQBOX_CODE_FIRST: Final = 10_000
-MQBOX_NOOP: Final = 10_000
-MQBOX_TOPIC_STATUS: Final = 10_001
-MQBOX_CONSUMER_PROGRESS: Final = 10_002
-MQBOX_RESET_CONSUMER_OFFSET: Final = 10_003
-MQBOX_PULL_STATUS: Final = 10_004  # served by a pull processor (pull.py), not an admin one
-MQBOX_CODE_LAST: Final = 10_099
-RESET_TO_EARLIEST: Final = "earliest"
-RESET_TO_LATEST: Final = "latest"
-RESET_TO_TIMESTAMP: Final = "timestamp"
-
-# Java's admin request that resets a group's offsets and tells its live clients (220). It is not
-# in codes.RequestCode, which mirrors docs/protocol.md section 3.1 exactly.
-INVOKE_BROKER_TO_RESET_OFFSET: Final = 222
-
-# Codes whose answer needs the client, offset and lock tables, which admin.0 alone holds (and the
-# calls to clients, 307, which need a client's connection from those tables). The worker sends
-# them to admin.0 whatever the connection; other admin processors serve the stateless codes.
-ADMIN_ZERO_CODES: Final = frozenset(
-    {
-        int(RequestCode.QUERY_CONSUMER_OFFSET),
-        int(RequestCode.UPDATE_CONSUMER_OFFSET),
-        int(RequestCode.HEART_BEAT),
-        int(RequestCode.UNREGISTER_CLIENT),
-        int(RequestCode.GET_CONSUMER_LIST_BY_GROUP),
-        int(RequestCode.LOCK_BATCH_MQ),
-        int(RequestCode.UNLOCK_BATCH_MQ),
-        int(RequestCode.GET_CONSUMER_RUNNING_INFO),
-        INVOKE_BROKER_TO_RESET_OFFSET,
-        MQBOX_CONSUMER_PROGRESS,
-        MQBOX_RESET_CONSUMER_OFFSET,
-    }
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# Offset-reset bodies. Java's ResetOffsetBody is fastjson's rendering of a Map<MessageQueue, Long>:
-# an object whose keys are objects, which is not JSON,
-#
-#     {"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:17,...}}
-#
-# The C++ client cannot parse that (docs/protocol.md section 4.4); it reads Java's
-# ResetOffsetBodyForC, a list, which the Java broker sends to C++ clients instead:
-#
-#     {"offsetTable":[{"brokerName":"broker-a","offset":17,"queueId":0,"topic":"T"},...]}
-#
-# Keys are in fastjson's order (alphabetical); strings are JSON-escaped.
-
-
-def encode_reset_offset_body_java(
-    broker_name: str, topic: str, offsets: Mapping[int, int]
-) -> bytes:
-    """ResetOffsetBody as the Java broker writes it: for Java clients (220) and as the answer to
-    222. `offsets` maps queue id -> queue index."""
-    broker = json.dumps(broker_name, ensure_ascii=False)
-    topic_text = json.dumps(topic, ensure_ascii=False)
-    entries = ",".join(
-        f'{{"brokerName":{broker},"queueId":{queue_id},"topic":{topic_text}}}:{queue_index}'
-        for queue_id, queue_index in sorted(offsets.items())
-    )
-    return java_utf8_encode(f'{{"offsetTable":{{{entries}}}}}')
-
-
-def encode_reset_offset_body_cpp(broker_name: str, topic: str, offsets: Mapping[int, int]) -> bytes:
-    """ResetOffsetBodyForC: the same table as a JSON list, for C++ clients (220)."""
-    document = {
-        "offsetTable": [
-            {"brokerName": broker_name, "offset": queue_index, "queueId": queue_id, "topic": topic}
-            for queue_id, queue_index in sorted(offsets.items())
-        ]
-    }
-    return java_utf8_encode(json.dumps(document, ensure_ascii=False, separators=(",", ":")))
-
 
 ADMIN_RECORD_TYPE_FIRST: Final = 64
 COMMIT_OFFSET: Final = ADMIN_RECORD_TYPE_FIRST + 0

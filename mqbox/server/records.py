@@ -1,5 +1,4 @@
-"""What travels on the broker's rings: record types, their byte layouts, spill files, and the two
-ends every role uses (an Outbox per ring it writes, an Inbox per ring it drains, one Sleeper).
+"""What travels on the broker's rings: record types and their byte layouts.
 
 Owns: the record type numbers, the layouts drawn below (each as a numpy structured dtype, the
 layout of record, plus a `struct.Struct` twin, `<NAME>_STRUCT`, that the hot path packs and
@@ -15,225 +14,26 @@ in the ring as the head does; record types fit below SPILLED_FLAG.
 Byte order: little-endian (x86-64, like the ring's own counters); these records never leave the
 machine. Wire bytes inside them (frames, headers) stay big-endian as the client sent them.
 
-Who writes what (topology.py draws the graph):
-
-    reactor --FRAME, CONNECTION_OPENED, CONNECTION_CLOSED--> codec
-    codec   --COMMAND, CONNECTION_OPENED, CONNECTION_CLOSED, COMPLETED--> worker
-    worker  --COMMAND--> send / pull / admin
-    worker  --CONNECTION_OPENED, CONNECTION_CLOSED, CLOSE_CONNECTION, REQUEST_FAILED--> admin
-    send / pull / admin --REPLY, CLOSE_CONNECTION--> codec
-    codec   --RESPONSE, CLOSE_CONNECTION, NO_ANSWER--> reactor
-    send    --APPEND--> store_writer --APPEND_ACK--> send
-    store_writer --WRITTEN--> dispatcher --QUEUES_GREW--> pull
-    schedule --APPEND--> store_writer --APPEND_ACK--> schedule   (due delayed messages)
-    dispatcher --QUEUES_GREW--> schedule   (only when a SCHEDULE_TOPIC_XXXX queue grew)
-
-FRAME: one complete remoting frame of one connection, exactly as received, length prefix
-included. The reactor has checked the length field only (frame.check_frame_length).
-
-    +0          +8
-    +-----------+--------------------------------------------------+
-    | conn_id   | frame: 4 + L bytes (protocol/frame.py draws it)  |
-    | u64       |                                                  |
-    +-----------+--------------------------------------------------+
-
-CONNECTION_OPENED and CONNECTION_CLOSED (one layout, CONNECTION_EVENT):
-
-    +0          +8          +16     +18     +19     +20                          +66   +72
-    +-----------+-----------+-------+-------+-------+----------------------------+-----+
-    | conn_id   | time_ms   | peer  |reason | host  | peer_host: ASCII, zero     | pad |
-    | u64       | i64 epoch | port  | u8    | size  | padded (INET6_ADDRSTRLEN)  |     |
-    |           |           | u16   |       | u8    | 46 bytes                   |     |
-    +-----------+-----------+-------+-------+-------+----------------------------+-----+
-
-COMMAND: one decoded request (or a client's response to a broker request). The codec decoded and
-checked the header; the record carries the header bytes as the client sent them, and the
-processor decodes them again with protocol.decode_command. Why not a re-encoded or typed header:
-the processor needs a whole RemotingCommand anyway, re-encoding costs the codec as much as the
-processor's second parse saves, and passing the client's bytes keeps every header format owned
-by mqbox/protocol alone (JSON with numbers or strings, or the ROCKETMQ binary layout).
-
-    +0        +8      +12     +16     +20      +24        +28   +30  +31  +32       +36   +40
-    +---------+-------+-------+-------+--------+----------+-----+----+----+---------+-----+
-    | conn_id | opaque| code  | flag  | version| peer_ipv4| peer| ser| lan| header  | gen |
-    | u64     | i32   | i32   | i32   | i32    | u32 (BE  | port| ial| gua| size    | u32 |
-    |         |       |       |       |        | octets)  | u16 | u8 | u8 | u32     |     |
-    +---------+-------+-------+-------+--------+----------+-----+----+----+---------+-----+
-    +40: header (header_size bytes), then the body (the rest of the payload)
-
-    gen: the generation of the processor the worker routed a tracked request to (worker.py,
-    "serving generation"); 0 from the codec, for untracked requests and for spilled records.
-    A processor drops a request stamped with an older generation than its own: the worker has
-    answered it SYSTEM_ERROR, and serving it again would store a failed send a second time.
-
-REPLY: what a processor answers, with the header already encoded by protocol.encode_header in the
-request's serialize type. Why pre-encoded: the processor holds the RemotingCommand it built, and
-encoding it there costs one orjson call; sending the fields instead would make the codec rebuild
-a dict and encode it again. The codec adds the frame prefix (it owns framing and the frame size
-limit) and picks the reactor.
-
-    +0        +8      +12   +13   +14   +16           +20         +24                +32
-    +---------+-------+-----+-----+-----+-------------+-----------+------------------+
-    | conn_id | opaque| ser | flags| pad | header_size | run_count | body_size        |
-    | u64     | i32   | u8  | u8  | u16 | u32         | u32       | u64              |
-    +---------+-------+-----+-----+-----+-------------+-----------+------------------+
-    +32: run_count runs (RUN, 24 bytes each), then the header, then the inline body
-         (run_count == 0) or nothing (the runs' bytes are the body: sendfile)
-
-RESPONSE: wire bytes for one connection: the whole frame, or (run_count > 0) the frame's prefix and
-header, which the reactor follows with os.sendfile of each run from the commit log.
-
-    +0        +8          +12      +16
-    +---------+-----------+--------+------------------------------------------+
-    | conn_id | run_count | flags  | runs (24 bytes each), then the bytes     |
-    | u64     | u32       | u32    |                                          |
-    +---------+-----------+--------+------------------------------------------+
-
-RUN: one piece of a read plan: bytes [file_offset, file_offset + size) of the commit-log segment
-whose first byte is at log offset segment_start (store/layout.py names the file).
-
-    +0                +8                 +16            +24
-    | segment_start i64 | file_offset i64 | size i64    |
-
-CLOSE_CONNECTION: close this connection once its queued output is written (at once when the
-reason is CLOSE_REASON_IDLE: a connection idle that long with output queued does not read).
-
-    +0        +8       +12
-    | conn_id | reason | pad |
-    | u64     | u32    | u32 |
-
-NO_ANSWER: `count` frames of the connection that nobody answers (ONEWAY requests, the client's
-responses to broker requests), so the reactor's count of its requests in flight (reactor.py)
-drops by them; the codec sends at most one per connection per batch of frames.
-
-    +0        +8      +12
-    | conn_id | count | pad |
-    | u64     | u32   | u32 |
-
-COMPLETED: requests the codec has answered, so the worker stops tracking them. Lazy: the codec
-sends these with other traffic to the same worker or after COMPLETED_FLUSH_INTERVAL_NS, never as
-a wake-up of their own (worker.py says why a late notice is harmless).
-
-    +0      +8
-    | count | pad | count x COMPLETED_ENTRY (conn_id u64, opaque i32, pad i32) |
-
-REQUEST_FAILED: the worker asks an admin processor to answer a request with an error (a processor
-died with the request in flight, and the worker has no ring to the codecs).
-
-    +0        +8      +12            +16   +17   +20          +24
-    | conn_id | opaque| response_code| ser | pad | remark_size| remark (UTF-8) |
-    | u64     | i32   | i32          | u8  |     | u32        |                |
-
-APPEND: the stored records of one SEND (one message, or every element of a batch), all for one
-(topic, queue_id), encoded by the send processor with the store-side fields zero; the store
-writer patches QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and STOREHOST as it copies them into
-the commit log. `flags` bit 0 (APPEND_FLAG_WAIT_FLUSH): under SYNC_FLUSH, acknowledge only once a
-flush covers the records (the message's WAIT property, true unless the client said false). Bit 1
-(APPEND_FLAG_IDEMPOTENT): the send asked for the idempotent window (store/idempotence.py); the
-writer drops each record whose (topic, UNIQ_KEY) it stored within the window.
-
-    +0           +8            +12       +16     +20          +24              +32
-    | request_id | record_count| queue_id| flags | topic_size | records_size   |
-    | u64        | u32         | i32     | u32   | u32        | u64            |
-    +32: topic (UTF-8, zero padded to a multiple of 8), then record_count sizes (i32, zero padded
-         to a multiple of 8), then the records back to back (records_size bytes)
-
-APPEND_ACK: the store writer's answer to one APPEND, to the role that sent it (a send processor
-or the schedule role).
-response_code is the SEND response code (0 stored; 10 FLUSH_DISK_TIMEOUT only after a real
-sync-flush timeout; 13, 1, 14 refused, nothing stored), the remark says why.
-
-    +0           +8                +16           +24                 +32          +36      +40
-    | request_id | log_offset      | queue_index | store_timestamp_ms| record_count| code   | remark
-    | u64        | i64 first record| i64 first   | i64               | u32          | i32    | _size
-    +40: remark_size u32, duplicate_count u32; +48: remark (UTF-8)
-    then, only when duplicate_count > 0 (an idempotent APPEND some of whose records the window
-    already held): queue_id i32 of the first record, then record_count log offsets i64, one per
-    record of the APPEND in its order (a duplicate's is the record stored first), unaligned.
-    log_offset and queue_index then describe the first record, stored now or before.
-
-WRITTEN: the commit log's write position moved (every byte below it is whole records or blanks).
-The dispatcher takes the largest it drained; the store writer sends at most one per loop turn.
-
-    +0                       +8
-    | write_log_offset_bytes | appended_record_total |
-    | i64                    | i64 (since the writer started) |
-
-QUEUES_GREW: after a dispatch batch, the queues whose entry count grew, as queue_counters keys
-(64-bit hashes of (topic, queue_id)); with QUEUES_GREW_FLAG_MANY the list is empty and every
-held pull should look again.
-
-    +0                            +8          +12     +16
-    | dispatched_log_offset_bytes | key_count   | flags | keys: key_count x u64 |
-    | i64                         | u32         | u32   |                       |
-
-SPILLED (type = a type above | SPILLED_FLAG): a payload longer than the ring's inline maximum.
-Its fixed head stays inline, so a role that only forwards the record (the worker) routes it
-without reading the file; the rest of the payload is in a file in /dev/shm named
-`mqbox.<instance>.spill-<producer role>.<n>` (names.py's scheme, so the supervisor's sweep
-removes what a crash leaves). The file belongs to whoever holds the record: the role that uses
-the payload reads the file and unlinks it after it has released the record, so a record that is
-delivered again after a consumer crash still finds its file.
-
-    +0          +4          +8           +16
-    | head_size | name_size | file_size  | head (head_size) | name (name_size, file in /dev/shm) |
-    | u32       | u32       | u64        |                  |                                    |
-
-Spill budget (issue 9). Spill files are memory (/dev/shm), and a SPILLED record is a few dozen
-bytes in its ring, so the rings' back-pressure alone let 96 clients that never read push them
-past 1 GB. Two rules bound them:
-- An Outbox counts the file bytes of the SPILLED records it has staged in `pending_size_bytes`,
-  so a role stops reading its inputs while big payloads wait for a ring, as for inline ones.
-- `SpillBudget` holds the instance's spill files to mqboxSpillBytesMax. It is asked where new
-  bytes would enter the pipeline as a spill file: the reactor, for a client's frame over the
-  inline maximum, keeps that frame (and stops reading its connection) until there is room; a
-  processor, for a reply over it, answers SYSTEM_BUSY (2) with a remark instead. A role that
-  only carries a payload on (the codec's COMMAND and RESPONSE, the send processor's APPEND)
-  never waits: blocking there could stall the pipeline that frees the room. Such a hop holds
-  the payload's old and new file until it releases its batch, so the files may reach twice the
-  budget for a moment. A payload larger than the whole budget spills when no other file exists.
-  The budget reads /dev/shm itself (a directory scan, only for payloads over the inline
-  maximum, whose copy costs far more): no shared counter to drift after a crash, and a file a
-  crash orphaned counts, since it holds memory too.
+Which role writes which record to whom: the ring graph in topology.py, drawn once. The ring's
+unit is a record of ipc/ring.py; the broker's records are not the CommitLog's stored records
+(message.py), which travel inside APPEND and in the runs of a REPLY.
 """
 
 from __future__ import annotations
 
-import array
-import contextlib
 import dataclasses
 import logging
-import os
-import select
-import signal
 import struct
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
-from typing import Final, NamedTuple, Protocol, TypeAlias
+from collections.abc import Sequence
+from typing import Final, NamedTuple, TypeAlias
 
 import numpy as np
 
-from mqbox.ipc import names
-from mqbox.ipc.layout import RECORD_HEADER_SIZE_BYTES
-from mqbox.ipc.ring import SMALL_BATCH_COUNT_MAX, RecordBatch, Ring
 from mqbox.message import java_utf8_decode, java_utf8_encode
-from mqbox.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
-from mqbox.server import runtime
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
 log = logging.getLogger(__name__)
-
-
-class RingSpecLike(Protocol):
-    """What attach_inboxes needs of a ring's description (topology.RingSpec has it)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def producer(self) -> str: ...
 
 
 # Record types. Any int from 0 to 2**31 - 1 is a valid ring type; these are the broker's.
@@ -287,40 +87,34 @@ APPEND_FLAG_WAIT_FLUSH: Final = 1  # SYNC_FLUSH: acknowledge once a flush covers
 APPEND_FLAG_IDEMPOTENT: Final = 2  # drop records whose UNIQ_KEY the window holds (rule above)
 QUEUES_GREW_FLAG_MANY: Final = 1  # too many queues grew to list: every held pull looks again
 
-# Each role drains at most this many records per ring per turn (docs/style.md section 3).
-BATCH_COUNT_MAX: Final = 256
-# A spill file name's index runs 0..SPILL_INDEX_LIMIT - 1, then wraps (names.py allows 9 digits).
-SPILL_INDEX_LIMIT: Final = 1_000_000_000
-SPILL_ROLE_PREFIX: Final = "spill-"
 # How long the codec may hold COMPLETED notices before it sends them on their own.
 COMPLETED_FLUSH_INTERVAL_NS: Final = 20_000_000
 COMPLETED_FLUSH_COUNT: Final = 1024
-# The longest adaptive spin of a role before it sleeps (Sleeper). The roles on a request's round
-# trip (reactor, codec, worker, processors) spin up to about four round trips through the front,
-# so that with one request in flight each finds its next record while it spins. At 50 us (the
-# earlier default for all) bench/hop.py --inflight 1 on 2 shared cores was bistable: while the
-# codec's and reactor's gaps stayed under 50 us they kept spinning, which also kept the CPUs from
-# halting, and a request took ~230 us; after one slow hop their spins missed, every hop paid a
-# wake-up through the FIFO on a halted CPU (30-50 us on this VM) and the p50 settled near 690 us
-# (docs/BENCHMARKS.md, issue 4). At 1 ms it stays at 220-300 us. An idle role gives up after
-# about 2 ms (the budget halves on each empty spin). The other roles (store writer, dispatcher,
-# schedule) keep 50 us: their records come in batches, where spinning costs CPU that
-# bench/produce.py counts.
-SPIN_NS_MAX_DEFAULT: Final = 50_000
-REQUEST_SPIN_NS_MAX: Final = 1_000_000
-# A wait after more than this many records handled since the last one sleeps without spinning:
-# the role is in batch mode, where the wake-up is shared by the batch and a spinner would only
-# keep a core from the roles that have work (it also stops the kernel from balancing them onto
-# a core that would otherwise be idle). bench/hop.py --inflight 64 lost 10-15 % to spinning
-# reactors without it.
-SPIN_DRAINED_COUNT_MAX: Final = 8
 
 PEER_HOST_SIZE_BYTES_MAX: Final = 46  # INET6_ADDRSTRLEN: the longest textual IPv6 address + NUL
 
 # Layouts: numpy dtypes (the documentation a reader can inspect) and struct twins (the hot path).
+
+# FRAME: one complete remoting frame of one connection, exactly as received, length prefix
+# included. The reactor has checked the length field only (frame.check_frame_length).
+#
+#     +0          +8
+#     +-----------+--------------------------------------------------+
+#     | conn_id   | frame: 4 + L bytes (protocol/frame.py draws it)  |
+#     | u64       |                                                  |
+#     +-----------+--------------------------------------------------+
 CONN_ID = np.dtype([("conn_id", "<u8")])
 CONN_ID_STRUCT = struct.Struct("<Q")
 
+
+# CONNECTION_OPENED and CONNECTION_CLOSED (one layout, CONNECTION_EVENT):
+#
+#     +0          +8          +16     +18     +19     +20                          +66   +72
+#     +-----------+-----------+-------+-------+-------+----------------------------+-----+
+#     | conn_id   | time_ms   | peer  |reason | host  | peer_host: ASCII, zero     | pad |
+#     | u64       | i64 epoch | port  | u8    | size  | padded (INET6_ADDRSTRLEN)  |     |
+#     |           |           | u16   |       | u8    | 46 bytes                   |     |
+#     +-----------+-----------+-------+-------+-------+----------------------------+-----+
 CONNECTION_EVENT = np.dtype(
     {
         "names": ["conn_id", "time_ms", "peer_port", "reason", "peer_host_size", "peer_host"],
@@ -331,6 +125,26 @@ CONNECTION_EVENT = np.dtype(
 )
 CONNECTION_EVENT_STRUCT = struct.Struct(f"<QqHBB{PEER_HOST_SIZE_BYTES_MAX}s6x")
 
+
+# COMMAND: one decoded request (or a client's response to a broker request). The codec decoded and
+# checked the header; the record carries the header bytes as the client sent them, and the
+# processor decodes them again with protocol.decode_command. Why not a re-encoded or typed header:
+# the processor needs a whole RemotingCommand anyway, re-encoding costs the codec as much as the
+# processor's second parse saves, and passing the client's bytes keeps every header format owned
+# by mqbox/protocol alone (JSON with numbers or strings, or the ROCKETMQ binary layout).
+#
+#     +0        +8      +12     +16     +20      +24        +28   +30  +31  +32       +36   +40
+#     +---------+-------+-------+-------+--------+----------+-----+----+----+---------+-----+
+#     | conn_id | opaque| code  | flag  | version| peer_ipv4| peer| ser| lan| header  | gen |
+#     | u64     | i32   | i32   | i32   | i32    | u32 (BE  | port| ial| gua| size    | u32 |
+#     |         |       |       |       |        | octets)  | u16 | u8 | u8 | u32     |     |
+#     +---------+-------+-------+-------+--------+----------+-----+----+----+---------+-----+
+#     +40: header (header_size bytes), then the body (the rest of the payload)
+#
+#     gen: the generation of the processor the worker routed a tracked request to (worker.py,
+#     "serving generation"); 0 from the codec, for untracked requests and for spilled records.
+#     A processor drops a request stamped with an older generation than its own: the worker has
+#     answered it SYSTEM_ERROR, and serving it again would store a failed send a second time.
 COMMAND_HEAD = np.dtype(
     {
         "names": [
@@ -355,6 +169,20 @@ COMMAND_HEAD_STRUCT = struct.Struct("<Qiiii4sHBBII")
 COMMAND_SERVING_GENERATION_STRUCT = struct.Struct("<I")
 COMMAND_SERVING_GENERATION_POSITION_BYTES: Final = 36
 
+
+# REPLY: what a processor answers, with the header already encoded by protocol.encode_header in the
+# request's serialize type. Why pre-encoded: the processor holds the RemotingCommand it built, and
+# encoding it there costs one orjson call; sending the fields instead would make the codec rebuild
+# a dict and encode it again. The codec adds the frame prefix (it owns framing and the frame size
+# limit) and picks the reactor.
+#
+#     +0        +8      +12   +13   +14   +16           +20         +24                +32
+#     +---------+-------+-----+-----+-----+-------------+-----------+------------------+
+#     | conn_id | opaque| ser | flags| pad | header_size | run_count | body_size        |
+#     | u64     | i32   | u8  | u8  | u16 | u32         | u32       | u64              |
+#     +---------+-------+-----+-----+-----+-------------+-----------+------------------+
+#     +32: run_count runs (RUN, 24 bytes each), then the header, then the inline body
+#          (run_count == 0) or nothing (the runs' bytes are the body: sendfile)
 REPLY_HEAD = np.dtype(
     {
         "names": [
@@ -373,6 +201,15 @@ REPLY_HEAD = np.dtype(
 )
 REPLY_HEAD_STRUCT = struct.Struct("<QiBB2xIIQ")
 
+
+# RESPONSE: wire bytes for one connection: the whole frame, or (run_count > 0) the frame's prefix
+# and header, which the reactor follows with os.sendfile of each run from the commit log.
+#
+#     +0        +8          +12      +16
+#     +---------+-----------+--------+------------------------------------------+
+#     | conn_id | run_count | flags  | runs (24 bytes each), then the bytes     |
+#     | u64     | u32       | u32    |                                          |
+#     +---------+-----------+--------+------------------------------------------+
 RESPONSE_HEAD = np.dtype(
     {
         "names": ["conn_id", "run_count", "flags"],
@@ -383,6 +220,12 @@ RESPONSE_HEAD = np.dtype(
 )
 RESPONSE_HEAD_STRUCT = struct.Struct("<QII")
 
+
+# RUN: one piece of a read plan: bytes [file_offset, file_offset + size) of the commit-log segment
+# whose first byte is at log offset segment_start (store/layout.py names the file).
+#
+#     +0                +8                 +16            +24
+#     | segment_start i64 | file_offset i64 | size i64    |
 RUN = np.dtype(
     {
         "names": ["segment_start", "file_offset", "size"],
@@ -393,16 +236,38 @@ RUN = np.dtype(
 )
 RUN_STRUCT = struct.Struct("<qqq")
 
+
+# CLOSE_CONNECTION: close this connection once its queued output is written (at once when the
+# reason is CLOSE_REASON_IDLE: a connection idle that long with output queued does not read).
+#
+#     +0        +8       +12
+#     | conn_id | reason | pad |
+#     | u64     | u32    | u32 |
 CLOSE_CONNECTION_HEAD = np.dtype(
     {"names": ["conn_id", "reason"], "formats": ["<u8", "<u4"], "offsets": [0, 8], "itemsize": 16}
 )
 CLOSE_CONNECTION_STRUCT = struct.Struct("<QI4x")
 
+
+# NO_ANSWER: `count` frames of the connection that nobody answers (ONEWAY requests, the client's
+# responses to broker requests), so the reactor's count of its requests in flight (reactor.py)
+# drops by them; the codec sends at most one per connection per batch of frames.
+#
+#     +0        +8      +12
+#     | conn_id | count | pad |
+#     | u64     | u32   | u32 |
 NO_ANSWER_HEAD = np.dtype(
     {"names": ["conn_id", "count"], "formats": ["<u8", "<u4"], "offsets": [0, 8], "itemsize": 16}
 )
 NO_ANSWER_STRUCT = struct.Struct("<QI4x")
 
+
+# COMPLETED: requests the codec has answered, so the worker stops tracking them. Lazy: the codec
+# sends these with other traffic to the same worker or after COMPLETED_FLUSH_INTERVAL_NS, never as
+# a wake-up of their own (worker.py says why a late notice is harmless).
+#
+#     +0      +8
+#     | count | pad | count x COMPLETED_ENTRY (conn_id u64, opaque i32, pad i32) |
 COMPLETED_HEAD = np.dtype(
     {"names": ["count"], "formats": ["<u4"], "offsets": [0], "itemsize": 8},
 )
@@ -412,6 +277,13 @@ COMPLETED_ENTRY = np.dtype(
 )
 COMPLETED_ENTRY_STRUCT = struct.Struct("<Qi4x")
 
+
+# REQUEST_FAILED: the worker asks an admin processor to answer a request with an error (a processor
+# died with the request in flight, and the worker has no ring to the codecs).
+#
+#     +0        +8      +12            +16   +17   +20          +24
+#     | conn_id | opaque| response_code| ser | pad | remark_size| remark (UTF-8) |
+#     | u64     | i32   | i32          | u8  |     | u32        |                |
 REQUEST_FAILED_HEAD = np.dtype(
     {
         "names": ["conn_id", "opaque", "response_code", "serialize_type", "remark_size"],
@@ -422,6 +294,20 @@ REQUEST_FAILED_HEAD = np.dtype(
 )
 REQUEST_FAILED_HEAD_STRUCT = struct.Struct("<QiiB3xI")
 
+
+# APPEND: the stored records of one SEND (one message, or every element of a batch), all for one
+# (topic, queue_id), encoded by the send processor with the store-side fields zero; the store
+# writer patches QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and STOREHOST as it copies them into
+# the commit log. `flags` bit 0 (APPEND_FLAG_WAIT_FLUSH): under SYNC_FLUSH, acknowledge only once a
+# flush covers the records (the message's WAIT property, true unless the client said false). Bit 1
+# (APPEND_FLAG_IDEMPOTENT): the send asked for the idempotent window (store/idempotence.py); the
+# writer drops each record whose (topic, UNIQ_KEY) it stored within the window.
+#
+#     +0           +8            +12       +16     +20          +24              +32
+#     | request_id | record_count| queue_id| flags | topic_size | records_size   |
+#     | u64        | u32         | i32     | u32   | u32        | u64            |
+#     +32: topic (UTF-8, zero padded to a multiple of 8), then record_count sizes (i32, zero padded
+#          to a multiple of 8), then the records back to back (records_size bytes)
 APPEND_HEAD = np.dtype(
     {
         "names": [
@@ -439,6 +325,20 @@ APPEND_HEAD = np.dtype(
 )
 APPEND_HEAD_STRUCT = struct.Struct("<QIiIIQ")
 
+
+# APPEND_ACK: the store writer's answer to one APPEND, to the role that sent it (a send processor
+# or the schedule role).
+# response_code is the SEND response code (0 stored; 10 FLUSH_DISK_TIMEOUT only after a real
+# sync-flush timeout; 13, 1, 14 refused, nothing stored), the remark says why.
+#
+#   +0           +8                +16           +24                 +32          +36      +40
+#   | request_id | log_offset      | queue_index | store_timestamp_ms| record_count| code   | remark
+#   | u64        | i64 first record| i64 first   | i64               | u32          | i32    | _size
+#     +40: remark_size u32, duplicate_count u32; +48: remark (UTF-8)
+#     then, only when duplicate_count > 0 (an idempotent APPEND some of whose records the window
+#     already held): queue_id i32 of the first record, then record_count log offsets i64, one per
+#     record of the APPEND in its order (a duplicate's is the record stored first), unaligned.
+#     log_offset and queue_index then describe the first record, stored now or before.
 APPEND_ACK_HEAD = np.dtype(
     {
         "names": [
@@ -459,6 +359,13 @@ APPEND_ACK_HEAD = np.dtype(
 APPEND_ACK_HEAD_STRUCT = struct.Struct("<QqqqIiII")
 _ACK_QUEUE_ID_STRUCT = struct.Struct("<i")
 
+
+# WRITTEN: the commit log's write position moved (every byte below it is whole records or blanks).
+# The dispatcher takes the largest it drained; the store writer sends at most one per loop turn.
+#
+#     +0                       +8
+#     | write_log_offset_bytes | appended_record_total |
+#     | i64                    | i64 (since the writer started) |
 WRITTEN_HEAD = np.dtype(
     {
         "names": ["write_log_offset", "appended_record_total"],
@@ -469,6 +376,14 @@ WRITTEN_HEAD = np.dtype(
 )
 WRITTEN_HEAD_STRUCT = struct.Struct("<qq")
 
+
+# QUEUES_GREW: after a dispatch batch, the queues whose entry count grew, as queue_counters keys
+# (64-bit hashes of (topic, queue_id)); with QUEUES_GREW_FLAG_MANY the list is empty and every
+# held pull should look again.
+#
+#     +0                            +8          +12     +16
+#     | dispatched_log_offset_bytes | key_count   | flags | keys: key_count x u64 |
+#     | i64                         | u32         | u32   |                       |
 QUEUES_GREW_HEAD = np.dtype(
     {
         "names": ["dispatched_log_offset", "key_count", "flags"],
@@ -479,6 +394,18 @@ QUEUES_GREW_HEAD = np.dtype(
 )
 QUEUES_GREW_HEAD_STRUCT = struct.Struct("<qII")
 
+
+# SPILLED (type = a type above | SPILLED_FLAG): a payload longer than the ring's inline maximum.
+# Its fixed head stays inline, so a role that only forwards the record (the worker) routes it
+# without reading the file; the rest of the payload is in a file in /dev/shm named
+# `mqbox.<instance>.spill-<producer role>.<n>` (names.py's scheme, so the supervisor's sweep
+# removes what a crash leaves). The file belongs to whoever holds the record: the role that uses
+# the payload reads the file and unlinks it after it has released the record, so a record that is
+# delivered again after a consumer crash still finds its file.
+#
+#     +0          +4          +8           +16
+#     | head_size | name_size | file_size  | head (head_size) | name (name_size, file in /dev/shm) |
+#     | u32       | u32       | u64        |                  |                                    |
 SPILL_HEAD = np.dtype(
     {
         "names": ["head_size", "name_size", "file_size"],
@@ -948,80 +875,6 @@ def unpack_queues_grew(buffer: Buffer, offset: int, size: int) -> tuple[int, int
 # Spill files
 
 
-class SpillBudget:
-    """The instance's spill files against one budget in bytes (module docstring, "Spill
-    budget"). Any role may hold one; all of them see the same files."""
-
-    def __init__(
-        self, instance: str, size_bytes_max: int, directory: Path = names.SHM_DIRECTORY
-    ) -> None:
-        assert size_bytes_max > 0
-        names.check_part("instance", instance)
-        self.size_bytes_max = size_bytes_max
-        self.directory = directory
-        self.name_prefix = f"{names.NAME_PREFIX}.{instance}.{SPILL_ROLE_PREFIX}"
-        self.refusal_count = 0
-
-    def used_bytes(self) -> int:
-        """Bytes of the instance's spill files now (files being written count what they hold)."""
-        total = 0
-        with os.scandir(self.directory) as entries:
-            for entry in entries:
-                if entry.name.startswith(self.name_prefix):
-                    with contextlib.suppress(FileNotFoundError):
-                        total += entry.stat(follow_symlinks=False).st_size
-        return total
-
-    def has_room_nowait(self, size_bytes: int) -> bool:
-        """True if a payload of `size_bytes` may spill now: it fits beside the files there are,
-        or there are none (so a payload larger than the budget still goes, alone)."""
-        used_bytes = self.used_bytes()
-        if used_bytes == 0 or used_bytes + size_bytes <= self.size_bytes_max:
-            return True
-        self.refusal_count += 1
-        return False
-
-
-class SpillWriter:
-    """Names and writes the spill files of one producer role (`spill-<role>.<n>` in /dev/shm)."""
-
-    def __init__(self, instance: str, role_id: str, directory: Path = names.SHM_DIRECTORY) -> None:
-        self.role_part = SPILL_ROLE_PREFIX + role_id.replace(".", "-")
-        names.check_part("role", self.role_part)
-        self.instance = instance
-        self.directory = directory
-        self._index_next = 0
-        self.spill_count = 0
-        self.spill_size_bytes = 0
-
-    def write(self, parts: Sequence[Buffer]) -> str:
-        """Write `parts` back to back into a fresh file; returns its name (not its path)."""
-        for _attempt in range(SPILL_INDEX_LIMIT):
-            index = self._index_next
-            self._index_next = (index + 1) % SPILL_INDEX_LIMIT
-            name = names.shm_name(self.instance, self.role_part, index).removeprefix("/")
-            path = self.directory / name
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            except FileExistsError:
-                continue  # left by an earlier process of this role, still unread: skip it
-            try:
-                for part in parts:
-                    view = memoryview(part)
-                    while view:
-                        written = os.write(fd, view)
-                        view = view[written:]
-            except BaseException:
-                os.close(fd)
-                path.unlink()
-                raise
-            os.close(fd)
-            self.spill_count += 1
-            self.spill_size_bytes += sum(len(part) for part in parts)
-            return name
-        raise AssertionError("unreachable: every spill index is taken")
-
-
 def pack_spill(head: Buffer, name: str, file_size_bytes: int) -> bytes:
     name_bytes = name.encode("ascii")
     return (
@@ -1040,482 +893,8 @@ def command_head_offset(record_type: int, buffer: Buffer, offset: int) -> int:
     return spill_head_view(buffer, offset)[0]
 
 
-def quarantined_request_failed(
-    record_type: int, buffer: Buffer, offset: int, role_id: str
-) -> RequestFailed | None:
-    """The SYSTEM_ERROR answer to a quarantined record (Inbox) if it is a COMMAND that wants a
-    reply (not ONEWAY, not a client's response), else None."""
-    if record_type & ~SPILLED_FLAG != COMMAND:
-        return None
-    head_offset = command_head_offset(record_type, buffer, offset)
-    conn_id, opaque, _code, flag, serialize_type = unpack_command_route(buffer, head_offset)
-    if flag & (FLAG_RESPONSE | FLAG_ONEWAY):
-        return None
-    remark = quarantine_remark(role_id)
-    return RequestFailed(conn_id, opaque, ResponseCode.SYSTEM_ERROR, serialize_type, remark)
-
-
-def quarantine_remark(role_id: str) -> str:
-    """The remark of the answer to a quarantined request."""
-    return f"mqbox: quarantined: this request stopped {role_id} twice"
-
-
 def spill_head_view(buffer: Buffer, offset: int) -> tuple[int, int, int, int]:
     """(head offset, head size, name offset, name size) inside a SPILLED record at `offset`."""
     head_size, name_size, _file_size = SPILL_HEAD_STRUCT.unpack_from(buffer, offset)
     head_offset = offset + SPILL_HEAD_STRUCT.size
     return head_offset, head_size, head_offset + head_size, name_size
-
-
-def read_spill(
-    buffer: Buffer, offset: int, directory: Path = names.SHM_DIRECTORY
-) -> tuple[bytes, Path]:
-    """The whole original payload of the SPILLED record at `offset` (head + file) and the file's
-    path, which the caller unlinks after releasing the record. FileNotFoundError if the file is
-    gone (a consumer died between unlinking and releasing: the record is lost)."""
-    head_size, name_size, file_size = SPILL_HEAD_STRUCT.unpack_from(buffer, offset)
-    head_offset = offset + SPILL_HEAD_STRUCT.size
-    head = bytes(buffer[head_offset : head_offset + head_size])
-    name = bytes(buffer[head_offset + head_size : head_offset + head_size + name_size]).decode()
-    assert "/" not in name
-    path = directory / name
-    with path.open("rb") as file:
-        tail = file.read()
-    assert len(tail) == file_size, f"spill file {path} holds {len(tail)} of {file_size} bytes"
-    return head + tail, path
-
-
-# ---------------------------------------------------------------------------------------------
-# The two ends of a role's rings
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class OutboxStatistics:
-    record_count_written: int
-    batch_count_written: int
-    full_count: int  # flushes that left records behind
-    spill_count: int
-    spill_size_bytes: int
-
-
-class Outbox:
-    """Records for one out-ring, staged in one buffer and written as one batch per flush.
-
-    Not thread-safe; one per (role, out-ring). A record whose payload is longer than the ring's
-    inline maximum goes to a spill file (SpillWriter) and travels as a SPILLED record. What the
-    ring cannot take now stays staged, in order, for the next flush: the caller stops reading its
-    inputs while `pending_size_bytes` is above its high-water mark (back-pressure). That size
-    counts the files of staged SPILLED records too (module docstring, "Spill budget").
-    """
-
-    def __init__(self, ring: Ring, spill_writer: SpillWriter) -> None:
-        self.ring = ring
-        self.spill_writer = spill_writer
-        self.payload_size_bytes_max = ring.payload_size_bytes_max
-        # Staged records: payloads back to back, and type, offset and size per record in arrays
-        # that numpy reads in place (np.frombuffer), so a flush converts nothing.
-        self._buffer = bytearray()
-        self._types = array.array("i")
-        self._offsets = array.array("q")
-        self._sizes = array.array("q")
-        # Staged SPILLED records as (index among the staged records, file bytes), in order.
-        self._spilled: list[tuple[int, int]] = []
-        self._spilled_size_bytes = 0
-        self._record_count_written = 0
-        self._batch_count_written = 0
-        self._full_count = 0
-        assert self._types.itemsize == 4
-        assert self._offsets.itemsize == 8
-
-    @property
-    def pending_count(self) -> int:
-        return len(self._types)
-
-    @property
-    def pending_size_bytes(self) -> int:
-        """Bytes staged: inline payloads and the files of staged SPILLED records."""
-        return len(self._buffer) + self._spilled_size_bytes
-
-    def append(self, record_type: int, head: Buffer, *tail: Buffer) -> None:
-        """Stage one record: `head` then each part of `tail`, back to back."""
-        assert 0 <= record_type < SPILLED_FLAG
-        buffer = self._buffer
-        start = len(buffer)
-        buffer += head
-        for part in tail:
-            buffer += part
-        size_bytes = len(buffer) - start
-        if size_bytes > self.payload_size_bytes_max:
-            del buffer[start:]
-            self._append_spilled(record_type, head, tail)
-            return
-        self._types.append(record_type)
-        self._offsets.append(start)
-        self._sizes.append(size_bytes)
-
-    def append_spilled(self, record_type: int, payload: Buffer) -> None:
-        """Stage a SPILLED record received from another ring, unchanged: its file goes along."""
-        assert record_type & SPILLED_FLAG
-        assert len(payload) <= self.payload_size_bytes_max
-        self._note_spilled(SPILL_HEAD_STRUCT.unpack_from(payload)[2])
-        self._append_raw(record_type, payload)
-
-    def _append_spilled(self, record_type: int, head: Buffer, tail: Sequence[Buffer]) -> None:
-        name = self.spill_writer.write(tail)
-        file_size_bytes = sum(len(part) for part in tail)
-        payload = pack_spill(head, name, file_size_bytes)
-        assert len(payload) <= self.payload_size_bytes_max, "a fixed head never fills a ring"
-        self._note_spilled(file_size_bytes)
-        self._append_raw(record_type | SPILLED_FLAG, payload)
-
-    def _note_spilled(self, file_size_bytes: int) -> None:
-        """Count the file of the SPILLED record about to be staged in pending_size_bytes."""
-        self._spilled.append((len(self._types), file_size_bytes))
-        self._spilled_size_bytes += file_size_bytes
-
-    def _append_raw(self, record_type: int, payload: Buffer) -> None:
-        self._types.append(record_type)
-        self._offsets.append(len(self._buffer))
-        self._sizes.append(len(payload))
-        self._buffer += payload
-
-    def flush_nowait(self) -> bool:
-        """Write what the ring takes now; True when nothing is left staged."""
-        record_count = len(self._types)
-        if record_count == 0:
-            return True
-        if record_count <= SMALL_BATCH_COUNT_MAX:
-            written = self._write_few_nowait(record_count)
-        else:
-            types = np.frombuffer(self._types, dtype=np.int32)
-            offsets = np.frombuffer(self._offsets, dtype=np.int64)
-            sizes = np.frombuffer(self._sizes, dtype=np.int64)
-            payloads = np.frombuffer(self._buffer, dtype=np.uint8)
-            try:
-                written = self.ring.try_write_batch_nowait(types, payloads, offsets, sizes)
-            finally:
-                # The buffers cannot change size while numpy holds views of them.
-                del types, offsets, sizes, payloads
-        assert 0 <= written <= record_count
-        if written > 0:
-            self._record_count_written += written
-            self._batch_count_written += 1
-        if written == record_count:
-            self._buffer.clear()
-            del self._types[:]
-            del self._offsets[:]
-            del self._sizes[:]
-            if self._spilled:
-                self._spilled.clear()
-                self._spilled_size_bytes = 0
-            return True
-        self._full_count += 1
-        if written > 0:
-            cut = self._offsets[written]
-            del self._buffer[:cut]
-            del self._types[:written]
-            self._offsets = array.array("q", [offset - cut for offset in self._offsets[written:]])
-            del self._sizes[:written]
-            if self._spilled:
-                self._spilled = [
-                    (index - written, size) for index, size in self._spilled if index >= written
-                ]
-                self._spilled_size_bytes = sum(size for _index, size in self._spilled)
-        return False
-
-    def _write_few_nowait(self, record_count: int) -> int:
-        """Write a few staged records one by one through the ring's single-record path (plain
-        Python: no kernel call, no numpy views; ring.py says why that is cheaper up to
-        SMALL_BATCH_COUNT_MAX records). Stops at the first that does not fit; returns how many
-        were written."""
-        ring = self.ring
-        buffer = self._buffer
-        if record_count == 1:
-            assert self._sizes[0] == len(buffer)
-            return 1 if ring.try_write_nowait(self._types[0], buffer) else 0
-        written = 0
-        with memoryview(buffer) as view:
-            for record_type, offset, size_bytes in zip(
-                self._types, self._offsets, self._sizes, strict=True
-            ):
-                if not ring.try_write_nowait(record_type, view[offset : offset + size_bytes]):
-                    break
-                written += 1
-        return written
-
-    def statistics(self) -> OutboxStatistics:
-        return OutboxStatistics(
-            record_count_written=self._record_count_written,
-            batch_count_written=self._batch_count_written,
-            full_count=self._full_count,
-            spill_count=self.spill_writer.spill_count,
-            spill_size_bytes=self.spill_writer.spill_size_bytes,
-        )
-
-
-QuarantineHook: TypeAlias = Callable[[int, Buffer, int, int], None]
-
-
-class Inbox:
-    """One in-ring of a role: drains batches and opens spilled records.
-
-    Iterate a drained batch with `records(batch)`: it yields (type, buffer, offset, size) with the
-    SPILLED flag resolved, so `buffer[offset : offset + size]` is always the whole payload. Spill
-    files read during a batch are unlinked by `release(batch)`, after the ring's release.
-
-    In a role process it also keeps quarantine (runtime.py): before yielding a record it writes
-    the record's position into the role's handling words (the ring's number once per batch),
-    and clears them when the batch is done; the record the supervisor quarantined is not yielded
-    but given to `on_quarantined(type, buffer, offset, size)` (a role sets it to answer a
-    request with SYSTEM_ERROR; it gets the record as stored in the ring, SPILLED flag and all),
-    then logged and counted. That costs about 70 ns per record.
-    """
-
-    def __init__(self, ring: Ring, producer: str, marks: runtime.RecordMarks | None = None) -> None:
-        """`marks`: the role process's (runtime.record_marks()) unless given (tests)."""
-        self.ring = ring
-        self.producer = producer  # role id of the producer, e.g. "codec.1"
-        self._view: memoryview | None = None
-        self._spill_paths: list[Path] = []
-        self.spill_missing_count = 0
-        self.on_quarantined: QuarantineHook | None = None
-        self.quarantined_count = 0
-        if marks is None:
-            marks = runtime.record_marks()
-        ring_number = marks.ring_number(ring.name) if marks is not None else 0
-        self._mark_words = marks.words if marks is not None and ring_number else None
-        self._ring_number = ring_number
-        self._skip_position = marks.skip_position(ring_number) if marks is not None else -1
-        self._die_on_marker = marks.die_on_marker if marks is not None else None
-        self._position_mask = ring.capacity_bytes - 1
-
-    def drain_nowait(self, batch_count_max: int = BATCH_COUNT_MAX) -> RecordBatch:
-        return self.ring.drain_nowait(batch_count_max)
-
-    def records(
-        self, batch: RecordBatch, keep_spilled: frozenset[int] = frozenset()
-    ) -> Iterator[tuple[int, Buffer, int, int]]:
-        """(type, buffer, offset, size) of each record. A SPILLED record whose base type is in
-        `keep_spilled` comes as it is (type with SPILLED_FLAG, the inline spill payload): for a
-        role that forwards it unread; every other one comes with its whole payload."""
-        if batch.count == 0:
-            return
-        view = self._view
-        if view is None:
-            # The ring's data area: the same array for every batch this ring drains.
-            view = self._view = memoryview(batch.data.data)
-        words = self._mark_words
-        ring_number = self._ring_number
-        mask = self._position_mask
-        start_bytes = batch.start_bytes
-        # A record's position: the batch's start plus how far its header lies past the start's
-        # place in the data area, modulo the capacity (a padding record may lie between).
-        base = (start_bytes & mask) + RECORD_HEADER_SIZE_BYTES
-        if words is not None:
-            words[1] = -1  # no record yet (ControlBlock.handling)
-            words[0] = ring_number
-        for record_type, offset, size in zip(
-            batch.types.tolist(), batch.offsets.tolist(), batch.sizes.tolist(), strict=True
-        ):
-            if words is not None:
-                position = start_bytes + ((offset - base) & mask)
-                words[1] = position
-                if position == self._skip_position:
-                    self._quarantine(record_type, view, offset, size, position)
-                    continue
-            if record_type & SPILLED_FLAG and record_type & ~SPILLED_FLAG not in keep_spilled:
-                try:
-                    payload, path = read_spill(view, offset)
-                except FileNotFoundError:
-                    self.spill_missing_count += 1
-                    continue
-                self._spill_paths.append(path)
-                record: tuple[int, Buffer, int, int] = (
-                    record_type & ~SPILLED_FLAG,
-                    payload,
-                    0,
-                    len(payload),
-                )
-            else:
-                record = (record_type, view, offset, size)
-            if self._die_on_marker is not None:
-                self._die_if_marked(record)
-            yield record
-        if words is not None:
-            words[0] = 0
-
-    def _quarantine(
-        self, record_type: int, buffer: Buffer, offset: int, size: int, position: int
-    ) -> None:
-        self.quarantined_count += 1
-        if record_type & SPILLED_FLAG:  # its file goes with the batch, as a read one would
-            _head_offset, _head_size, name_offset, name_size = spill_head_view(buffer, offset)
-            name = bytes(buffer[name_offset : name_offset + name_size]).decode()
-            self._spill_paths.append(names.SHM_DIRECTORY / name)
-        log.error(
-            "quarantined record type %d (%d bytes) at position %d of %s: it stopped this role's "
-            "process twice; it is skipped",
-            record_type,
-            size,
-            position,
-            self.ring.name,
-        )
-        if self.on_quarantined is None:
-            return
-        try:
-            self.on_quarantined(record_type, buffer, offset, size)
-        except Exception:
-            log.exception("answering the quarantined record failed")
-
-    def _die_if_marked(self, record: tuple[int, Buffer, int, int]) -> None:
-        """The test hook (runtime.py): SIGKILL this process on a record holding the marker."""
-        _record_type, buffer, offset, size = record
-        assert self._die_on_marker is not None
-        if self._die_on_marker in bytes(memoryview(buffer)[offset : offset + size]):
-            log.warning("test hook: dying on a record that holds %r", self._die_on_marker)
-            logging.shutdown()
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    def release(self, batch: RecordBatch) -> None:
-        self.ring.release(batch)
-        if self._mark_words is not None:
-            self._mark_words[0] = 0
-        if self._spill_paths:
-            for path in self._spill_paths:
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-            self._spill_paths.clear()
-
-
-def attach_inboxes(specs: Iterable[RingSpecLike]) -> list[Inbox]:
-    """An Inbox on each ring of `specs` (topology.RingSpec: name and producer)."""
-    return [Inbox(Ring.attach(spec.name), spec.producer) for spec in specs]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SleeperStatistics:
-    sleep_count: int  # waits that blocked in epoll with the doorbells armed
-    spin_hit_count: int  # waits that found work while spinning: no sleep, no doorbell
-    spin_miss_count: int  # spins that ended without work, then slept
-    spin_budget_ns: int  # the current adaptive budget
-
-
-class Sleeper:
-    """The one place a role sleeps: every in-ring's doorbell and the role's sockets in one epoll.
-
-    `wait(timeout_ms)` may first spin: it polls the rings (and, for the reactor, the epoll with a
-    zero timeout) and yields the core between polls, then arms each ring's doorbell and blocks in
-    epoll. A producer rings only while its consumer is armed, so a spin that finds the next
-    record saves the producer's write(2), this role's wake-up (tens of microseconds on a VM) and
-    the arm/disarm round. The budget adapts, as an adaptive mutex's does (glibc's
-    PTHREAD_MUTEX_ADAPTIVE_NP, HotSpot's spin-then-park): a spin that finds work doubles it, up
-    to `spin_ns_max`; one that ends empty halves it, down to nothing; a sleep that ended sooner
-    than `spin_ns_max` raises it to twice that sleep, so a role that stopped spinning starts
-    again when its records come close together. An idle role therefore spins for a few rounds
-    and then blocks for free, and a pipeline under load keeps its roles awake. The yield matters
-    with fewer cores than roles: a spinner gives its core to any role with work on it. A role
-    that drained more than SPIN_DRAINED_COUNT_MAX records since its last wait does not spin at
-    all: spinning pays where single records travel (a wake-up per record), not in batch mode.
-    """
-
-    SPIN_NS_FLOOR: Final = 2_000  # below this, a spin is not worth its first system call
-
-    def __init__(
-        self,
-        epoll: select.epoll,
-        inboxes: Sequence[Inbox],
-        spin_ns_max: int = 0,
-        *,
-        poll_sockets_while_spinning: bool = False,
-    ) -> None:
-        assert spin_ns_max >= 0
-        self.epoll = epoll
-        self.rings = [inbox.ring for inbox in inboxes]
-        self.spin_ns_max = spin_ns_max
-        self.spin_budget_ns = spin_ns_max
-        self.poll_sockets_while_spinning = poll_sockets_while_spinning
-        for ring in self.rings:
-            epoll.register(ring.doorbell_fileno(), select.EPOLLIN)
-        self._read_count_seen = sum(ring.record_count_read() for ring in self.rings)
-        self._other_work_count = 0
-        self.sleep_count = 0
-        self.spin_hit_count = 0
-        self.spin_miss_count = 0
-
-    def wait(self, timeout_ms: int, other_work_count: int = 0) -> list[tuple[int, int]]:
-        """Events from the epoll (doorbell events included, which the caller ignores), after at
-        most `timeout_ms` (negative: no limit). Returns at once if a ring is readable: [] without
-        a system call when one is readable already (a role that waits right after a turn of
-        work finds its next batch this way). Timeout 0 always polls the epoll once: the reactor
-        waits so after a turn of work, to look at its sockets. `other_work_count` is work the
-        role did since its last wait that no ring of this Sleeper counts (frames the reactor
-        read from sockets): it counts toward SPIN_DRAINED_COUNT_MAX as drained records do."""
-        self._other_work_count += other_work_count
-        if timeout_ms == 0:
-            return self.epoll.poll(0)
-        read_count = 0
-        for ring in self.rings:
-            if ring.readable():
-                return []
-            read_count += ring.record_count_read()
-        drained_count = read_count - self._read_count_seen + self._other_work_count
-        self._read_count_seen = read_count
-        self._other_work_count = 0
-        if drained_count <= SPIN_DRAINED_COUNT_MAX and self.spin_budget_ns >= self.SPIN_NS_FLOOR:
-            spun = self._spin(self.spin_budget_ns)
-            if spun is not None:
-                self.spin_hit_count += 1
-                self.spin_budget_ns = min(self.spin_ns_max, self.spin_budget_ns * 2)
-                return spun
-            self.spin_miss_count += 1
-            self.spin_budget_ns //= 2
-        rings = self.rings
-        if not Ring.arm_doorbells_nowait(rings):
-            return self.epoll.poll(0)  # a record arrived meanwhile: do not sleep
-        events: list[tuple[int, int]] | None = None
-        try:
-            self.sleep_count += 1
-            slept_from_ns = time.monotonic_ns()
-            events = self.epoll.poll(timeout_ms / 1000 if timeout_ms > 0 else -1)
-            slept_ns = time.monotonic_ns() - slept_from_ns
-            if slept_ns < self.spin_ns_max:
-                # A spin this long would have found the work: spin for it next time.
-                self.spin_budget_ns = min(
-                    self.spin_ns_max, max(self.spin_budget_ns * 2, slept_ns * 2)
-                )
-            return events
-        finally:
-            # Read a doorbell's FIFO only if epoll said it fired (ring.disarm_doorbell).
-            fired = None if events is None else {fd for fd, _ in events}
-            for ring in rings:
-                ring.disarm_doorbell(rung=fired is None or ring.doorbell_fileno() in fired)
-
-    def _spin(self, spin_ns: int) -> list[tuple[int, int]] | None:
-        """Poll until spin_ns passes; [] or the epoll's events if work came, None if not."""
-        deadline_ns = time.monotonic_ns() + spin_ns
-        rings = self.rings
-        poll_sockets = self.poll_sockets_while_spinning
-        while True:
-            for ring in rings:
-                if ring.readable():
-                    return []
-            if poll_sockets:
-                events = self.epoll.poll(0)
-                if events:
-                    return events
-            if time.monotonic_ns() >= deadline_ns:
-                return None
-            os.sched_yield()
-
-    def statistics(self) -> SleeperStatistics:
-        return SleeperStatistics(
-            sleep_count=self.sleep_count,
-            spin_hit_count=self.spin_hit_count,
-            spin_miss_count=self.spin_miss_count,
-            spin_budget_ns=self.spin_budget_ns,
-        )
-
-
-def now_ms() -> int:
-    """Wall-clock milliseconds since the epoch, as RocketMQ stamps events."""
-    return time.time_ns() // 1_000_000

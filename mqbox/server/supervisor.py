@@ -1,10 +1,11 @@
 """The broker's supervisor and zygote: starts every role, watches them, stops them in order.
 
-Owns: the appliance's run-time files in `<home>/run/` (the lock, the pid file, `state.json`),
-the name-server child, the broker's listening socket, the shared-memory objects of the instance
-(created before the first fork, swept after the last exit), the control block (runtime.py) and
-every role process. Never: a role's work, a socket's bytes, or the store's files (apart from
-re-creating `abort` after a critical role died, below).
+Owns: what the appliance's run files say (`<home>/run/`: the lock, the pid file, `state.json`;
+home.py knows where they are and how they are read), the name-server child, the broker's listening
+socket, the shared-memory objects of the instance (created before the first fork, swept after the
+last exit), the control block (control_block.py) and every role process. Never: a role's work, a
+socket's bytes, or the store's files (apart from re-creating `abort` after a critical role died,
+below).
 
 Theory of operation. One process (`Supervisor.run`) loads the configuration, creates the home
 directories, takes the home's lock, sweeps shared memory a dead earlier run of the same home
@@ -63,9 +64,7 @@ import argparse
 import collections
 import contextlib
 import dataclasses
-import fcntl
 import gc
-import hashlib
 import importlib
 import inspect
 import json
@@ -85,21 +84,31 @@ from typing import Any, Final, NoReturn, TypeGuard
 import psutil
 
 from mqbox import _jit
+from mqbox.clock import wall_clock_ms
 from mqbox.config import BrokerConfig, RestartConfig, load_broker_config, load_namesrv_config
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
 from mqbox.resources import raise_file_limit
-from mqbox.server import runtime
-from mqbox.server.topology import (
-    START_ORDER,
-    RoleContext,
-    RoleKind,
-    RoleSpec,
-    Topology,
-    broker_topology,
+from mqbox.run_files import write_json_atomically
+from mqbox.server import control_block, runtime
+from mqbox.server.home import (
+    NAMESRV_OUTPUT_FILE_NAME,
+    NAMESRV_READY_FILE_NAME,
+    STATE_VERSION,
+    SUPERVISOR_LOG_FILE_NAME,
+    HomeLayout,
+    instance_name,
+    lock_home,
+    prepare_home,
+    process_alive,
+    read_state,
+    recorded_processes,
+    store_root_of,
 )
-from mqbox.store.layout import DIRECTORY_MODE, FILE_MODE, abort_path
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import START_ORDER, RoleKind, RoleSpec, Topology, broker_topology
+from mqbox.store.layout import DIRECTORY_MODE, abort_path
 
 log = logging.getLogger("mqbox.supervisor")
 
@@ -109,17 +118,6 @@ EXIT_ROLE_FAILED: Final = 2  # a critical role died, or a role kept dying
 EXIT_STOP_UNCLEAN: Final = 3  # a role had to be killed, or exited non-zero, during the stop
 EXIT_ROLE_BUG: Final = 70  # a role's main() returned or raised (EX_SOFTWARE)
 
-RUN_DIR_NAME: Final = "run"
-LOGS_DIR_NAME: Final = "logs"
-STORE_DIR_NAME: Final = "store"
-LOCK_FILE_NAME: Final = "lock"
-PID_FILE_NAME: Final = "mqbox.pid"
-STATE_FILE_NAME: Final = "state.json"
-LAST_STOP_FILE_NAME: Final = "last-stop.json"  # why the last run stopped after a failure
-NAMESRV_READY_FILE_NAME: Final = "namesrv.ready"
-NAMESRV_OUTPUT_FILE_NAME: Final = "namesrv.out"
-SUPERVISOR_LOG_FILE_NAME: Final = "supervisor.log"
-STATE_VERSION: Final = 1
 
 LISTEN_BACKLOG: Final = 1024
 PRIVATE_UMASK: Final = 0o077
@@ -146,148 +144,6 @@ _STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _STORE_KINDS: Final = frozenset({RoleKind.STORE_WRITER, RoleKind.DISPATCHER})
 
 TopologyFactory = Callable[[str, BrokerConfig], Topology]
-
-
-# ---------------------------------------------------------------------------------------------
-# Home directory, names, run files
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HomeLayout:
-    """Where the appliance keeps its files under --home."""
-
-    home: Path
-
-    @property
-    def run_dir(self) -> Path:
-        return self.home / RUN_DIR_NAME
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.home / LOGS_DIR_NAME
-
-    @property
-    def store_dir(self) -> Path:
-        return self.home / STORE_DIR_NAME
-
-    @property
-    def lock_path(self) -> Path:
-        return self.run_dir / LOCK_FILE_NAME
-
-    @property
-    def pid_path(self) -> Path:
-        return self.run_dir / PID_FILE_NAME
-
-    @property
-    def state_path(self) -> Path:
-        return self.run_dir / STATE_FILE_NAME
-
-    @property
-    def last_stop_path(self) -> Path:
-        return self.run_dir / LAST_STOP_FILE_NAME
-
-
-def prepare_home(home: Path) -> HomeLayout:
-    """Create home, logs/, run/ and store/ and check they are writable; ConfigError if not."""
-    layout = HomeLayout(home)
-    try:
-        for directory in (layout.home, layout.run_dir, layout.logs_dir, layout.store_dir):
-            directory.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
-        probe = layout.run_dir / f".probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise ConfigError(f"home {home} is not a writable directory: {reason}") from None
-    return layout
-
-
-def instance_name(home: Path, broker_name: str) -> str:
-    """The shared-memory instance of a broker in a home: a short hash of both, so it is stable
-    across restarts (the sweep finds what a dead run left) and distinct between homes."""
-    digest = hashlib.sha256(f"{home.resolve()}\0{broker_name}".encode()).hexdigest()
-    return f"b{digest[:12]}"
-
-
-def store_root_of(home: Path, broker: BrokerConfig) -> Path:
-    """storePathRootDir, else <home>/store/<brokerName>."""
-    if broker.store_path_root_dir:
-        return Path(broker.store_path_root_dir).expanduser()
-    return home / STORE_DIR_NAME / broker.broker_name
-
-
-def lock_home(layout: HomeLayout) -> int:
-    """Take the home's lock (flock, not blocking) and return its descriptor; closing it releases
-    the lock. MqboxError if an appliance (or a store repair) holds it."""
-    fd = os.open(layout.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        holder = ""
-        with contextlib.suppress(OSError, ValueError):
-            holder = f" (supervisor pid {int(layout.pid_path.read_text().strip())})"
-        raise MqboxError(
-            f"already running in {layout.home}{holder}; `mqbox stop --home {layout.home}` stops it"
-        ) from None
-    return fd
-
-
-def read_state(home: Path) -> dict[str, Any] | None:
-    """The last `run/state.json` of `home`, or None if there is none (or it is unreadable)."""
-    return _read_json(HomeLayout(home).state_path)
-
-
-def read_last_stop(home: Path) -> dict[str, Any] | None:
-    """`run/last-stop.json` of `home`: why its last run stopped after a failure ("reason",
-    "stopped_at_ms", "exit_status"); None if it stopped cleanly or runs."""
-    return _read_json(HomeLayout(home).last_stop_path)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return document if isinstance(document, dict) else None
-
-
-def write_json_atomically(path: Path, document: Mapping[str, Any]) -> None:
-    """Replace `path` with `document` so a reader sees the old or the new file, never a part.
-    Run-time state only: no fsync, a crash loses nothing that matters."""
-    temp_path = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp_path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    temp_path.replace(path)
-
-
-def process_alive(pid: int, create_time: float | None) -> bool:
-    """True if `pid` runs and, when `create_time` is given, is the process recorded then (a pid
-    may have been reused since)."""
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return create_time is None or abs(process.create_time() - create_time) < 0.5
-    except psutil.Error:
-        return False
-
-
-def recorded_processes(state: Mapping[str, Any]) -> list[tuple[str, int, float | None]]:
-    """(name, pid, create_time) of every process a state document lists, supervisor first."""
-    found: list[tuple[str, int, float | None]] = []
-    supervisor = state.get("supervisor") or {}
-    if supervisor.get("pid"):
-        found.append(("supervisor", int(supervisor["pid"]), supervisor.get("create_time")))
-    found.extend(
-        (str(role["role_id"]), int(role["pid"]), role.get("create_time"))
-        for role in state.get("roles") or []
-        if role.get("pid")
-    )
-    namesrv = state.get("namesrv") or {}
-    if namesrv.get("pid"):
-        found.append(("namesrv", int(namesrv["pid"]), namesrv.get("create_time")))
-    return found
 
 
 def resolve_callable(reference: str) -> Callable[..., Any]:
@@ -328,10 +184,6 @@ def _create_time(pid: int) -> float | None:
         return psutil.Process(pid).create_time()
     except psutil.Error:
         return None
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,7 +286,7 @@ class Supervisor:
         self._restarts = RestartConfig()  # the broker's, once its configuration is loaded
         self._broker_restart_count = 0
         self._last_failure: dict[str, Any] | None = None  # reason, at_ms
-        self._started_at_ms = _now_ms()
+        self._started_at_ms = wall_clock_ms()
         self._status = "starting"
         self._stop_unclean = False
         # Descriptors of this process no role may keep: the lock, the wake-up pipe, other roles'
@@ -443,7 +295,7 @@ class Supervisor:
         self.instance = ""
         self.broker: BrokerConfig | None = None
         self.topology: Topology | None = None
-        self.control: runtime.ControlBlock | None = None
+        self.control: control_block.ControlBlock | None = None
         self.store_root: Path | None = None
         self.broker_address = ""
         self._base_ctx: RoleContext | None = None
@@ -579,7 +431,9 @@ class Supervisor:
         self._check_stop()
         self._instances_to_sweep.add(self.instance)
         self._create_rings()
-        self.control = runtime.ControlBlock.create([role.role_id for role in self.topology.roles])
+        self.control = control_block.ControlBlock.create(
+            [role.role_id for role in self.topology.roles]
+        )
         self._base_ctx = RoleContext(
             instance=self.instance,
             home=self.layout.home,
@@ -633,7 +487,7 @@ class Supervisor:
             started = [self._fork_role(spec, self._ready_timeout_s(kind)) for spec in specs]
             self._wait_ready_at_start(started)
         self._status = "running"
-        self.control.set_broker_state(runtime.BROKER_RUNNING)
+        self.control.set_broker_state(control_block.BROKER_RUNNING)
         self._notify_roles()
         self._write_state()
 
@@ -907,7 +761,7 @@ class Supervisor:
             spec=spec,
             pid=pid,
             generation=generation,
-            started_at_ms=_now_ms(),
+            started_at_ms=wall_clock_ms(),
             create_time=_create_time(pid),
             ready_fd=read_fd,
             ready_deadline_ns=time.monotonic_ns() + int(ready_timeout_s * 1e9),
@@ -1163,7 +1017,7 @@ class Supervisor:
                 restart_count,
                 window_s,
             )
-            self._last_failure = {"reason": reason, "at_ms": _now_ms()}
+            self._last_failure = {"reason": reason, "at_ms": wall_clock_ms()}
             self._status = "restarting"
             unclean = self._stop_unclean  # a role killed now says nothing of the final stop
             self._stop_roles(close_listener=False)
@@ -1171,7 +1025,7 @@ class Supervisor:
             self._mark_abort()
             self._sleep_unless_stopped(delay_ms)
             self._renew_shared_memory()
-            self.control.set_broker_state(runtime.BROKER_STARTING)
+            self.control.set_broker_state(control_block.BROKER_STARTING)
             self._status = "starting"
             self._write_state()
             try:
@@ -1208,11 +1062,15 @@ class Supervisor:
     def _stop_after_failure(self, reason: str, *, role_failed: bool) -> int:
         """Stop everything for `reason`; keep the reason for `mqbox status` (rule 4)."""
         log.error("%s: stopping the broker", reason)
-        self._last_failure = {"reason": reason, "at_ms": _now_ms()}
+        self._last_failure = {"reason": reason, "at_ms": wall_clock_ms()}
         self._stop_everything()
         if role_failed:
             self._mark_abort()
-        document = {"reason": reason, "stopped_at_ms": _now_ms(), "exit_status": EXIT_ROLE_FAILED}
+        document = {
+            "reason": reason,
+            "stopped_at_ms": wall_clock_ms(),
+            "exit_status": EXIT_ROLE_FAILED,
+        }
         with contextlib.suppress(OSError):
             write_json_atomically(self.layout.last_stop_path, document)
         return EXIT_ROLE_FAILED
@@ -1336,7 +1194,7 @@ class Supervisor:
         (rule 6); the listener closes once the reactors are gone, if `close_listener`."""
         self._restart_due_ns.clear()
         if self.control is not None:
-            self.control.set_broker_state(runtime.BROKER_STOPPING)
+            self.control.set_broker_state(control_block.BROKER_STOPPING)
         if self._lock_fd >= 0:
             self._write_state()
         for kind in reversed(START_ORDER):
@@ -1428,7 +1286,7 @@ class Supervisor:
                     "pid": process.pid if process else 0,
                     "create_time": process.create_time if process else None,
                     "started_at_ms": process.started_at_ms if process else None,
-                    "state": runtime.ROLE_STATE_NAMES[control.state(spec.role_id)]
+                    "state": control_block.ROLE_STATE_NAMES[control.state(spec.role_id)]
                     if control is not None
                     else "down",
                     "generation": control.generation(spec.role_id) if control else 0,

@@ -1,21 +1,27 @@
 """The broker's process graph: which roles run, which rings link them, what each role is given.
 
-Owns: `RoleSpec`, `RingSpec`, `RoleContext` and `broker_topology()`, the one function that turns
-a BrokerConfig into the list of processes and the rings between them. Never: starting anything
-(supervisor.py does), or what travels on a ring (server/records.py does).
+Owns: `RoleSpec`, `RingSpec` and `broker_topology()`, the one function that turns a BrokerConfig
+into the list of processes and the rings between them. Never: starting anything (supervisor.py
+does), what a role is given (runtime.RoleContext), or what travels on a ring (server/records.py
+does). Imports nothing of mqbox.server.
 
-The graph (R reactors, C codecs, W workers, S send, P pull and A admin processors):
+The graph, drawn here only (R reactors, C codecs, W workers, S send, P pull and A admin
+processors; each arrow names the records it carries, laid out in records.py and admin_records.py):
 
-    reactor.i --frames--> codec.(conn % C) --commands--> worker.(conn % W) --> send/pull/admin
-    reactor.i <--bytes--- codec.(conn % C) <--responses-- send.s / pull.p / admin.a
-    send.s --append requests--> store_writer --acks--> send.s
-    store_writer --write position--> dispatcher
-    dispatcher --queue wake-ups--> pull.p            (plus shared counters for queue lengths)
-    dispatcher --schedule-queue wake-ups--> schedule.0
-    schedule.0 --append requests--> store_writer --acks--> schedule.0   (due delayed messages)
-    pull.p --offset commits--> admin.0               (commitOffset piggybacked on pulls)
-    worker.k --connection events--> admin.0, pull.p  (client tables; held pulls of a closed one)
-    worker.k --idle closes, failed requests--> admin.a    (on the same worker -> processor rings)
+    reactor.i --FRAME, CONNECTION_OPENED/CLOSED--> codec.(conn % C)
+    codec.c --COMMAND, CONNECTION_OPENED/CLOSED, COMPLETED--> worker.(conn % W)
+    worker.k --COMMAND--> send.s / pull.p / admin.a          (the pool by routing.py)
+    worker.k --CONNECTION_OPENED/CLOSED--> admin.0            (the client tables)
+    worker.k --CONNECTION_CLOSED--> pull.(conn % P)           (its held pulls)
+    worker.k --CLOSE_CONNECTION, REQUEST_FAILED--> admin.a    (idle closes; dead processors)
+    send.s / pull.p / admin.a --REPLY, CLOSE_CONNECTION--> codec.(conn % C)
+    codec.c --RESPONSE, CLOSE_CONNECTION, NO_ANSWER--> reactor.(conn's top byte)
+    send.s --APPEND--> store_writer --APPEND_ACK--> send.s
+    schedule.0 --APPEND--> store_writer --APPEND_ACK--> schedule.0   (due delayed messages)
+    store_writer --WRITTEN--> dispatcher
+    dispatcher --QUEUES_GREW--> pull.p          (plus queue-counters in shared memory)
+    dispatcher --QUEUES_GREW--> schedule.0      (only when a SCHEDULE_TOPIC_XXXX queue grew)
+    pull.p --COMMIT_OFFSET--> admin.0           (commitOffset piggybacked on pulls)
 
 Every arrow is one single-producer single-consumer ring (mqbox/ipc/ring.py); a role that hears
 from several producers drains one ring per producer. A connection id carries the reactor index in
@@ -26,23 +32,17 @@ pipeline.
 Processes are forked from a warmed-up parent (the broker zygote in supervisor.py): numba and every
 kernel are compiled once, `gc.freeze()` is called, and children share those pages copy-on-write.
 That is what keeps the appliance within its memory budget (numba costs ~140 MB per process that
-compiles on its own). Because children are forked, a RoleContext may hold live objects (the
-listening socket, configs); nothing in it is pickled.
+compiles on its own). Because children are forked, a role's context (runtime.RoleContext)
+may hold live objects (the listening socket, configs); nothing in it is pickled.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from mqbox.config import BrokerConfig
 from mqbox.ipc import names
-
-if TYPE_CHECKING:
-    from mqbox.server.runtime import ControlBlock
 
 
 class RoleKind(enum.Enum):
@@ -96,7 +96,7 @@ class RoleSpec:
     role_id: str  # "<kind>.<index>", e.g. "send.1"
     kind: RoleKind
     index: int
-    main: str  # "module:function" taking a RoleContext and never returning
+    main: str  # "module:function" taking a runtime.RoleContext, never returning
 
     @property
     def critical(self) -> bool:
@@ -138,41 +138,21 @@ class Topology:
         return tuple(role for role in self.roles if role.kind is kind)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class RoleContext:
-    """Everything a role's main() gets from the supervisor (by fork, never pickled)."""
-
-    instance: str  # shared-memory instance name of this broker
-    home: Path  # the appliance's --home
-    store_root: Path  # this broker's store directory
-    broker: BrokerConfig
-    topology: Topology
-    role: RoleSpec
-    # The broker's listening socket.socket, non-blocking: reactors accept on it; the supervisor
-    # closes it in every other role, so it closes for good when the reactors stop.
-    listen_socket: Any
-    broker_address: str  # "ip:port" clients are told to use (brokerIP1 + the bound port)
-    report_ready: Callable[[Mapping[str, Any]], None]  # call once, when the role can serve
-    # The supervisor's shared words about every role: generations, pids, states, broker state
-    # (runtime.py: the control channel). None only in contexts built by unit tests.
-    control: ControlBlock | None = None
-
-
 # 4 MiB per ring keeps the shared memory of a default broker (12 rings) under 50 MiB even when
 # every page has been touched. Payloads above the ring's inline maximum (a frame with a large body)
 # travel as spill files in /dev/shm named like the rings, so the supervisor's sweep removes them.
 RING_CAPACITY_BYTES_DEFAULT = 4 << 20
 ROLE_MAIN = {
-    RoleKind.REACTOR: "mqbox.server.reactor:main",
-    RoleKind.CODEC: "mqbox.server.codec:main",
-    RoleKind.WORKER: "mqbox.server.worker:main",
-    RoleKind.SEND: "mqbox.server.processors.send:main",
-    RoleKind.PULL: "mqbox.server.processors.pull:main",
-    RoleKind.ADMIN: "mqbox.server.processors.admin:main",
-    RoleKind.STORE_WRITER: "mqbox.server.store_writer:main",
-    RoleKind.DISPATCHER: "mqbox.server.dispatcher:main",
-    RoleKind.SERVICES: "mqbox.server.services:main",
-    RoleKind.SCHEDULE: "mqbox.server.schedule:main",
+    RoleKind.REACTOR: "mqbox.server.roles.reactor:main",
+    RoleKind.CODEC: "mqbox.server.roles.codec:main",
+    RoleKind.WORKER: "mqbox.server.roles.worker:main",
+    RoleKind.SEND: "mqbox.server.roles.processors.send:main",
+    RoleKind.PULL: "mqbox.server.roles.processors.pull:main",
+    RoleKind.ADMIN: "mqbox.server.roles.processors.admin:main",
+    RoleKind.STORE_WRITER: "mqbox.server.roles.store_writer:main",
+    RoleKind.DISPATCHER: "mqbox.server.roles.dispatcher:main",
+    RoleKind.SERVICES: "mqbox.server.roles.services:main",
+    RoleKind.SCHEDULE: "mqbox.server.roles.schedule:main",
 }
 
 

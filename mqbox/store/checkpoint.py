@@ -4,7 +4,7 @@ Owns: the encoding of the 4 KiB checkpoint page (layout drawn in layout.py) and 
 replacement. One writer per running store: the process that opened it for writing (the
 one-process MessageStore's flush calls; in the appliance, the store writer role, whose
 housekeeping thread copies in the consume-queue and index positions the dispatcher publishes:
-server/store_housekeeper.py). Read by recovery at start. Never: decide what the values mean
+server/roles/store_housekeeper.py). Read by recovery at start. Never: decide what the values mean
 for recovery (recovery.py does), or write the page in place.
 
 Invariants:

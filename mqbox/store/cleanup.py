@@ -12,10 +12,10 @@ anything about a single message.
 
 Where it runs. Each half runs in the process that owns the files it deletes. In the appliance the
 store writer (the commit log's only owner) runs `CommitLogRetention.delete_segments` every
-cleanResourceInterval ms in its housekeeping thread (server/store_housekeeper.py) and publishes
-the new minimum in shared memory before each unlink; the dispatcher (owner of the consume queues
-and the index) reads that minimum and runs `DerivedRetention.delete_below`. In the one-process
-MessageStore, `RetentionService.run_once` runs both, in that order.
+cleanResourceInterval ms in its housekeeping thread (server/roles/store_housekeeper.py) and
+publishes the new minimum in shared memory before each unlink; the dispatcher (owner of the
+consume queues and the index) reads that minimum and runs `DerivedRetention.delete_below`. In the
+one-process MessageStore, `RetentionService.run_once` runs both, in that order.
 
 Rules (RocketMQ 4.x keys; defaults from BrokerConfig):
 - Age. A segment is as old as its newest record. Finding that record would mean scanning the

@@ -43,7 +43,6 @@ import mmap
 import struct
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final, NamedTuple, TypeVar
@@ -52,6 +51,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mqbox._jit import compiler_fence, kernel
+from mqbox.clock import wall_clock_ms
 from mqbox.errors import MessageIllegalError, MessageTooLargeError, StoreError
 from mqbox.message import (
     BLANK_MAGIC,
@@ -414,10 +414,6 @@ _INT64_BE = struct.Struct(">q")
 _CLEAN_END_ZERO_CHECK_BYTES = 64 * 1024
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class WriterStoppedForTestError(Exception):
     """Raised by an append that the `publish_count_max_for_test` hook cut short: the store is
     then in the state a writer killed inside the append kernel leaves (tests only)."""
@@ -440,7 +436,7 @@ class CommitLog:
         record_size_bytes_max: int = BODY_SIZE_BYTES_MAX_DEFAULT,
         store_host: bytes = bytes(HOST_SIZE_BYTES),
         initial_queue_index: Callable[[str, int], int] | None = None,
-        clock_ms: Callable[[], int] = _wall_clock_ms,
+        clock_ms: Callable[[], int] = wall_clock_ms,
     ):
         assert len(store_host) == HOST_SIZE_BYTES
         assert RECORD_SIZE_BYTES_MIN <= record_size_bytes_max < 2**31
@@ -492,7 +488,7 @@ class CommitLog:
         record_size_bytes_max: int = BODY_SIZE_BYTES_MAX_DEFAULT,
         store_host: bytes = bytes(HOST_SIZE_BYTES),
         initial_queue_index: Callable[[str, int], int] | None = None,
-        clock_ms: Callable[[], int] = _wall_clock_ms,
+        clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> CommitLog:
         """List the segments on disk; positions stay unset until `set_write_position()`."""
         commit_log = cls(

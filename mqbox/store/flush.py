@@ -7,8 +7,8 @@ SYNC_FLUSH flushes whenever an append asks for more than is flushed, and one flu
 request made before it started (GroupCommitService), so requests that arrive during a flush
 share the next one. `DurablePositions`, the named log positions that only grow and the threads
 waiting on them. `SegmentWarmer`, the thread that faults in segment pages ahead of the writer.
-Used by the store writer role (server/store_writer.py: its loop keeps the acks and releases them
-by `covered_log_offset_bytes`, woken by the `on_flushed` callback, which also publishes the
+Used by the store writer role (server/roles/store_writer.py: its loop keeps the acks and releases
+them by `covered_log_offset_bytes`, woken by the `on_flushed` callback, which also publishes the
 flushed position and store time to shared memory for the checkpoint) and by MessageStore
 (threads block in `wait_flushed`).
 

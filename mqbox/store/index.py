@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,6 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mqbox._jit import kernel
+from mqbox.clock import wall_clock_ms
 from mqbox.errors import StoreError
 from mqbox.message_kernels import read_s32_be, read_s64_be, write_i32_be, write_i64_be
 from mqbox.store.layout import (
@@ -415,10 +415,6 @@ class IndexFile:
 # ---------------------------------------------------------------------------------------------
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 @dataclasses.dataclass(frozen=True)
 class IndexServiceStatistics:
     """Counters of an IndexService."""
@@ -442,7 +438,7 @@ class IndexService:
         geometry: StoreGeometry,
         *,
         writable: bool,
-        clock_ms: Callable[[], int] = _wall_clock_ms,
+        clock_ms: Callable[[], int] = wall_clock_ms,
     ):
         """Prepare the service; `load()` opens the files."""
         self.directory = index_dir(store_root)

@@ -40,6 +40,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
+from mqbox.clock import wall_clock_ms
 from mqbox.config import BrokerConfig, FlushDiskType, delay_level_durations_ms
 from mqbox.errors import ConfigError, MessageIllegalError, StoreError
 from mqbox.message import (
@@ -606,10 +607,6 @@ class MessageStoreStatistics:
     queue_count: int
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class MessageStore:
     """One broker's store: append, dispatch, read, flush, close.
 
@@ -618,7 +615,7 @@ class MessageStore:
     """
 
     def __init__(
-        self, store_root: Path, config: StoreConfig, clock_ms: Callable[[], int] = _wall_clock_ms
+        self, store_root: Path, config: StoreConfig, clock_ms: Callable[[], int] = wall_clock_ms
     ):
         """Wire the parts without touching the disk; `open()` is the constructor to use."""
         self.store_root = store_root
@@ -681,7 +678,7 @@ class MessageStore:
         store_root: Path,
         config: StoreConfig | None = None,
         *,
-        clock_ms: Callable[[], int] = _wall_clock_ms,
+        clock_ms: Callable[[], int] = wall_clock_ms,
         **recover_options: Any,
     ) -> MessageStore:
         """Open (or create) the store at `store_root`: mark it running (the abort file), recover

@@ -34,6 +34,7 @@ from mqbox.message import decode_record
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.headers import SendMessageRequestHeader, UpdateAndCreateTopicRequestHeader
 from mqbox.server import supervisor
+from mqbox.server.home import read_state
 from mqbox.server.runtime import TEST_DIE_ON_RECORD_ENV
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
 from tests.support.pull_requests import pull_everything_header
@@ -79,7 +80,7 @@ class Producer(threading.Thread):
 
 
 def state_of(appliance: Appliance) -> dict[str, Any]:
-    return supervisor.read_state(appliance.home) or {"roles": []}
+    return read_state(appliance.home) or {"roles": []}
 
 
 def pid_of(appliance: Appliance, role_id: str) -> int:

@@ -40,7 +40,7 @@ from mqbox.client.remoting import RemotingClient, RemotingError
 from mqbox.message import decode_record
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.headers import SendMessageRequestHeader, UpdateAndCreateTopicRequestHeader
-from mqbox.server import supervisor
+from mqbox.server.home import read_state
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
 from tests.support.pull_requests import pull_everything_header
 
@@ -155,7 +155,7 @@ class Puller(threading.Thread):
 
 
 def state_of(home: Path) -> dict[str, Any]:
-    return supervisor.read_state(home) or {"roles": [], "status": "down"}
+    return read_state(home) or {"roles": [], "status": "down"}
 
 
 def wait_until(condition: Callable[[], bool], what: str) -> None:

@@ -23,8 +23,8 @@ import pytest
 from mqbox.message import decode_record
 from mqbox.protocol.codes import FLAG_RESPONSE, RequestCode, ResponseCode
 from mqbox.protocol.headers import SendMessageRequestHeader
-from mqbox.server import supervisor
-from mqbox.server.processors.admin import MQBOX_NOOP
+from mqbox.protocol.mqbox_codes import MQBOX_NOOP
+from mqbox.server.home import read_state
 from mqbox.server.runtime import TEST_DIE_ON_RECORD_ENV
 from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient
@@ -48,7 +48,7 @@ def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
 
 
 def role_state(appliance: Appliance, role_id: str) -> dict[str, Any]:
-    state = supervisor.read_state(appliance.home) or {"roles": []}
+    state = read_state(appliance.home) or {"roles": []}
     found: dict[str, Any] = next(
         (role for role in state["roles"] if role["role_id"] == role_id), {}
     )

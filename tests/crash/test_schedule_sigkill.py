@@ -32,7 +32,7 @@ from mqbox.client.remoting import RemotingClient
 from mqbox.message import StoredMessage, decode_properties_str, encode_properties_str
 from mqbox.protocol.codes import PULL_FLAG_SUBSCRIPTION, ResponseCode
 from mqbox.protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
-from mqbox.server.supervisor import read_state
+from mqbox.server.home import read_state
 from tests.conftest import unique_name
 from tests.support.appliance import BROKER_CONF, running_appliance
 

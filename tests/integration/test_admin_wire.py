@@ -50,7 +50,7 @@ from mqbox.protocol.headers import (
     SubscriptionData,
     UpdateAndCreateTopicRequestHeader,
 )
-from mqbox.server.admin_records import INVOKE_BROKER_TO_RESET_OFFSET, MQBOX_RESET_CONSUMER_OFFSET
+from mqbox.protocol.mqbox_codes import INVOKE_BROKER_TO_RESET_OFFSET, MQBOX_RESET_CONSUMER_OFFSET
 from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient
 

@@ -54,14 +54,14 @@ from mqbox.protocol.headers import (
     UpdateAndCreateTopicRequestHeader,
     validate_topic,
 )
-from mqbox.server.admin_records import (
+from mqbox.protocol.mqbox_codes import (
     INVOKE_BROKER_TO_RESET_OFFSET,
     MQBOX_CONSUMER_PROGRESS,
     MQBOX_RESET_CONSUMER_OFFSET,
     MQBOX_TOPIC_STATUS,
 )
-from mqbox.server.client_manager import group_name_problem
 from mqbox.server.queue_counters import StorePositions, store_positions_name
+from mqbox.server.roles.processors.client_manager import group_name_problem
 from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient
 

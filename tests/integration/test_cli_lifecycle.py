@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 from mqbox.ipc import names
-from mqbox.server import supervisor
+from mqbox.server.home import HomeLayout, read_state, recorded_processes
 
 pytestmark = pytest.mark.integration
 
@@ -69,8 +69,8 @@ def mqbox(*arguments: str, timeout_s: float = START_TIMEOUT_S) -> subprocess.Com
 
 def appliance_pids(home: Path) -> list[int]:
     """Every pid the run files of `home` name."""
-    state = supervisor.read_state(home) or {}
-    return [pid for _, pid, _ in supervisor.recorded_processes(state)]
+    state = read_state(home) or {}
+    return [pid for _, pid, _ in recorded_processes(state)]
 
 
 def processes_mentioning(home: Path) -> list[psutil.Process]:
@@ -117,7 +117,7 @@ def cleanup(home: Path, reap_pids: list[int]) -> Iterator[None]:
     yield
     reap_pids.extend(appliance_pids(home))
     reap_pids.extend(process.pid for process in processes_mentioning(home))
-    if supervisor.HomeLayout(home).pid_path.exists():
+    if HomeLayout(home).pid_path.exists():
         mqbox("stop", "--home", str(home), "--timeout-s", "20")
 
 
@@ -182,7 +182,7 @@ def test_daemon_start_status_stop(home: Path) -> None:
     assert "stopped" in stopped.stdout
     wait_until(lambda: gone(pids), 10, "every process to be gone")
     assert names.instance_paths(report["instance"]) == []
-    assert not supervisor.HomeLayout(home).pid_path.exists()
+    assert not HomeLayout(home).pid_path.exists()
     after = mqbox("status", "--home", str(home), timeout_s=60)
     assert after.returncode != 0
     assert "not running" in one_line(after.stderr)
@@ -210,7 +210,7 @@ def test_foreground_start_stops_everything_on_ctrl_c(home: Path, reap_pids: list
         address_of("broker", "".join(lines))
         pids = appliance_pids(home)
         assert popen.pid in pids
-        instance = (supervisor.read_state(home) or {})["instance"]
+        instance = (read_state(home) or {})["instance"]
         os.killpg(popen.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
         assert popen.wait(timeout=120) == 0, popen.stderr.read() if popen.stderr else ""
     finally:
@@ -257,7 +257,7 @@ def test_busy_broker_port_fails_with_one_line_and_nothing_running(home: Path) ->
     assert result.returncode != 0
     assert f"127.0.0.1:{port}" in one_line(result.stderr)
     assert processes_mentioning(home) == []
-    assert not supervisor.HomeLayout(home).pid_path.exists()
+    assert not HomeLayout(home).pid_path.exists()
     assert mqbox("status", "--home", str(home), timeout_s=60).returncode != 0
 
 
@@ -284,8 +284,8 @@ def test_sigkilled_supervisor_takes_its_roles_along_and_stop_cleans_up(home: Pat
     started = start_daemon(home)
     assert started.returncode == 0, started.stderr
     pids = appliance_pids(home)
-    instance = (supervisor.read_state(home) or {})["instance"]
-    os.kill(int(supervisor.HomeLayout(home).pid_path.read_text()), signal.SIGKILL)
+    instance = (read_state(home) or {})["instance"]
+    os.kill(int(HomeLayout(home).pid_path.read_text()), signal.SIGKILL)
     # Every role and the name server get SIGTERM from Linux when their parent dies.
     wait_until(lambda: gone(pids), 30, "the orphans to stop")
     assert names.instance_paths(instance) != []

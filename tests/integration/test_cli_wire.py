@@ -36,11 +36,10 @@ from typer.testing import CliRunner, Result
 
 from mqbox.admin import broker_ops, ops
 from mqbox.admin.cli import app
-from mqbox.client import admin_api
 from mqbox.config import load_broker_config
 from mqbox.ipc import names
 from mqbox.message import encode_offset_msg_id, pack_host
-from mqbox.server import admin_records, supervisor
+from mqbox.server.home import process_alive, read_state, recorded_processes
 
 pytestmark = pytest.mark.integration
 
@@ -68,8 +67,8 @@ class Appliance:
 
 def _kill_recorded(state: dict[str, Any]) -> None:
     """SIGKILL every process the run files named that still runs (same pid and start time)."""
-    for _, pid, create_time in supervisor.recorded_processes(state):
-        if supervisor.process_alive(pid, create_time):
+    for _, pid, create_time in recorded_processes(state):
+        if process_alive(pid, create_time):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -95,13 +94,13 @@ def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
                 ],
             )
             gc.collect()
-        state = supervisor.read_state(home) or {}
+        state = read_state(home) or {}
         assert started.exit_code == 0, started.output
         namesrv = state["namesrv"]
         yield Appliance(home, f"{namesrv['host']}:{namesrv['port']}", state["broker"]["address"])
     finally:
         runner.invoke(app, ["stop", "--home", str(home), "--timeout-s", STOP_TIMEOUT_S])
-        _kill_recorded(state or supervisor.read_state(home) or {})
+        _kill_recorded(state or read_state(home) or {})
         instance = state.get("instance")
         if isinstance(instance, str) and instance:
             names.unlink_instance(instance)
@@ -167,15 +166,6 @@ def closed_port() -> int:
 
 
 # --- without the appliance ----------------------------------------------------------------------
-
-
-def test_the_private_codes_agree_with_their_owner() -> None:
-    assert admin_api.MQBOX_TOPIC_STATUS == admin_records.MQBOX_TOPIC_STATUS
-    assert admin_api.MQBOX_CONSUMER_PROGRESS == admin_records.MQBOX_CONSUMER_PROGRESS
-    assert admin_api.MQBOX_RESET_CONSUMER_OFFSET == admin_records.MQBOX_RESET_CONSUMER_OFFSET
-    assert admin_api.RESET_TO_EARLIEST == admin_records.RESET_TO_EARLIEST
-    assert admin_api.RESET_TO_LATEST == admin_records.RESET_TO_LATEST
-    assert admin_api.RESET_TO_TIMESTAMP == admin_records.RESET_TO_TIMESTAMP
 
 
 def test_the_name_server_is_the_option_else_the_env_else_etc_broker_conf(

@@ -23,7 +23,7 @@ from typing import Final
 import psutil
 import pytest
 
-from mqbox.server.admin_records import MQBOX_NOOP
+from mqbox.protocol.mqbox_codes import MQBOX_NOOP
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
 from tests.support.raw_sockets import closed_by_peer, cpu_percent_over, soft_file_limit
 

@@ -26,7 +26,7 @@ import pytest
 from mqbox.ipc import names
 from mqbox.protocol import make_request
 from mqbox.protocol.codes import RequestCode, ResponseCode
-from mqbox.server.processors.admin import MQBOX_NOOP
+from mqbox.protocol.mqbox_codes import MQBOX_NOOP
 from tests.support.broker_front import FrontBroker, running_front
 from tests.support.front_client import FrontClient
 

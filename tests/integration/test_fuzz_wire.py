@@ -8,7 +8,7 @@ amount, and an ordinary send and pull work.
 Method: one real appliance (tests/support/appliance.py, port 0) with auto-created topics and
 groups off, so what legitimately grows is bounded by the fuzzer's small pool of valid names. A
 seeded generator (MQBOX_FUZZ_SEED varies the seed; the default is fixed) starts from a valid
-request of a served code (worker.ROUTES and the admin processor's codes, each with a valid ext
+request of a served code (routing.ROUTES, each with a valid ext
 and body) and then, chosen at random: sends it as it is; replaces, drops or adds header fields
 with hostile values (text JSON and Java read differently: lone surrogate escapes, bytes that are
 not UTF-8; numbers out of range; huge and empty strings; wrong JSON types); breaks the header
@@ -67,9 +67,7 @@ from mqbox.protocol.headers import (
     SendMessageRequestHeader,
     UpdateAndCreateTopicRequestHeader,
 )
-from mqbox.server import supervisor
-from mqbox.server.admin_records import (
-    ADMIN_ZERO_CODES,
+from mqbox.protocol.mqbox_codes import (
     INVOKE_BROKER_TO_RESET_OFFSET,
     MQBOX_CONSUMER_PROGRESS,
     MQBOX_NOOP,
@@ -77,7 +75,8 @@ from mqbox.server.admin_records import (
     MQBOX_RESET_CONSUMER_OFFSET,
     MQBOX_TOPIC_STATUS,
 )
-from mqbox.server.worker import ROUTES
+from mqbox.server.home import read_state
+from mqbox.server.routing import ROUTES
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
 from tests.support.front_client import FrontClient
 from tests.support.pull_requests import pull_everything_header
@@ -106,22 +105,6 @@ CLIENT_ID: Final = "10.0.0.1@fuzz"
 # Valid names a mutation may put anywhere. TOPIC is not among them: a DELETE_TOPIC_IN_BROKER or
 # an UPDATE_AND_CREATE_TOPIC without write permission on it would refuse every later send there.
 NAME_POOL: Final = (GROUP, "FuzzOther", "%RETRY%FuzzGroup", "TBW102", "SCHEDULE_TOPIC_XXXX")
-SERVED_ELSEWHERE: Final = frozenset(
-    {
-        RequestCode.QUERY_MESSAGE,
-        RequestCode.UPDATE_AND_CREATE_TOPIC,
-        RequestCode.GET_ALL_TOPIC_CONFIG,
-        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
-        RequestCode.GET_MAX_OFFSET,
-        RequestCode.GET_MIN_OFFSET,
-        RequestCode.GET_EARLIEST_MSG_STORETIME,
-        RequestCode.VIEW_MESSAGE_BY_ID,
-        RequestCode.CHECK_CLIENT_CONFIG,
-        RequestCode.DELETE_TOPIC_IN_BROKER,
-        MQBOX_NOOP,
-        MQBOX_TOPIC_STATUS,
-    }
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -702,7 +685,7 @@ def fuzz_and_check(appliance: Appliance, frame_count: int) -> None:
     growth_bytes = memory_end_bytes - report["memory_warm_bytes"]
     print(json.dumps({**report, "memory_end_bytes": memory_end_bytes}))  # noqa: T201
     assert broker_pids(appliance) == before, "a process of the broker died"
-    state = supervisor.read_state(appliance.home) or {}
+    state = read_state(appliance.home) or {}
     assert state.get("broker_restarts") == 0
     assert not [role for role in state["roles"] if role.get("quarantined")]
     assert appliance.process.poll() is None
@@ -726,7 +709,7 @@ def appliance(tmp_path: Path) -> Iterator[Appliance]:
 
 
 def test_templates_cover_every_served_code() -> None:
-    served = set(ROUTES) | set(ADMIN_ZERO_CODES) | SERVED_ELSEWHERE
+    served = set(ROUTES)
     assert served <= {code for code, _ext, _body in TEMPLATES}
 
 

@@ -28,7 +28,7 @@ import pytest
 from mqbox.protocol import RemotingCommand
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.headers import SendMessageRequestHeader
-from mqbox.server.admin_records import MQBOX_CONSUMER_PROGRESS, MQBOX_NOOP
+from mqbox.protocol.mqbox_codes import MQBOX_CONSUMER_PROGRESS, MQBOX_NOOP
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
 from tests.support.front_client import FrontClient
 from tests.support.pull_requests import pull_everything_header

@@ -35,7 +35,7 @@ from mqbox.ipc import names
 from mqbox.protocol import Connection, Role, make_request
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.headers import SendMessageRequestHeader
-from mqbox.server.admin_records import MQBOX_NOOP
+from mqbox.protocol.mqbox_codes import MQBOX_NOOP
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
 from tests.support.pull_requests import pull_everything_header
 

@@ -39,7 +39,7 @@ from mqbox.protocol.headers import (
     SendMessageRequestHeader,
     SendMessageResponseHeader,
 )
-from mqbox.server.topics import SCHEDULE_TOPIC
+from mqbox.server.roles.processors.topics import SCHEDULE_TOPIC
 from tests.conftest import unique_name
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
 

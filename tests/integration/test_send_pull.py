@@ -45,7 +45,7 @@ from mqbox.protocol.codes import (
     ResponseCode,
 )
 from mqbox.protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader
-from mqbox.server.admin_records import MQBOX_PULL_STATUS
+from mqbox.protocol.mqbox_codes import MQBOX_PULL_STATUS
 from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient
 

@@ -38,7 +38,16 @@ from mqbox.client.remoting import RemotingClient
 from mqbox.config import BrokerConfig
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
+from mqbox.run_files import write_json_atomically
 from mqbox.server import supervisor
+from mqbox.server.home import (
+    HomeLayout,
+    instance_name,
+    prepare_home,
+    read_last_stop,
+    read_state,
+    store_root_of,
+)
 from mqbox.server.topology import START_ORDER, RoleKind, Topology
 from mqbox.store.layout import abort_path
 from tests.support import roles
@@ -166,11 +175,9 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> No
 def assert_nothing_left(running: Running, pids: list[int]) -> None:
     """No process of the run alive, no shared memory of its instance, no run files."""
     wait_until(lambda: not any(alive(pid) for pid in pids), 10, "every process to be gone")
-    instance = running.report.get("instance") or supervisor.instance_name(
-        running.home.resolve(), "broker-a"
-    )
+    instance = running.report.get("instance") or instance_name(running.home.resolve(), "broker-a")
     assert names.instance_paths(instance) == []
-    layout = supervisor.HomeLayout(running.home)
+    layout = HomeLayout(running.home)
     assert not layout.pid_path.exists()
     assert not layout.state_path.exists()
 
@@ -219,7 +226,7 @@ def test_every_role_is_its_own_process_started_one_kind_after_the_other(
         for other_id, other_ready_ns in ready_ns.items():
             if kind_rank(other_id) < kind_rank(role_id):
                 assert other_ready_ns < started_ns, f"{role_id} started before {other_id} was ready"
-    state = supervisor.read_state(home)
+    state = read_state(home)
     assert state is not None
     assert state["status"] == "running"
     assert {role["role_id"]: role["state"] for role in state["roles"]} == dict.fromkeys(
@@ -272,7 +279,7 @@ def test_sigkilled_non_critical_role_is_reforked_and_serves_again(
     assert running.popen.poll() is None
 
     def state_of_send() -> dict[str, Any]:
-        state = supervisor.read_state(home) or {"roles": []}
+        state = read_state(home) or {"roles": []}
         return next(role for role in state["roles"] if role["role_id"] == "send.0")
 
     # The re-forked role may answer before its supervisor has written the state file.
@@ -301,19 +308,19 @@ def test_sigkilled_critical_role_restarts_every_role_of_the_broker(
     os.kill(running.role_pids["store_writer.0"], signal.SIGKILL)
 
     def restarted() -> bool:
-        state = supervisor.read_state(home) or {}
+        state = read_state(home) or {}
         roles_ready = all(role["state"] == "ready" for role in state.get("roles", []))
         return state.get("broker_restarts") == 1 and state["status"] == "running" and roles_ready
 
     wait_until(restarted, 60, "the broker's roles to run again")
-    state = supervisor.read_state(home)
+    state = read_state(home)
     assert state is not None
     new_pids = {role["role_id"]: role["pid"] for role in state["roles"]}
     reap_pids.extend(new_pids.values())
     assert set(new_pids) == set(running.role_pids)
     assert not set(new_pids.values()) & set(running.role_pids.values())  # every role restarted
     assert "critical role store_writer.0" in state["last_failure"]["reason"]
-    store_root = supervisor.store_root_of(home.resolve(), BrokerConfig())
+    store_root = store_root_of(home.resolve(), BrokerConfig())
     assert abort_path(store_root).exists(), "the store writer's open runs the full recovery"
     topology = running.topology(roles.topology)
     client = roles.RoleClient(
@@ -353,7 +360,7 @@ def test_critical_role_that_keeps_dying_stops_the_broker_with_the_reason_in_stat
     log_text = (home / "logs" / "supervisor.log").read_text()
     assert reason in log_text
     assert log_text.count("restarting every role of the broker") == 2
-    last_stop = supervisor.read_last_stop(home)
+    last_stop = read_last_stop(home)
     assert last_stop is not None
     assert "critical role dispatcher.0" in last_stop["reason"]
     assert reason in last_stop["reason"]
@@ -368,16 +375,16 @@ def test_critical_role_that_keeps_dying_stops_the_broker_with_the_reason_in_stat
 def test_stale_shared_memory_and_state_of_a_dead_run_are_swept_at_start(
     home: Path, reap_pids: list[int], stopper: list[Running]
 ) -> None:
-    instance = supervisor.instance_name(home.resolve(), "broker-a")
+    instance = instance_name(home.resolve(), "broker-a")
     topology = roles.topology(instance, BrokerConfig())
-    layout = supervisor.prepare_home(home)
+    layout = prepare_home(home)
     # A dead run's ring (same name as one the new run creates) and a stray object.
     Ring.create(topology.rings[0].name, 4096).close()
     stray = names.SHM_DIRECTORY / f"mqbox.{instance}.stale-role.0"
     stray.write_bytes(b"left by a dead run")
     finished = subprocess.Popen(["true"])
     finished.wait()
-    supervisor.write_json_atomically(
+    write_json_atomically(
         layout.state_path,
         {"instance": instance, "supervisor": {"pid": finished.pid}, "roles": []},
     )
@@ -405,7 +412,7 @@ def test_second_start_on_the_same_home_fails_clearly(
     assert second.wait() == supervisor.EXIT_START_FAILED
     assert first.popen.poll() is None
     assert all(alive(pid) for pid in first.role_pids.values())
-    assert supervisor.HomeLayout(home).pid_path.read_text().strip() == str(first.popen.pid)
+    assert HomeLayout(home).pid_path.read_text().strip() == str(first.popen.pid)
 
 
 def test_busy_broker_port_fails_clearly_and_starts_nothing(
@@ -511,7 +518,7 @@ def test_dead_name_server_is_restarted_on_the_same_port(
     running = start_supervisor(home, reap_pids, namesrv=True)
     stopper.append(running)
     assert running.ok, running.report
-    state = supervisor.read_state(home)
+    state = read_state(home)
     assert state is not None
     first_pid = state["namesrv"]["pid"]
     port = state["namesrv"]["port"]
@@ -520,12 +527,12 @@ def test_dead_name_server_is_restarted_on_the_same_port(
     os.kill(first_pid, signal.SIGKILL)
 
     def restarted() -> bool:
-        now = supervisor.read_state(home) or {}
+        now = read_state(home) or {}
         namesrv = now.get("namesrv") or {}
         return namesrv.get("pid") not in (None, first_pid) and bool(namesrv.get("ready"))
 
     wait_until(restarted, 30, "the name server to come back")
-    state = supervisor.read_state(home)
+    state = read_state(home)
     assert state is not None
     second_pid = state["namesrv"]["pid"]
     reap_pids.append(second_pid)
@@ -564,7 +571,7 @@ def test_idle_appliance_fits_the_memory_budget(
     running = start_supervisor(home, reap_pids, namesrv=True)
     stopper.append(running)
     assert running.ok, running.report
-    state = supervisor.read_state(home)
+    state = read_state(home)
     assert state is not None
     pids = [running.popen.pid, state["namesrv"]["pid"], *running.role_pids.values()]
     time.sleep(1)  # let the roles settle into their idle loops

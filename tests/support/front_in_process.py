@@ -18,11 +18,12 @@ from typing import Any, Final
 from mqbox.config import BrokerConfig, PoolConfig
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
-from mqbox.server.codec import Codec
-from mqbox.server.processors.admin import AdminProcessor
-from mqbox.server.reactor import Reactor
-from mqbox.server.topology import RoleContext, RoleKind, Topology
-from mqbox.server.worker import Worker
+from mqbox.server.roles.codec import Codec
+from mqbox.server.roles.processors.admin import AdminProcessor
+from mqbox.server.roles.reactor import Reactor
+from mqbox.server.roles.worker import Worker
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RoleKind, Topology
 from tests.support.broker_front import front_topology, front_topology_small_rings
 
 PUMP_DEADLINE_S: Final = 10.0

@@ -30,8 +30,9 @@ import mqbox.message_kernels  # noqa: F401  (loaded for its kernels, as the real
 from mqbox.config import BrokerConfig
 from mqbox.ipc import names
 from mqbox.ipc.ring import RecordBatch, Ring
-from mqbox.server import runtime
-from mqbox.server.topology import RingSpec, RoleContext, Topology, broker_topology
+from mqbox.server import control_block, runtime
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RingSpec, Topology, broker_topology
 from mqbox.store import message_store
 
 CLIENT_ROLE_ID: Final = "client.0"
@@ -107,7 +108,7 @@ def topology_services_ignores_sigterm(instance: str, config: BrokerConfig) -> To
 
 def topology_real_services(instance: str, config: BrokerConfig) -> Topology:
     """The real services role (name-server registration) among echo roles."""
-    return _with_mains(instance, config, {"services.0": "mqbox.server.services:main"})
+    return _with_mains(instance, config, {"services.0": "mqbox.server.roles.services:main"})
 
 
 def topology_send_keeps_dying(instance: str, config: BrokerConfig) -> Topology:
@@ -226,7 +227,7 @@ def dies_after_ready_main(ctx: RoleContext) -> NoReturn:
     while the broker is still starting would fail the start instead.)"""
     ctx.report_ready({})
     assert ctx.control is not None
-    while ctx.control.broker_state() != runtime.BROKER_RUNNING:
+    while ctx.control.broker_state() != control_block.BROKER_RUNNING:
         time.sleep(0.01)
     time.sleep(0.05)
     os._exit(3)

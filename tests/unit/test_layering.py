@@ -51,6 +51,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "mqbox.message_kernels_ref": _DATA_PLANE_LEAF_FORBIDDEN,
     # resources.py (descriptor limit, accept back-off) serves the broker and the name server.
     "mqbox.resources": ("mqbox",),
+    # The one wall clock and the one run-file writer: leaves under store, server and namesrv.
+    "mqbox.clock": ("mqbox",),
+    "mqbox.run_files": ("mqbox",),
     "mqbox.protocol": (
         "socket",
         "selectors",
@@ -90,6 +93,56 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "mqbox.client": ("mqbox.store", "mqbox.server", "mqbox.ipc", "mqbox.admin", "mqbox.spark"),
     # server and admin see everything else (the broker registers through mqbox.client).
     "mqbox.server": ("mqbox.admin", "mqbox.spark"),
+    # The control block is a leaf every role and the supervisor import; the process graph is
+    # data that imports no role and no plumbing (no import circle through them).
+    "mqbox.server.control_block": ("mqbox",),
+    "mqbox.server.topology": ("mqbox.server",),
+    # Plumbing stands under the roles (mqbox/server/roles/), never on one of them.
+    **{
+        f"mqbox.server.{plumbing}": ("mqbox.server.roles",)
+        for plumbing in (
+            "runtime",
+            "topology",
+            "routing",
+            "home",
+            "transport",
+            "queue_counters",
+        )
+    },
+    # Ring record layouts are data: no transport, no role, no plumbing.
+    "mqbox.server.records": ("mqbox.server", "mqbox.ipc", "mqbox.store"),
+    # The ring transport moves records for every role and knows none of them.
+    "mqbox.server.transport": (
+        "mqbox.server.roles.processors",
+        "mqbox.server.roles.reactor",
+        "mqbox.server.roles.codec",
+        "mqbox.server.roles.worker",
+        "mqbox.server.roles.store_writer",
+        "mqbox.server.roles.dispatcher",
+        "mqbox.server.roles.schedule",
+        "mqbox.server.roles.services",
+        "mqbox.server.supervisor",
+    ),
+    # The routing table is data over the graph: no role, no plumbing but the topology.
+    "mqbox.server.routing": (
+        "mqbox.server.roles.processors",
+        "mqbox.server.roles.worker",
+        "mqbox.server.supervisor",
+        "mqbox.server.runtime",
+        "mqbox.store",
+        "mqbox.ipc",
+    ),
+    # The admin processor's sections stand on its base alone, not on each other.
+    **{
+        f"mqbox.server.roles.processors.admin.{section}": tuple(
+            f"mqbox.server.roles.processors.admin.{other}"
+            for other in ("clients", "offsets", "queries", "topic_admin")
+            if other != section
+        )
+        for section in ("clients", "offsets", "queries", "topic_admin")
+    },
+    # The request codes beyond RequestCode: the broker, the CLI and the client name them here.
+    "mqbox.protocol.mqbox_codes": ("mqbox.protocol.command", "mqbox.protocol.connection"),
     "mqbox.config": ("mqbox.store", "mqbox.server", "mqbox.protocol", "mqbox.ipc"),
 }
 # The client's pure foundation (algorithms, tables, decoding): no sockets, threads or clocks, and

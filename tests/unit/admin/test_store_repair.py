@@ -19,7 +19,7 @@ from mqbox.admin.cli import app
 from mqbox.config import load_broker_config
 from mqbox.errors import StoreError
 from mqbox.message import MessageToStore, encode_record, pack_host
-from mqbox.server.supervisor import HomeLayout, lock_home
+from mqbox.server.home import HomeLayout, lock_home
 from mqbox.store.message_store import MessageStore, StoreConfig
 from tests.support.faulty_file import abandon_store, commit_log_segment_path, write_range
 

@@ -39,10 +39,7 @@ from mqbox.client.process_queue import FLOW_CONTROL_DELAY_MS, FlowControl
 from mqbox.errors import ConfigError
 from mqbox.protocol.codes import ConsumeFromWhere
 from mqbox.protocol.headers import MessageQueue
-from mqbox.server.admin_records import (
-    encode_reset_offset_body_cpp,
-    encode_reset_offset_body_java,
-)
+from mqbox.protocol.mqbox_codes import encode_reset_offset_body_cpp, encode_reset_offset_body_java
 
 MAX_OFFSET = 500
 FOUND_BY_TIME = 123

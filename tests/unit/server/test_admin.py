@@ -50,17 +50,17 @@ from mqbox.protocol.headers import (
     SubscriptionData,
     UpdateAndCreateTopicRequestHeader,
 )
-from mqbox.server import admin_records, records
-from mqbox.server.admin_records import GroupSubscriptionsReader
-from mqbox.server.client_manager import Subscription
-from mqbox.server.processors.admin import (
+from mqbox.protocol.mqbox_codes import (
     MQBOX_CONSUMER_PROGRESS,
     MQBOX_RESET_CONSUMER_OFFSET,
     MQBOX_TOPIC_STATUS,
-    AdminProcessor,
 )
-from mqbox.server.records import Inbox, Outbox, SpillWriter
+from mqbox.server import admin_records, records
+from mqbox.server.admin_records import GroupSubscriptionsReader
+from mqbox.server.roles.processors.admin import AdminProcessor
+from mqbox.server.roles.processors.client_manager import Subscription
 from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Inbox, Outbox, SpillWriter
 from mqbox.store import config_files
 from mqbox.store.config_files import TopicConfig
 from mqbox.store.layout import (

@@ -1,4 +1,4 @@
-"""Goal: the broker's client tables (server/client_manager.py) keep one entry per client id and
+"""Goal: the broker's client tables (processors/client_manager.py) keep one entry per client id and
 group, on the connection of its newest heartbeat; report a consumer group's membership change
 exactly when its set of client ids changes (heartbeat of a new client, unregister, a closed
 connection, 120 s of silence) and never otherwise; recompute tag hashes from tag strings and
@@ -28,7 +28,7 @@ from mqbox.protocol.headers import (
     ProducerData,
     SubscriptionData,
 )
-from mqbox.server.client_manager import (
+from mqbox.server.roles.processors.client_manager import (
     CLIENT_EXPIRY_MS_DEFAULT,
     ClientManager,
     group_name_problem,

@@ -1,4 +1,4 @@
-"""Goal: consumer offsets (server/consumer_offsets.py) answer QUERY_CONSUMER_OFFSET by checklist
+"""Goal: consumer offsets (processors/consumer_offsets.py) answer QUERY_CONSUMER_OFFSET by checklist
 rule 7 (committed -> it; nothing committed and the queue starts at 0 -> 0; otherwise not found),
 refuse negative indexes, and reach config/consumerOffset.json no sooner than 5 s after the first
 unsaved change, at once on `persist_now` (the stop path), never when nothing changed, and in the
@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqbox.errors import ConfigError
-from mqbox.server.consumer_offsets import (
+from mqbox.server.roles.processors.consumer_offsets import (
     PERSIST_INTERVAL_MS_DEFAULT,
     ConsumerOffsets,
     starting_queue_index,

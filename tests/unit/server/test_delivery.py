@@ -1,4 +1,4 @@
-"""Goal: the rewrites of delayed delivery, retry and the DLQ (mqbox/server/delivery.py) do what
+"""Goal: the rewrites of delayed delivery, retry and the DLQ (processors/delivery.py) do what
 docs/protocol.md section 9 says the Java broker does: a DELAY > 0 goes under
 SCHEDULE_TOPIC_XXXX at queue level - 1 with REAL_TOPIC / REAL_QID (the level cut to the last
 configured one), only for transaction types NOT and COMMIT; a due delivery restores the topic
@@ -27,8 +27,8 @@ from mqbox.config import (
     load_broker_config,
 )
 from mqbox.errors import ConfigError, MessageIllegalError
-from mqbox.server import delivery
-from mqbox.server.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from mqbox.server.roles.processors import delivery
+from mqbox.server.roles.processors.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 
 TOPIC_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789%|_-"
 RESERVED = {b"DELAY", b"REAL_TOPIC", b"REAL_QID"}

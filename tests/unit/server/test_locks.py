@@ -1,4 +1,4 @@
-"""Goal: queue locks of orderly consumers (server/locks.py) grant a free or expired queue, renew
+"""Goal: queue locks of orderly consumers (processors/locks.py) grant a free or expired queue, renew
 it for its holder, refuse it to anyone else for 60 s after the holder's last lock request,
 release only on the holder's unlock, keep groups apart, and forget expired locks when swept.
 
@@ -9,7 +9,7 @@ carry them.
 from __future__ import annotations
 
 from mqbox.protocol.headers import MessageQueue
-from mqbox.server.locks import LOCK_LIFETIME_MS_DEFAULT, QueueLocks
+from mqbox.server.roles.processors.locks import LOCK_LIFETIME_MS_DEFAULT, QueueLocks
 
 SECOND_NS = 1_000_000_000
 LIFETIME_NS = LOCK_LIFETIME_MS_DEFAULT * 1_000_000

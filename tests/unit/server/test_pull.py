@@ -33,10 +33,10 @@ from mqbox.protocol.codes import (
     ResponseCode,
 )
 from mqbox.protocol.headers import PullMessageRequestHeader
-from mqbox.server.admin_records import MQBOX_PULL_STATUS
-from mqbox.server.processors.pull import PullProcessor, tag_hashes_of
+from mqbox.protocol.mqbox_codes import MQBOX_PULL_STATUS
 from mqbox.server.records import ConnectionEvent
-from mqbox.server.topics import TopicConfigStore
+from mqbox.server.roles.processors.pull import PullProcessor, tag_hashes_of
+from mqbox.server.roles.processors.topics import TopicConfigStore
 from mqbox.store.config_files import TopicConfig
 from mqbox.store.layout import commit_log_dir, consume_queue_dir, segment_name
 from tests.unit.server.test_send import (

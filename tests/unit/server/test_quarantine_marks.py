@@ -1,4 +1,4 @@
-"""Goal: the quarantine bookkeeping of records.Inbox and runtime.RecordMarks (runtime.py's
+"""Goal: the quarantine bookkeeping of transport.Inbox and runtime.RecordMarks (runtime.py's
 module docstring). While a record is handled, the role's handling words hold its ring's number
 and its position, the byte count since the ring was made, also past a wrap of the ring with its
 padding record; between batches they say "nothing". The record the control block quarantined is
@@ -20,7 +20,7 @@ import pytest
 from mqbox.ipc import names
 from mqbox.ipc.layout import RECORD_ALIGNMENT_BYTES, RECORD_HEADER_SIZE_BYTES
 from mqbox.ipc.ring import Ring
-from mqbox.server import records, runtime
+from mqbox.server import control_block, runtime, transport
 from mqbox.server.records import Buffer
 
 ROLE_ID = "admin.0"
@@ -42,9 +42,9 @@ def aligned_size_bytes(payload_size_bytes: int) -> int:
 
 
 def test_handling_words_name_each_record_by_its_position_across_wraps(ring: Ring) -> None:
-    control = runtime.ControlBlock.create([ROLE_ID])
+    control = control_block.ControlBlock.create([ROLE_ID])
     marks = runtime.RecordMarks(control, ROLE_ID, ["other ring", ring.name])
-    inbox = records.Inbox(ring, "producer", marks)
+    inbox = transport.Inbox(ring, "producer", marks)
     positions = []
     for number in range(60):  # about 15 KiB through a 4 KiB ring
         payload = bytes([number]) * (100 + 37 * (number % 9))
@@ -62,12 +62,12 @@ def test_handling_words_name_each_record_by_its_position_across_wraps(ring: Ring
 
 
 def test_the_quarantined_record_goes_to_the_hook_and_the_others_are_yielded(ring: Ring) -> None:
-    control = runtime.ControlBlock.create([ROLE_ID])
+    control = control_block.ControlBlock.create([ROLE_ID])
     for number in range(3):
         assert ring.try_write_nowait(1, f"record {number}".encode())
     second_position = aligned_size_bytes(len(b"record 0"))
     control.quarantine(ROLE_ID, (1, second_position))
-    inbox = records.Inbox(ring, "producer", runtime.RecordMarks(control, ROLE_ID, [ring.name]))
+    inbox = transport.Inbox(ring, "producer", runtime.RecordMarks(control, ROLE_ID, [ring.name]))
     skipped: list[bytes] = []
 
     def on_quarantined(record_type: int, buffer: Buffer, offset: int, size: int) -> None:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
-from mqbox.server import records
+from mqbox.server import records, transport
 
 U64 = st.integers(0, 2**64 - 1)
 I32 = st.integers(-(2**31), 2**31 - 1)
@@ -188,7 +188,7 @@ def ring(shm_instance: str) -> Iterator[Ring]:
         names.unlink_instance(shm_instance)
 
 
-def drain_all(inbox: records.Inbox) -> list[tuple[int, bytes]]:
+def drain_all(inbox: transport.Inbox) -> list[tuple[int, bytes]]:
     batch = inbox.drain_nowait()
     found = [
         (record_type, bytes(memoryview(buffer)[offset : offset + size]))
@@ -203,8 +203,8 @@ def spill_files(instance: str) -> list[Path]:
 
 
 def test_outbox_writes_records_in_order_in_one_batch(ring: Ring, shm_instance: str) -> None:
-    outbox = records.Outbox(ring, records.SpillWriter(shm_instance, "codec.0"))
-    inbox = records.Inbox(ring, "codec.0")
+    outbox = transport.Outbox(ring, transport.SpillWriter(shm_instance, "codec.0"))
+    inbox = transport.Inbox(ring, "codec.0")
     outbox.append(records.FRAME, b"12345678", b"abc")
     outbox.append(records.COMMAND, b"x" * 40)
     outbox.append(records.CLOSE_CONNECTION, records.pack_close_connection(7, 1))
@@ -224,8 +224,8 @@ def test_outbox_writes_records_in_order_in_one_batch(ring: Ring, shm_instance: s
 def test_outbox_keeps_what_a_full_ring_refuses_and_sends_it_later(
     ring: Ring, shm_instance: str
 ) -> None:
-    outbox = records.Outbox(ring, records.SpillWriter(shm_instance, "reactor.0"))
-    inbox = records.Inbox(ring, "reactor.0")
+    outbox = transport.Outbox(ring, transport.SpillWriter(shm_instance, "reactor.0"))
+    inbox = transport.Inbox(ring, "reactor.0")
     payloads = [bytes([index]) * 1000 for index in range(10)]  # 10 KB into a 4 KiB ring
     for payload in payloads:
         outbox.append(records.FRAME, payload)
@@ -243,8 +243,8 @@ def test_outbox_keeps_what_a_full_ring_refuses_and_sends_it_later(
 def test_payload_above_the_inline_maximum_travels_as_a_spill_file(
     ring: Ring, shm_instance: str
 ) -> None:
-    outbox = records.Outbox(ring, records.SpillWriter(shm_instance, "reactor.0"))
-    inbox = records.Inbox(ring, "reactor.0")
+    outbox = transport.Outbox(ring, transport.SpillWriter(shm_instance, "reactor.0"))
+    inbox = transport.Inbox(ring, "reactor.0")
     head = records.pack_conn_id(42)
     tail = os.urandom(ring.payload_size_bytes_max + 1000)
     outbox.append(records.FRAME, head, tail)
@@ -272,7 +272,7 @@ def test_payload_above_the_inline_maximum_travels_as_a_spill_file(
 
 def test_a_spilled_record_forwarded_unread_keeps_its_file(ring: Ring, shm_instance: str) -> None:
     """The worker forwards a SPILLED COMMAND as it is: the file belongs to the next consumer."""
-    outbox = records.Outbox(ring, records.SpillWriter(shm_instance, "codec.0"))
+    outbox = transport.Outbox(ring, transport.SpillWriter(shm_instance, "codec.0"))
     head = records.pack_command_head(1, 2, 10, 0, 63, b"\x7f\0\0\x01", 9, 0, 1, 5, 0)
     outbox.append(records.COMMAND, head, b"x" * (ring.payload_size_bytes_max + 1))
     assert outbox.flush_nowait()
@@ -288,8 +288,8 @@ def test_a_spilled_record_forwarded_unread_keeps_its_file(ring: Ring, shm_instan
 def test_a_spill_file_gone_before_the_read_is_counted_and_skipped(
     ring: Ring, shm_instance: str
 ) -> None:
-    outbox = records.Outbox(ring, records.SpillWriter(shm_instance, "codec.0"))
-    inbox = records.Inbox(ring, "codec.0")
+    outbox = transport.Outbox(ring, transport.SpillWriter(shm_instance, "codec.0"))
+    inbox = transport.Inbox(ring, "codec.0")
     outbox.append(records.FRAME, b"h" * 8, b"x" * (ring.payload_size_bytes_max + 1))
     outbox.append(records.FRAME, b"h" * 8, b"y")
     assert outbox.flush_nowait()
@@ -305,7 +305,7 @@ def test_staged_spilled_records_count_their_files_in_the_back_pressure(
     """Issue 9: a SPILLED record is a few bytes in the ring but megabytes in /dev/shm; the
     high-water marks of the roles see the megabytes."""
     big = b"x" * (ring.payload_size_bytes_max + 1000)
-    outbox = records.Outbox(ring, records.SpillWriter(shm_instance, "codec.0"))
+    outbox = transport.Outbox(ring, transport.SpillWriter(shm_instance, "codec.0"))
     filler = b"f" * ring.payload_size_bytes_max
     outbox.append(records.FRAME, filler)  # the ring takes this one, not the three after it
     outbox.append(records.FRAME, filler)
@@ -314,12 +314,12 @@ def test_staged_spilled_records_count_their_files_in_the_back_pressure(
     assert not outbox.flush_nowait()
     assert outbox.pending_count == 3
     assert outbox.pending_size_bytes >= len(filler) + 2 * len(big)
-    drain_all(records.Inbox(ring, "codec.0"))
+    drain_all(transport.Inbox(ring, "codec.0"))
     assert outbox.flush_nowait()
     assert outbox.pending_size_bytes == 0
     # A role that forwards them unread (the worker) counts their files as well.
-    forwarder = records.Outbox(ring, records.SpillWriter(shm_instance, "worker.0"))
-    inbox = records.Inbox(ring, "codec.0")
+    forwarder = transport.Outbox(ring, transport.SpillWriter(shm_instance, "worker.0"))
+    inbox = transport.Inbox(ring, "codec.0")
     batch = inbox.drain_nowait()
     for record_type, buffer, offset, size in inbox.records(batch, frozenset({records.FRAME})):
         if record_type & records.SPILLED_FLAG:
@@ -332,11 +332,11 @@ def test_staged_spilled_records_count_their_files_in_the_back_pressure(
 def test_the_spill_budget_counts_the_instances_files_and_lets_a_lone_payload_go(
     shm_instance: str,
 ) -> None:
-    budget = records.SpillBudget(shm_instance, 1000)
+    budget = transport.SpillBudget(shm_instance, 1000)
     assert budget.used_bytes() == 0
     assert budget.has_room_nowait(5000)  # nothing else spilled: a big payload still goes
-    writer = records.SpillWriter(shm_instance, "reactor.0")
-    other = records.SpillWriter(shm_instance + "x", "reactor.0")  # another instance
+    writer = transport.SpillWriter(shm_instance, "reactor.0")
+    other = transport.SpillWriter(shm_instance + "x", "reactor.0")  # another instance
     try:
         writer.write([b"a" * 600])
         other.write([b"b" * 5000])
@@ -350,7 +350,7 @@ def test_the_spill_budget_counts_the_instances_files_and_lets_a_lone_payload_go(
 
 
 def test_spill_writer_skips_names_left_by_an_earlier_process(shm_instance: str) -> None:
-    writer = records.SpillWriter(shm_instance, "reactor.0")
+    writer = transport.SpillWriter(shm_instance, "reactor.0")
     leftover = names.SHM_DIRECTORY / names.shm_name(shm_instance, writer.role_part, 0).removeprefix(
         "/"
     )

@@ -20,9 +20,9 @@ import pytest
 
 from mqbox import resources
 from mqbox.protocol.codes import ResponseCode
-from mqbox.server import codec as codec_module
-from mqbox.server.processors import Request
-from mqbox.server.processors.admin import MQBOX_NOOP
+from mqbox.protocol.mqbox_codes import MQBOX_NOOP
+from mqbox.server.roles import codec as codec_module
+from mqbox.server.roles.processors import Request
 from tests.support.front_client import FrontClient
 from tests.support.front_in_process import FrontInProcess
 

@@ -25,10 +25,10 @@ from mqbox.ipc import names
 from mqbox.protocol import FLAG_RESPONSE, RemotingCommand, SerializeType, make_request
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import encode_command, encode_command_head
-from mqbox.server import records
-from mqbox.server.processors import Request
-from mqbox.server.processors.admin import MQBOX_NOOP
-from mqbox.server.worker import ConnectionInfo
+from mqbox.protocol.mqbox_codes import MQBOX_NOOP
+from mqbox.server import records, transport
+from mqbox.server.roles.processors import Request
+from mqbox.server.roles.worker import ConnectionInfo
 from mqbox.store import layout as store_layout
 from tests.support.front_client import ConnectionClosedError, FrontClient
 from tests.support.front_in_process import FrontInProcess
@@ -401,9 +401,9 @@ def test_a_reply_that_would_spill_past_the_budget_is_answered_system_busy(
     spill budget; without it the client gets SYSTEM_BUSY (2) and a remark, not the bytes."""
     client = connect(front)
     admin = front.admins[0]
-    admin.spill_budget = records.SpillBudget(front.instance, 1 << 20)
+    admin.spill_budget = transport.SpillBudget(front.instance, 1 << 20)
     body = b"r" * (admin.inline_size_bytes_max + 1)
-    other = records.SpillWriter(front.instance, "test.0")
+    other = transport.SpillWriter(front.instance, "test.0")
     try:
         (conn_id,) = front.reactor.connections
         full = other.write([b"o" * (1 << 20)])

@@ -30,9 +30,8 @@ from mqbox.protocol import RemotingCommand, make_request
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.headers import ConsumerSendMsgBackRequestHeader
-from mqbox.server.processors.send import SEND_BACK_CODE
-from mqbox.server.schedule import ScheduleRole
-from mqbox.server.topics import SCHEDULE_TOPIC
+from mqbox.server.roles.processors.topics import SCHEDULE_TOPIC
+from mqbox.server.roles.schedule import ScheduleRole
 from mqbox.server.topology import RoleKind
 from mqbox.store import config_files
 from mqbox.store.config_files import SubscriptionGroupConfig, SubscriptionGroupTable
@@ -111,7 +110,7 @@ def send(graph: StoreGraph, topic: str, body: bytes, **properties: str) -> Remot
 
 def send_back(graph: StoreGraph, ext: dict[str, str]) -> RemotingCommand:
     opaque = graph.next_opaque()
-    graph.submit(graph.send, make_request(SEND_BACK_CODE, opaque, ext))
+    graph.submit(graph.send, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, opaque, ext))
     return graph.wait_reply(opaque)
 
 
@@ -238,7 +237,9 @@ def test_send_back_stores_a_delayed_retry_and_answers_after_the_ack(graph: Sched
     original = send(graph, "Orders", b"failed", TAGS="TagB", KEYS="order-1")
     offset = log_offset_of(original)
     opaque = graph.next_opaque()
-    graph.submit(graph.send, make_request(SEND_BACK_CODE, opaque, send_back_ext(offset)))
+    graph.submit(
+        graph.send, make_request(RequestCode.CONSUMER_SEND_MSG_BACK, opaque, send_back_ext(offset))
+    )
     assert not graph.has_reply(opaque)  # nothing before the store writer's ack
     response = graph.wait_reply(opaque)
     assert response.code == ResponseCode.SUCCESS, response.remark
@@ -298,7 +299,10 @@ def test_bad_offsets_and_headers_get_clear_errors(graph: ScheduleGraph) -> None:
         ({"group": "CG", "offset": "0", "delayLevel": "later"}, "delayLevel"),
     ):
         with pytest.raises(RemoteProtocolError, match=field) as raised:
-            graph.submit(graph.send, make_request(SEND_BACK_CODE, graph.next_opaque(), ext))
+            graph.submit(
+                graph.send,
+                make_request(RequestCode.CONSUMER_SEND_MSG_BACK, graph.next_opaque(), ext),
+            )
         assert raised.value.response_code == ResponseCode.SYSTEM_ERROR
     response = send_back(graph, {**send_back_ext(offset), "group": "bad group!"})
     assert response.code == ResponseCode.SYSTEM_ERROR

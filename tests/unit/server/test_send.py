@@ -48,20 +48,21 @@ from mqbox.protocol import RemotingCommand, make_request
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import decode_command
 from mqbox.protocol.headers import SendMessageRequestHeader
-from mqbox.server import records
-from mqbox.server.dispatcher import DispatcherRole
-from mqbox.server.processors import Request
-from mqbox.server.processors.pull import PullProcessor
-from mqbox.server.processors.send import (
+from mqbox.server import records, transport
+from mqbox.server.roles.dispatcher import DispatcherRole
+from mqbox.server.roles.processors import Request
+from mqbox.server.roles.processors.pull import PullProcessor
+from mqbox.server.roles.processors.send import (
     SendProcessor,
     count_unterminated_properties,
     encode_batch_records,
     offset_msg_ids,
 )
-from mqbox.server.records import Inbox
-from mqbox.server.store_writer import StoreWriter
-from mqbox.server.topics import TopicConfigStore
-from mqbox.server.topology import RoleContext, RoleKind, broker_topology
+from mqbox.server.roles.processors.topics import TopicConfigStore
+from mqbox.server.roles.store_writer import StoreWriter
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RoleKind, broker_topology
+from mqbox.server.transport import Inbox
 from mqbox.store.config_files import TopicConfig
 from mqbox.store.layout import abort_path, commit_log_dir, segment_name
 
@@ -176,7 +177,7 @@ class StoreGraph:
 
     def collect(self) -> None:
         for inbox in self.reply_inboxes:
-            batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+            batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
             for record_type, buffer, offset, size in inbox.records(batch):
                 assert record_type == records.REPLY
                 self.replies.append(self._decode_reply(buffer, offset, size))

@@ -26,7 +26,7 @@ import pytest
 from mqbox.message import decode_record
 from mqbox.protocol import RemotingCommand, make_request
 from mqbox.protocol.codes import RequestCode, ResponseCode
-from mqbox.server.store_housekeeper import UNLINK_GRACE_MS, StoreHousekeeper
+from mqbox.server.roles.store_housekeeper import UNLINK_GRACE_MS, StoreHousekeeper
 from mqbox.store.checkpoint import read_checkpoint
 from mqbox.store.cleanup import DiskSpaceGuard
 from mqbox.store.config_files import TopicConfig

@@ -21,7 +21,7 @@ import pytest
 
 from mqbox.config import BrokerConfig, LimitConfig
 from mqbox.errors import AutoCreateLimitError
-from mqbox.server.topics import (
+from mqbox.server.roles.processors.topics import (
     PERM_ALL,
     SCHEDULE_QUEUE_COUNT,
     TopicConfigStore,
@@ -169,7 +169,7 @@ _CREATOR = textwrap.dedent(
     import sys
     from pathlib import Path
     from mqbox.config import BrokerConfig
-    from mqbox.server.topics import TopicConfigStore
+    from mqbox.server.roles.processors.topics import TopicConfigStore
     from mqbox.store.config_files import TopicConfig
 
     root, prefix, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])

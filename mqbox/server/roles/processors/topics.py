@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from mqbox.clock import wall_clock_ms
 from mqbox.config import BrokerConfig
 from mqbox.errors import AutoCreateLimitError
 from mqbox.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
@@ -64,10 +65,6 @@ SCHEDULE_QUEUE_COUNT: Final = 18  # one queue per delay level
 BENCHMARK_QUEUE_COUNT: Final = 1024  # as the Java broker makes it
 PERM_READ_WRITE: Final = PERM_READ | PERM_WRITE
 PERM_ALL: Final = PERM_READ | PERM_WRITE | PERM_INHERIT
-
-
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def system_topics(broker: BrokerConfig) -> list[TopicConfig]:
@@ -120,7 +117,7 @@ class TopicConfigStore:
         *,
         reload_check_interval_ns: int = RELOAD_CHECK_INTERVAL_NS,
         clock_ns: Callable[[], int] = time.monotonic_ns,
-        wall_clock_ms: Callable[[], int] = _wall_clock_ms,
+        wall_clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         assert reload_check_interval_ns >= 0
         self.broker = broker

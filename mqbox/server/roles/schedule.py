@@ -53,12 +53,13 @@ import time
 from collections.abc import Callable
 from typing import Final, NoReturn
 
+from mqbox.clock import wall_clock_ms
 from mqbox.config import delay_level_durations_ms
 from mqbox.errors import MessageIllegalError, MqboxError
 from mqbox.ipc.ring import Ring
 from mqbox.message import decode_record, encode_record, encode_topic
 from mqbox.protocol.codes import ResponseCode
-from mqbox.server import delivery, records, runtime
+from mqbox.server import records, runtime, transport
 from mqbox.server.queue_counters import (
     QueueCounters,
     StorePositions,
@@ -66,10 +67,12 @@ from mqbox.server.queue_counters import (
     queue_key,
     store_positions_name,
 )
-from mqbox.server.records import Inbox, Outbox, Sleeper, SpillWriter
-from mqbox.server.store_writer import store_config_of
-from mqbox.server.topics import SCHEDULE_TOPIC
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server.roles.processors import delivery
+from mqbox.server.roles.processors.topics import SCHEDULE_TOPIC
+from mqbox.server.roles.store_writer import store_config_of
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillWriter
 from mqbox.store import config_files
 from mqbox.store.commit_log import CommitLog
 from mqbox.store.consume_queue import ConsumeQueue, ConsumeQueueTable
@@ -148,10 +151,6 @@ class ScheduleStatistics:
     turn_count: int
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class ScheduleRole:
     """One schedule process's state. `run_forever()` is the role; tests drive `run_once()`,
     `persist_now()` and `close()`."""
@@ -162,7 +161,7 @@ class ScheduleRole:
         *,
         spin_ns_max: int = 0,
         wakeup_fd: int | None = None,
-        clock_ms: Callable[[], int] = _wall_clock_ms,
+        clock_ms: Callable[[], int] = wall_clock_ms,
         persist_interval_ms: int = PERSIST_INTERVAL_MS_DEFAULT,
         in_flight_count_max: int = IN_FLIGHT_COUNT_MAX,
         stop_wait_ms: int = STOP_WAIT_MS,
@@ -282,7 +281,7 @@ class ScheduleRole:
         return min(due, default=None)
 
     def _drain(self, inbox: Inbox) -> int:
-        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         try:
             for record_type, buffer, offset, size in inbox.records(batch):

@@ -55,7 +55,7 @@ Invariants:
 Theory of operation: one loop; each turn drains the response rings (at most BATCH_COUNT_MAX
 records each), writes what it can, handles the epoll events of the sockets, then writes the
 staged FRAME records to the codec rings in one batch per ring. Sockets and ring doorbells share
-the one epoll (records.Sleeper), so a response wakes the reactor the same way a request does.
+the one epoll (transport.Sleeper), so a response wakes the reactor the same way a request does.
 Descriptor numbers of segments mean nothing in another process (docs/style.md section 9), so each
 reactor opens the segments itself, caches one descriptor per segment, and closes a descriptor
 whose file was deleted (retention), so the disk space is freed.
@@ -72,6 +72,7 @@ import socket
 import time
 from typing import Final, NoReturn
 
+from mqbox.clock import wall_clock_ms
 from mqbox.ipc.ring import Ring
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.frame import (
@@ -82,9 +83,11 @@ from mqbox.protocol.frame import (
     check_frame_length,
 )
 from mqbox.resources import AcceptBackoff, RateLimitedLog, accept_out_of_resources
-from mqbox.server import records, runtime
-from mqbox.server.records import Buffer, Inbox, Outbox, Sleeper, SpillBudget, SpillWriter
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server import records, runtime, transport
+from mqbox.server.records import Buffer
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillBudget, SpillWriter
 from mqbox.store import layout as store_layout
 
 log = logging.getLogger("mqbox.reactor")
@@ -196,7 +199,7 @@ class Reactor:
         connection_output_size_bytes_max: int | None = None,
         response_buffer_size_bytes_max: int | None = None,
         frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
-        spin_ns_max: int = records.REQUEST_SPIN_NS_MAX,
+        spin_ns_max: int = transport.REQUEST_SPIN_NS_MAX,
         wakeup_fd: int | None = None,
     ) -> None:
         assert ctx.role.kind is RoleKind.REACTOR
@@ -383,7 +386,7 @@ class Reactor:
             self._by_fd[connection.fd] = connection
             self.epoll.register(connection.fd, _EPOLL_READ)
             self._connections_accepted += 1
-            event = records.ConnectionEvent(conn_id, records.now_ms(), peer_host, peer_port)
+            event = records.ConnectionEvent(conn_id, wall_clock_ms(), peer_host, peer_port)
             outbox.append(records.CONNECTION_OPENED, records.pack_connection_event(event))
 
     # -- reading ----------------------------------------------------------------------------------
@@ -548,7 +551,7 @@ class Reactor:
         for inbox in self.inboxes:
             if not inbox.ring.readable():
                 continue
-            batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+            batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
             for record_type, buffer, offset, size in inbox.records(batch):
                 handled += 1
                 if record_type == records.RESPONSE:
@@ -649,7 +652,7 @@ class Reactor:
         if connection is None:
             # Not ours (any more): answer with a CLOSED anyway, so the tables upstream let go.
             event = records.ConnectionEvent(
-                conn_id, records.now_ms(), "", 0, records.CLOSE_REASON_UNKNOWN
+                conn_id, wall_clock_ms(), "", 0, records.CLOSE_REASON_UNKNOWN
             )
             outbox = self.outboxes[conn_id % len(self.outboxes)]
             outbox.append(records.CONNECTION_CLOSED, records.pack_connection_event(event))
@@ -808,7 +811,7 @@ class Reactor:
         self._connections_closed += 1
         event = records.ConnectionEvent(
             connection.conn_id,
-            records.now_ms(),
+            wall_clock_ms(),
             connection.peer_host,
             connection.peer_port,
             reason,

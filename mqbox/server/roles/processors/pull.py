@@ -35,7 +35,7 @@ Closed connections: the worker sends CONNECTION_CLOSED to pull.(conn % P), the p
 got the connection's pulls, on the same ring and so after them; every pull held for it (and
 every error answer waiting out its delay) is dropped then, instead of at its timeout.
 
-MQBOX_PULL_STATUS (10004, admin_records.py; the worker routes it like a pull, so it reaches
+MQBOX_PULL_STATUS (10004, protocol/mqbox_codes.py; the worker routes it like a pull, so it reaches
 pull.(conn % P)): no ext; body {"role", "pulls", "found", "empty", "heldNow", "holds", "woken",
 "timedOut", "releasedOnClose", "errors"}, this process's PullStatistics. With P > 1 each
 connection sees one pull processor; "role" says which.
@@ -70,10 +70,9 @@ from mqbox.protocol.headers import (
     PullMessageResponseHeader,
     validate_topic,
 )
+from mqbox.protocol.mqbox_codes import MQBOX_PULL_STATUS
 from mqbox.server import admin_records, records
-from mqbox.server.admin_records import MQBOX_PULL_STATUS, GroupSubscriptionsReader
-from mqbox.server.client_manager import group_name_problem
-from mqbox.server.processors import Processor, Request, run_processor
+from mqbox.server.admin_records import GroupSubscriptionsReader
 from mqbox.server.queue_counters import (
     QueueCounters,
     StorePositions,
@@ -81,10 +80,18 @@ from mqbox.server.queue_counters import (
     queue_key,
     store_positions_name,
 )
-from mqbox.server.records import ConnectionEvent, Outbox
-from mqbox.server.store_writer import store_config_of
-from mqbox.server.topics import PERM_READ_WRITE, RETRY_GROUP_TOPIC_PREFIX, TopicConfigStore
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server.records import ConnectionEvent
+from mqbox.server.roles.processors import Processor, Request, handles, run_processor
+from mqbox.server.roles.processors.client_manager import group_name_problem
+from mqbox.server.roles.processors.topics import (
+    PERM_READ_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TopicConfigStore,
+)
+from mqbox.server.roles.store_writer import store_config_of
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Outbox
 from mqbox.store.config_files import TopicConfig
 from mqbox.store.message_store import READ_PLAN_MESSAGE_COUNT_MAX, MessageStoreReader
 from mqbox.store.read_plan import (
@@ -95,7 +102,6 @@ from mqbox.store.read_plan import (
     PULL_SUCCESS,
 )
 
-PULL_CODE: Final = int(RequestCode.PULL_MESSAGE)
 HOLD_MS_MAX: Final = 30_000
 ERROR_DELAY_MS_DEFAULT: Final = 1000
 PULL_MESSAGE_COUNT_LIMIT: Final = READ_PLAN_MESSAGE_COUNT_MAX
@@ -215,13 +221,10 @@ class PullProcessor(Processor):
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def handle(self, request: Request) -> None:
-        if request.code != PULL_CODE:
-            if request.code == MQBOX_PULL_STATUS:
-                self.reply(request, self._status_response(request))
-                return
-            super().handle(request)
-            return
+    @handles(RequestCode.PULL_MESSAGE)
+    def _pull(self, request: Request) -> None:
+        """PULL_MESSAGE (11): served now, or held until its queue grows or its time runs out
+        (module docstring)."""
         header = PullMessageRequestHeader.from_command(request.command)
         self._pulls += 1
         self._serve(request, header, may_hold=True)
@@ -556,7 +559,9 @@ class PullProcessor(Processor):
             errors=self._errors,
         )
 
+    @handles(MQBOX_PULL_STATUS)
     def _status_response(self, request: Request) -> RemotingCommand:
+        """MQBOX_PULL_STATUS (10004): this pull processor's counters as a JSON body."""
         statistics = self.statistics_pull()
         body = dumps_json(
             {

@@ -53,7 +53,7 @@ from mqbox.message import (
     encode_properties,
     encode_topic,
 )
-from mqbox.server.topics import (
+from mqbox.server.roles.processors.topics import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,

@@ -1,6 +1,6 @@
 """The SERVICES role: the broker's background duties that carry no request traffic.
 
-Owns, for now: keeping the broker registered with every name server of namesrvAddr
+Owns: keeping the broker registered with every name server of namesrvAddr
 (REGISTER_BROKER every registerNameServerPeriod, at once when `config/topics.json` changes, and
 UNREGISTER_BROKER on an orderly stop), through mqbox.client.registration's BrokerRegistrar,
 whose threads live in this process only. Never: writes to the store or its config files (the
@@ -35,7 +35,7 @@ from mqbox.protocol.headers import (
     TopicConfig,
 )
 from mqbox.server import runtime
-from mqbox.server.topology import RoleContext
+from mqbox.server.runtime import RoleContext
 from mqbox.store import config_files
 from mqbox.store.layout import TOPICS_FILE_NAME, config_dir
 

@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mqbox.ipc.ring import Ring
-from mqbox.server import records, runtime
+from mqbox.server import records, runtime, transport
 from mqbox.server.queue_counters import (
     QUEUE_CAPACITY_DEFAULT,
     QueueCounters,
@@ -48,9 +48,10 @@ from mqbox.server.queue_counters import (
     queue_key,
     store_positions_name,
 )
-from mqbox.server.records import Inbox, Outbox, Sleeper, SpillWriter
-from mqbox.server.store_writer import store_config_of
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server.roles.store_writer import store_config_of
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillWriter
 from mqbox.store.cleanup import DerivedRetention
 from mqbox.store.commit_log import CommitLog
 from mqbox.store.consume_queue import ConsumeQueueTable
@@ -86,7 +87,7 @@ class DispatcherRole:
         self,
         ctx: RoleContext,
         *,
-        spin_ns_max: int = records.SPIN_NS_MAX_DEFAULT,
+        spin_ns_max: int = transport.SPIN_NS_MAX_DEFAULT,
         wakeup_fd: int | None = None,
         queue_capacity: int = QUEUE_CAPACITY_DEFAULT,
         grew_key_count_max: int = GREW_KEY_COUNT_MAX_DEFAULT,
@@ -196,7 +197,7 @@ class DispatcherRole:
         return 0
 
     def _drain(self, inbox: Inbox) -> int:
-        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         try:
             for record_type, buffer, offset, _size in inbox.records(batch):

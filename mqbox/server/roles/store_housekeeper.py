@@ -32,11 +32,11 @@ import datetime
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from mqbox.clock import wall_clock_ms
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.server.queue_counters import QueueCounters, StorePositions
 from mqbox.store.checkpoint import Checkpoint
@@ -58,10 +58,6 @@ ERROR_RETRY_MS: Final = 1000
 # (MessageStoreReader), and a reply planned just before the publish may still be on its way to
 # the reactor's sendfile: the wait lets both see the minimum before the file is gone.
 UNLINK_GRACE_MS: Final = 250
-
-
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -91,7 +87,7 @@ class StoreHousekeeper:
         *,
         disk_usage: DiskUsage = disk_used_ratio,
         timezone: datetime.tzinfo | None = None,
-        clock_ms: Callable[[], int] = _wall_clock_ms,
+        clock_ms: Callable[[], int] = wall_clock_ms,
         unlink_grace_ms: int = UNLINK_GRACE_MS,
     ) -> None:
         """`counters_name` is the dispatcher's QueueCounters segment, attached once it exists

@@ -8,29 +8,36 @@ codec.(conn % C), forwards the workers' CLOSE_CONNECTION, answers their REQUEST_
 rule that a reply never exceeds the frame size limit. Never: a socket, a frame prefix (the codec
 adds it), or routing (the worker chose this processor).
 
-How a processor plugs in (send.py and pull.py follow admin.py):
+How a processor plugs in (send.py, pull.py and admin/ alike): each handler is a method marked
+with the request codes it serves, its docstring beside it; `handle` finds it by code in
+`self.handlers`, the table the marks make. routing.py says which pool a code goes to, and a pool's
+handlers must serve exactly the codes routed to it (tests/unit/server/test_routing.py).
 
     class SendProcessor(Processor):
         kind = RoleKind.SEND
-        def handle(self, request: Request) -> None:
+
+        @handles(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
+        def _send(self, request: Request) -> RemotingCommand | None:
+            # its docstring here: what the code answers
             header = SendMessageRequestHeader.from_command(request.command)  # may raise
             ...                                  # RemoteProtocolError: answered with its code
-            self.reply(request, request.make_response(0, ext))   # now, or later
+            return request.make_response(0, ext)    # now; or None, and self.reply() later
 
     def main(ctx: RoleContext) -> NoReturn:
         run_processor(ctx, SendProcessor)
 
-- `handle` is called once per request, in ring order. It may answer at once with `reply()`, or
-  keep the Request and answer later (a held PULL, a SEND waiting for the store writer's ack),
-  from `on_record` (records from rings that are not a worker's: the store writer's acks, the
-  dispatcher's wake-ups) or from `on_tick`. Every request gets exactly one reply, except a
-  client's response to a broker request (flag RESPONSE) and a request with flag ONEWAY, which get
-  none: `reply()` drops those. The worker tracks each request until the codec saw its reply, and
-  answers SYSTEM_ERROR for it if this process dies first.
+- `handle` is called once per request, in ring order. A handler may answer at once (return the
+  response, or call `reply()`), or keep the Request and answer later (a held PULL, a SEND
+  waiting for the store writer's ack), from `on_record` (records from rings that are not a
+  worker's: the store writer's acks, the dispatcher's wake-ups) or from `on_tick`. Every
+  request gets exactly one reply, except a client's response to a broker request (flag RESPONSE)
+  and a request with flag ONEWAY, which get none: `reply()` drops those. The worker tracks each
+  request until the codec saw its reply, and answers SYSTEM_ERROR for it if this process dies
+  first.
 - `reply_with_runs()` answers with a body the reactor sends from the commit log with
   os.sendfile: `runs` are (segment_start, file_offset, size) of the store's read plan, in order.
 - A reply too big for the ring to the codec travels as spill files; when the instance's spill
-  files fill mqboxSpillBytesMax (records.py, "Spill budget"), `reply()` answers SYSTEM_BUSY (2)
+  files fill mqboxSpillBytesMax (transport.py, "Spill budget"), `reply()` answers SYSTEM_BUSY (2)
   with a remark instead, which clients retry.
 - The request boundary (`guarded`, around `handle` and around the later steps of a kept request:
   a woken pull, a send's APPEND_ACK): RemoteProtocolError (a typed header that does not parse)
@@ -56,7 +63,7 @@ import os
 import select
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Final, NoReturn
+from typing import Any, ClassVar, Final, NoReturn, TypeVar
 
 from mqbox import resources
 from mqbox.errors import MqboxError
@@ -77,18 +84,11 @@ from mqbox.protocol.command import (
 )
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.frame import FRAME_PREFIX_SIZE_BYTES, FRAME_SIZE_BYTES_MAX_DEFAULT
-from mqbox.server import records, runtime
-from mqbox.server.records import (
-    Buffer,
-    ConnectionEvent,
-    Inbox,
-    Outbox,
-    Run,
-    Sleeper,
-    SpillBudget,
-    SpillWriter,
-)
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server import records, runtime, transport
+from mqbox.server.records import Buffer, ConnectionEvent, Run
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillBudget, SpillWriter
 
 TICK_INTERVAL_NS: Final = 1_000_000_000
 _COMMAND_HEAD: Final = records.COMMAND_HEAD_STRUCT
@@ -98,6 +98,22 @@ STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
 BACKED_UP_RETRY_MS: Final = 1
 
 log = logging.getLogger(__name__)
+
+Handler = Callable[["Request"], RemotingCommand | None]
+_HandlerMethod = TypeVar("_HandlerMethod", bound=Callable[..., RemotingCommand | None])
+_REQUEST_CODES_ATTRIBUTE: Final = "mqbox_request_codes"
+
+
+def handles(*codes: int) -> Callable[[_HandlerMethod], _HandlerMethod]:
+    """Mark a Processor method as the handler of `codes`: called with the Request, it returns the
+    response, or None when it replied itself or keeps the request to answer later."""
+    assert codes
+
+    def mark(method: _HandlerMethod) -> _HandlerMethod:
+        setattr(method, _REQUEST_CODES_ATTRIBUTE, tuple(int(code) for code in codes))
+        return method
+
+    return mark
 
 
 class Request:
@@ -237,13 +253,14 @@ class Processor:
     the other `on_*` hooks. `run_forever()` is the role; tests drive `run_once()`."""
 
     kind: ClassVar[RoleKind]
+    handler_names: ClassVar[dict[int, str]] = {}  # code -> method, made by __init_subclass__
 
     def __init__(
         self,
         ctx: RoleContext,
         *,
         frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
-        spin_ns_max: int = records.REQUEST_SPIN_NS_MAX,
+        spin_ns_max: int = transport.REQUEST_SPIN_NS_MAX,
         wakeup_fd: int | None = None,
     ) -> None:
         assert ctx.role.kind is self.kind, f"{type(self).__name__} cannot run {ctx.role.role_id}"
@@ -259,10 +276,10 @@ class Processor:
             for codec_id in codec_ids
         ]
         from_workers, from_others = topology.rings_to_split(self.role_id, RoleKind.WORKER)
-        self.worker_inboxes = records.attach_inboxes(from_workers)
+        self.worker_inboxes = transport.attach_inboxes(from_workers)
         for inbox in self.worker_inboxes:
             inbox.on_quarantined = self._on_quarantined
-        self.other_inboxes = records.attach_inboxes(from_others)
+        self.other_inboxes = transport.attach_inboxes(from_others)
         self.spill_budget = SpillBudget(ctx.instance, ctx.broker.limits.spill_size_bytes_max)
         self.inline_size_bytes_max = min(
             outbox.payload_size_bytes_max for outbox in self.codec_outboxes
@@ -288,6 +305,9 @@ class Processor:
         self._operating_errors = 0
         self._unexpected_errors = 0
         self.failures = resources.FailureLog(log)
+        self.handlers: dict[int, Handler] = {
+            code: getattr(self, name) for code, name in self.handler_names.items()
+        }
         self._requests_failed = 0
         self._closes_forwarded = 0
         self._replies_too_large = 0
@@ -295,9 +315,32 @@ class Processor:
 
     # -- hooks for subclasses ---------------------------------------------------------------------
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Collect the methods marked with `handles` (the subclass's and its bases') into
+        `handler_names`, request code -> method name; a code may have one handler only."""
+        super().__init_subclass__(**kwargs)
+        names: dict[int, str] = {}
+        for klass in reversed(cls.__mro__):
+            for name, value in vars(klass).items():
+                for code in getattr(value, _REQUEST_CODES_ATTRIBUTE, ()):
+                    assert names.get(code, name) == name, f"code {code}: two handlers"
+                    names[code] = name
+        cls.handler_names = names
+
     def handle(self, request: Request) -> None:
-        """Serve one request: reply now or keep it and reply later. The base answers
-        REQUEST_CODE_NOT_SUPPORTED, as the Java broker does for a code without a processor."""
+        """Serve one request by its code's handler (`handles`); a code without one is
+        `unsupported`."""
+        handler = self.handlers.get(request.code)
+        if handler is None:
+            self.unsupported(request)
+            return
+        response = handler(request)
+        if response is not None:
+            self.reply(request, response)
+
+    def unsupported(self, request: Request) -> None:
+        """Answer REQUEST_CODE_NOT_SUPPORTED, as the Java broker does for a code without a
+        processor."""
         self.reply(
             request,
             request.make_response(
@@ -513,7 +556,7 @@ class Processor:
         return all_written
 
     def _drain_worker(self, inbox: Inbox) -> int:
-        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         now_ns = time.monotonic_ns()
         for record_type, buffer, offset, size in inbox.records(batch):
@@ -536,7 +579,7 @@ class Processor:
         return handled
 
     def _drain_other(self, inbox: Inbox) -> int:
-        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         for record_type, buffer, offset, size in inbox.records(batch):
             handled += 1
@@ -611,8 +654,8 @@ class Processor:
         self.reply(request, request.make_response(ResponseCode.SYSTEM_ERROR, {}, remark=remark))
 
     def _on_quarantined(self, record_type: int, buffer: Buffer, offset: int, size: int) -> None:
-        """A record that stopped this role twice (records.Inbox): SYSTEM_ERROR if a request."""
-        failed = records.quarantined_request_failed(record_type, buffer, offset, self.role_id)
+        """A record that stopped this role twice (transport.Inbox): SYSTEM_ERROR if a request."""
+        failed = transport.quarantined_request_failed(record_type, buffer, offset, self.role_id)
         if failed is not None:
             self._on_request_failed(failed)
 

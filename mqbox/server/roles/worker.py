@@ -3,24 +3,24 @@
 Owns: the connection table (conn id -> peer, opened time, last activity, request count), the idle
 check (a connection without a request for `connection_idle_ms` is closed, as RocketMQ's
 NettyServerConfig.serverChannelMaxIdleTimeSeconds does after 120 s; broker.conf's key of that
-name sets it), the routing table from
-request code to processor pool (`ROUTES`), and the in-flight table of requests that a processor
-holds, so that when a processor process dies the clients get SYSTEM_ERROR instead of a timeout.
+name sets it), forwarding each command to the processor pool that routing.py names for its
+code, and the in-flight table of requests that a processor holds, so that when a processor
+process dies the clients get SYSTEM_ERROR instead of a timeout.
 Never: decodes a header or a body (the codec decoded enough for routing), answers a client
 itself (it has no ring to the codecs: it asks an admin processor with REQUEST_FAILED), or
 touches a socket.
 
-Routing (data, so send and pull plug in by pool, not by code change here):
-- `ROUTES` maps a request code to a processor kind; any other code goes to `DEFAULT_ROUTE`
-  (admin), whose processors answer REQUEST_CODE_NOT_SUPPORTED for codes nobody serves.
+Routing (routing.ROUTES, data: a new code is a row there, not a change here):
+- `ROUTES` maps a request code to a processor kind and says whether only member 0 of that pool
+  may serve it; any other code goes to `DEFAULT_ROUTE` (admin), whose processors answer
+  REQUEST_CODE_NOT_SUPPORTED for codes nobody serves.
 - A kind whose pool is empty in the topology (no send processors configured, say) falls back to
   the default kind, so a front-only broker answers every request.
 - Within a pool the processor is chosen by `conn_id % pool size`, which keeps one connection's
-  requests of one kind in order. The exception is state with one owner: the codes of
-  admin_records.ADMIN_ZERO_CODES (offsets, heartbeats, consumer lists, locks, calls to clients)
-  always go to admin.0, which alone holds those tables, so any admin pool size serves them.
-  SEND is meant to go by a hash of (topic, queue) once the send processors own queues; that is a
-  change of `_route` alone.
+  requests of one kind in order. The exception is state with one owner: member-0 codes
+  (offsets, heartbeats, consumer lists, locks, calls to clients) always go to admin.0, which
+  alone holds those tables, so any admin pool size serves them. SEND is meant to go by a hash
+  of (topic, queue) once the send processors own queues; that is a change of `_route` alone.
 - A client's response to a broker request (flag bit RESPONSE) goes to admin.0, which sent the
   request; it is never tracked as in flight, and neither is a oneway request.
 - Connection events: CONNECTION_OPENED and CONNECTION_CLOSED go to admin.0 (the client tables);
@@ -62,22 +62,14 @@ from typing import Final, NoReturn
 
 from mqbox import resources
 from mqbox.ipc.ring import Ring
-from mqbox.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode
-from mqbox.server import records, runtime
-from mqbox.server.admin_records import ADMIN_ZERO_CODES, MQBOX_PULL_STATUS
-from mqbox.server.records import Buffer, Inbox, Outbox, Sleeper, SpillWriter
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
+from mqbox.server import control_block, records, runtime, transport
+from mqbox.server.records import Buffer
+from mqbox.server.routing import CLIENT_RESPONSE_ROUTE, DEFAULT_ROUTE, ROUTES
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillWriter
 
-# Request code -> processor kind; everything else goes to DEFAULT_ROUTE.
-ROUTES: Final[Mapping[int, RoleKind]] = {
-    RequestCode.SEND_MESSAGE: RoleKind.SEND,
-    RequestCode.SEND_MESSAGE_V2: RoleKind.SEND,
-    RequestCode.SEND_BATCH_MESSAGE: RoleKind.SEND,
-    RequestCode.CONSUMER_SEND_MSG_BACK: RoleKind.SEND,  # stores a retry or DLQ message
-    RequestCode.PULL_MESSAGE: RoleKind.PULL,
-    MQBOX_PULL_STATUS: RoleKind.PULL,  # a pull processor's counters
-}
-DEFAULT_ROUTE: Final = RoleKind.ADMIN
 PROCESSOR_KINDS: Final = (RoleKind.SEND, RoleKind.PULL, RoleKind.ADMIN)
 
 CONNECTION_IDLE_MS_DEFAULT: Final = 120_000  # RocketMQ's serverChannelMaxIdleTimeSeconds
@@ -140,7 +132,7 @@ class Worker:
         ctx: RoleContext,
         *,
         connection_idle_ms: int = CONNECTION_IDLE_MS_DEFAULT,
-        spin_ns_max: int = records.REQUEST_SPIN_NS_MAX,
+        spin_ns_max: int = transport.REQUEST_SPIN_NS_MAX,
         wakeup_fd: int | None = None,
     ) -> None:
         assert ctx.role.kind is RoleKind.WORKER
@@ -171,15 +163,20 @@ class Worker:
             self.admin_pool.first_slot,
         )
         self.pull_pool = pools[RoleKind.PULL]
-        # The routing table resolved against this topology: code -> pool, empty pools replaced.
-        default_pool = pools[DEFAULT_ROUTE]
+
+        def pool_of(kind: RoleKind, member_zero_only: bool) -> _Pool:
+            """The pool a route names, resolved against this topology (empty ones replaced)."""
+            if not pools[kind].role_ids:
+                kind, member_zero_only = DEFAULT_ROUTE
+            if kind is RoleKind.ADMIN and member_zero_only:
+                return self.admin_zero_pool
+            return pools[kind]
+
+        default_pool = pool_of(*DEFAULT_ROUTE)
         self.pool_by_code: dict[int, _Pool] = {
-            code: pools[kind] if pools[kind].role_ids else default_pool
-            for code, kind in ROUTES.items()
+            code: pool_of(*route) for code, route in ROUTES.items()
         }
-        for code in ADMIN_ZERO_CODES:
-            if self.pool_by_code.get(code, default_pool) is self.admin_pool:
-                self.pool_by_code[code] = self.admin_zero_pool
+        self.client_response_pool = pool_of(*CLIENT_RESPONSE_ROUTE)
         self.default_pool = default_pool
         self.inboxes = [
             Inbox(Ring.attach(spec.name), spec.producer) for spec in topology.rings_to(self.role_id)
@@ -192,7 +189,9 @@ class Worker:
         if wakeup_fd is not None:
             self.epoll.register(wakeup_fd, select.EPOLLIN)
         self.control = ctx.control
-        self.watcher = runtime.ControlWatcher(ctx.control) if ctx.control is not None else None
+        self.watcher = (
+            control_block.ControlWatcher(ctx.control) if ctx.control is not None else None
+        )
         self._backed_up = False  # set by _flush: an outbox holds over STAGED_SIZE_BYTES_HIGH
         self.connections: dict[int, ConnectionInfo] = {}
         # conn id -> opaque -> (slot, serving generation, serialize type)
@@ -255,7 +254,7 @@ class Worker:
         return all_written
 
     def _drain(self, inbox: Inbox) -> int:
-        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         now_ns = time.monotonic_ns()
         for record_type, buffer, offset, size in inbox.records(batch, _FORWARDED_UNREAD):
@@ -284,8 +283,8 @@ class Worker:
     # -- routing ----------------------------------------------------------------------------------
 
     def _on_quarantined(self, record_type: int, buffer: Buffer, offset: int, size: int) -> None:
-        """A record that stopped this role twice (records.Inbox): answer it if a request."""
-        failed = records.quarantined_request_failed(record_type, buffer, offset, self.role_id)
+        """A record that stopped this role twice (transport.Inbox): answer it if a request."""
+        failed = transport.quarantined_request_failed(record_type, buffer, offset, self.role_id)
         if failed is not None:
             self._send_request_failed(
                 failed.conn_id, failed.opaque, failed.serialize_type, failed.remark
@@ -317,7 +316,7 @@ class Worker:
             buffer, head_offset
         )
         if flag & FLAG_RESPONSE:
-            pool = self.admin_zero_pool
+            pool = self.client_response_pool
         else:
             pool = self.pool_by_code.get(code, self.default_pool)
         index = conn_id % len(pool.outboxes)

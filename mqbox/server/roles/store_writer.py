@@ -67,16 +67,18 @@ from mqbox.errors import (
 from mqbox.ipc.ring import Ring
 from mqbox.message import pack_host
 from mqbox.protocol.codes import ResponseCode
-from mqbox.server import records, runtime
+from mqbox.server import records, runtime, transport
 from mqbox.server.queue_counters import (
     StorePositions,
     queue_counters_name,
     store_positions_name,
 )
-from mqbox.server.records import AppendAck, Buffer, Inbox, Outbox, Sleeper, SpillWriter
-from mqbox.server.store_housekeeper import StoreHousekeeper
-from mqbox.server.topics import TopicConfigStore
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server.records import AppendAck, Buffer
+from mqbox.server.roles.processors.topics import TopicConfigStore
+from mqbox.server.roles.store_housekeeper import StoreHousekeeper
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillWriter
 from mqbox.store import recovery
 from mqbox.store.commit_log import AppendResult, record_log_offsets
 from mqbox.store.flush import SYNC_ACK_POSITIONS
@@ -157,7 +159,7 @@ class StoreWriter:
         self,
         ctx: RoleContext,
         *,
-        spin_ns_max: int = records.SPIN_NS_MAX_DEFAULT,
+        spin_ns_max: int = transport.SPIN_NS_MAX_DEFAULT,
         wakeup_fd: int | None = None,
         start_housekeeper: bool = True,
     ) -> None:
@@ -313,7 +315,7 @@ class StoreWriter:
                 pass
 
     def _drain(self, inbox: Inbox) -> int:
-        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         try:
             for record_type, buffer, offset, size in inbox.records(batch):

@@ -137,30 +137,25 @@ from mqbox.protocol.headers import (
     SendMessageResponseHeader,
 )
 from mqbox.protocol.headers import validate_topic as validate_topic_name
-from mqbox.server import delivery, records
-from mqbox.server.processors import Processor, Request, run_processor
+from mqbox.server import records
 from mqbox.server.queue_counters import StorePositions, store_positions_name
-from mqbox.server.records import AppendAck, Outbox
-from mqbox.server.store_writer import store_config_of
-from mqbox.server.topics import (
+from mqbox.server.records import AppendAck
+from mqbox.server.roles.processors import Processor, Request, delivery, handles, run_processor
+from mqbox.server.roles.processors.topics import (
     PERM_READ_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     TopicConfigStore,
 )
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server.roles.store_writer import store_config_of
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Outbox
 from mqbox.store import config_files
 from mqbox.store.commit_log import CommitLog
 from mqbox.store.config_files import SubscriptionGroupConfig, SubscriptionGroupTable, TopicConfig
 from mqbox.store.layout import SUBSCRIPTION_GROUP_FILE_NAME, config_dir
 
-SEND_CODES: Final = frozenset(
-    {
-        int(RequestCode.SEND_MESSAGE),
-        int(RequestCode.SEND_MESSAGE_V2),
-        int(RequestCode.SEND_BATCH_MESSAGE),
-    }
-)
 _HOST: Final = struct.Struct(">4si")
 _PROPERTY_WAIT_FALSE: Final = "\x02WAIT\x01false\x02"
 _PROPERTY_DELAY: Final = "\x02DELAY\x01"
@@ -168,7 +163,6 @@ _HEX_DIGITS: Final = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 _MSG_ID_SEPARATOR: Final = ord(",")
 _OK: Final = int(ResponseCode.SUCCESS)
 _FLUSH_DISK_TIMEOUT: Final = int(ResponseCode.FLUSH_DISK_TIMEOUT)
-SEND_BACK_CODE: Final = int(RequestCode.CONSUMER_SEND_MSG_BACK)
 # Only a single send to a retry topic, or one whose properties hold this, may need routing by
 # content (delivery.py); only those pay for parsing their properties.
 _DELAY_NAME: Final = "DELAY\x01"
@@ -471,13 +465,11 @@ class SendProcessor(Processor):
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def handle(self, request: Request) -> None:
-        if request.code not in SEND_CODES and request.code != SEND_BACK_CODE:
-            super().handle(request)
-            return
-        if request.code == SEND_BACK_CODE:
-            self._send_back(request)
-            return
+    @handles(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+    def _send(self, request: Request) -> None:
+        """SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320): check the topic,
+        pick the queue, build the records and append them; answered on the store writer's
+        APPEND_ACK (module docstring), or now when refused."""
         command = request.command
         header = SendMessageRequestHeader.from_command(command)
         self._sends += 1
@@ -709,7 +701,10 @@ class SendProcessor(Processor):
 
     # -- CONSUMER_SEND_MSG_BACK -------------------------------------------------------------------
 
+    @handles(RequestCode.CONSUMER_SEND_MSG_BACK)
     def _send_back(self, request: Request) -> None:
+        """CONSUMER_SEND_MSG_BACK (36): store the message again for a retry, or in the DLQ past
+        the group's limit (delivery.py); answered on the APPEND_ACK, or now when refused."""
         header = ConsumerSendMsgBackRequestHeader.from_ext(request.command.ext_fields)
         self._send_backs += 1
         try:

@@ -62,9 +62,11 @@ from mqbox.protocol.frame import (
     check_header_word,
     encode_frame_prefix,
 )
-from mqbox.server import records, runtime
-from mqbox.server.records import Buffer, Inbox, Outbox, Sleeper, SpillWriter
-from mqbox.server.topology import RoleContext, RoleKind
+from mqbox.server import records, runtime, transport
+from mqbox.server.records import Buffer
+from mqbox.server.runtime import RoleContext
+from mqbox.server.topology import RoleKind
+from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillWriter
 
 STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
 BACKED_UP_RETRY_MS: Final = 1
@@ -103,7 +105,7 @@ class Codec:
         ctx: RoleContext,
         *,
         frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
-        spin_ns_max: int = records.REQUEST_SPIN_NS_MAX,
+        spin_ns_max: int = transport.REQUEST_SPIN_NS_MAX,
         wakeup_fd: int | None = None,
     ) -> None:
         assert ctx.role.kind is RoleKind.CODEC
@@ -124,10 +126,10 @@ class Codec:
             for role in topology.roles_of(RoleKind.REACTOR)
         }
         from_reactors, from_others = topology.rings_to_split(self.role_id, RoleKind.REACTOR)
-        self.frame_inboxes = records.attach_inboxes(from_reactors)
+        self.frame_inboxes = transport.attach_inboxes(from_reactors)
         for inbox in self.frame_inboxes:
             inbox.on_quarantined = self._on_quarantined
-        self.reply_inboxes = records.attach_inboxes(from_others)
+        self.reply_inboxes = transport.attach_inboxes(from_others)
         self.sleeper = Sleeper(
             select.epoll(), [*self.reply_inboxes, *self.frame_inboxes], spin_ns_max
         )
@@ -214,7 +216,7 @@ class Codec:
     # -- requests ---------------------------------------------------------------------------------
 
     def _drain_frames(self, inbox: Inbox) -> int:
-        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         for record_type, buffer, offset, size in inbox.records(batch):
             handled += 1
@@ -308,12 +310,12 @@ class Codec:
         self._answer_frame(conn_id, serialize_type, header, error.response_code, str(error), True)
 
     def _on_quarantined(self, record_type: int, buffer: Buffer, offset: int, size: int) -> None:
-        """A record that stopped this role twice (records.Inbox): a frame is answered
+        """A record that stopped this role twice (transport.Inbox): a frame is answered
         SYSTEM_ERROR if it lies whole in the ring, else its connection is closed (the rest of a
         spilled frame is in a file this role does not read again)."""
         if record_type & ~records.SPILLED_FLAG != records.FRAME:
             return
-        remark = records.quarantine_remark(self.role_id)
+        remark = transport.quarantine_remark(self.role_id)
         if record_type != records.FRAME:
             head_offset = records.spill_head_view(buffer, offset)[0]
             (conn_id,) = _CONN_ID.unpack_from(buffer, head_offset)
@@ -381,7 +383,7 @@ class Codec:
     # -- responses --------------------------------------------------------------------------------
 
     def _drain_replies(self, inbox: Inbox) -> int:
-        batch = inbox.drain_nowait(records.BATCH_COUNT_MAX)
+        batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         for record_type, buffer, offset, size in inbox.records(batch):
             handled += 1

@@ -1,0 +1,163 @@
+"""The appliance's home directory: where its files are, its lock, and its run files.
+
+Owns: the layout under --home (`run/`, `logs/`, `store/`), the shared-memory instance name of a
+broker in a home, the home's lock (flock on `run/lock`: one appliance or store repair at a
+time), and reading and writing the run files the supervisor keeps for `mqbox status` and
+`mqbox stop` (`run/state.json`, `run/last-stop.json`, the pid file), plus recognising the
+processes a state file lists. Never: starts or stops anything (supervisor.py, admin/ops.py), or
+touches the store's files (store_root_of only names the directory).
+
+mqbox/admin imports this module without the supervisor, so `mqbox status` loads neither numpy
+nor numba.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import psutil
+
+from mqbox.config import BrokerConfig
+from mqbox.errors import ConfigError, MqboxError
+from mqbox.run_files import read_json
+from mqbox.store.layout import DIRECTORY_MODE, FILE_MODE
+
+RUN_DIR_NAME: Final = "run"
+LOGS_DIR_NAME: Final = "logs"
+STORE_DIR_NAME: Final = "store"
+LOCK_FILE_NAME: Final = "lock"
+PID_FILE_NAME: Final = "mqbox.pid"
+STATE_FILE_NAME: Final = "state.json"
+LAST_STOP_FILE_NAME: Final = "last-stop.json"  # why the last run stopped after a failure
+NAMESRV_READY_FILE_NAME: Final = "namesrv.ready"
+NAMESRV_OUTPUT_FILE_NAME: Final = "namesrv.out"
+SUPERVISOR_LOG_FILE_NAME: Final = "supervisor.log"
+STATE_VERSION: Final = 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HomeLayout:
+    """Where the appliance keeps its files under --home."""
+
+    home: Path
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / RUN_DIR_NAME
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home / LOGS_DIR_NAME
+
+    @property
+    def store_dir(self) -> Path:
+        return self.home / STORE_DIR_NAME
+
+    @property
+    def lock_path(self) -> Path:
+        return self.run_dir / LOCK_FILE_NAME
+
+    @property
+    def pid_path(self) -> Path:
+        return self.run_dir / PID_FILE_NAME
+
+    @property
+    def state_path(self) -> Path:
+        return self.run_dir / STATE_FILE_NAME
+
+    @property
+    def last_stop_path(self) -> Path:
+        return self.run_dir / LAST_STOP_FILE_NAME
+
+
+def prepare_home(home: Path) -> HomeLayout:
+    """Create home, logs/, run/ and store/ and check they are writable; ConfigError if not."""
+    layout = HomeLayout(home)
+    try:
+        for directory in (layout.home, layout.run_dir, layout.logs_dir, layout.store_dir):
+            directory.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
+        probe = layout.run_dir / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise ConfigError(f"home {home} is not a writable directory: {reason}") from None
+    return layout
+
+
+def instance_name(home: Path, broker_name: str) -> str:
+    """The shared-memory instance of a broker in a home: a short hash of both, so it is stable
+    across restarts (the sweep finds what a dead run left) and distinct between homes."""
+    digest = hashlib.sha256(f"{home.resolve()}\0{broker_name}".encode()).hexdigest()
+    return f"b{digest[:12]}"
+
+
+def store_root_of(home: Path, broker: BrokerConfig) -> Path:
+    """storePathRootDir, else <home>/store/<brokerName>."""
+    if broker.store_path_root_dir:
+        return Path(broker.store_path_root_dir).expanduser()
+    return home / STORE_DIR_NAME / broker.broker_name
+
+
+def lock_home(layout: HomeLayout) -> int:
+    """Take the home's lock (flock, not blocking) and return its descriptor; closing it releases
+    the lock. MqboxError if an appliance (or a store repair) holds it."""
+    fd = os.open(layout.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        holder = ""
+        with contextlib.suppress(OSError, ValueError):
+            holder = f" (supervisor pid {int(layout.pid_path.read_text().strip())})"
+        raise MqboxError(
+            f"already running in {layout.home}{holder}; `mqbox stop --home {layout.home}` stops it"
+        ) from None
+    return fd
+
+
+def read_state(home: Path) -> dict[str, Any] | None:
+    """The last `run/state.json` of `home`, or None if there is none (or it is unreadable)."""
+    return read_json(HomeLayout(home).state_path)
+
+
+def read_last_stop(home: Path) -> dict[str, Any] | None:
+    """`run/last-stop.json` of `home`: why its last run stopped after a failure ("reason",
+    "stopped_at_ms", "exit_status"); None if it stopped cleanly or runs."""
+    return read_json(HomeLayout(home).last_stop_path)
+
+
+def process_alive(pid: int, create_time: float | None) -> bool:
+    """True if `pid` runs and, when `create_time` is given, is the process recorded then (a pid
+    may have been reused since)."""
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return create_time is None or abs(process.create_time() - create_time) < 0.5
+    except psutil.Error:
+        return False
+
+
+def recorded_processes(state: Mapping[str, Any]) -> list[tuple[str, int, float | None]]:
+    """(name, pid, create_time) of every process a state document lists, supervisor first."""
+    found: list[tuple[str, int, float | None]] = []
+    supervisor = state.get("supervisor") or {}
+    if supervisor.get("pid"):
+        found.append(("supervisor", int(supervisor["pid"]), supervisor.get("create_time")))
+    found.extend(
+        (str(role["role_id"]), int(role["pid"]), role.get("create_time"))
+        for role in state.get("roles") or []
+        if role.get("pid")
+    )
+    namesrv = state.get("namesrv") or {}
+    if namesrv.get("pid"):
+        found.append(("namesrv", int(namesrv["pid"]), namesrv.get("create_time")))
+    return found
