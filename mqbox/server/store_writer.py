@@ -78,8 +78,8 @@ from mqbox.server.store_housekeeper import StoreHousekeeper
 from mqbox.server.topics import TopicConfigStore
 from mqbox.server.topology import RoleContext, RoleKind
 from mqbox.store import recovery
-from mqbox.store.flush import SYNC_ACK_POSITIONS
 from mqbox.store.commit_log import AppendResult, record_log_offsets
+from mqbox.store.flush import SYNC_ACK_POSITIONS
 from mqbox.store.idempotence import (
     IdempotenceWindow,
     RecordIdentity,

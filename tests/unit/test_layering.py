@@ -90,6 +90,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "mqbox.client": ("mqbox.store", "mqbox.server", "mqbox.ipc", "mqbox.admin", "mqbox.spark"),
     # server and admin see everything else (the broker registers through mqbox.client).
     "mqbox.server": ("mqbox.admin", "mqbox.spark"),
+    # The connector is a client: it reaches brokers over the wire only (docs/spark.md).
+    "mqbox.spark": ("mqbox.store", "mqbox.server", "mqbox.ipc", "mqbox.admin"),
     "mqbox.config": ("mqbox.store", "mqbox.server", "mqbox.protocol", "mqbox.ipc"),
 }
 # The client's pure foundation (algorithms, tables, decoding): no sockets, threads or clocks, and
