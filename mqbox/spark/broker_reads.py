@@ -16,6 +16,7 @@ COMMIT_OFFSET bit).
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from typing import Final
 
 from mqbox.client import pull as pull_api
@@ -32,7 +33,7 @@ class BrokerReads:
         self.transport = transport
         self.broker_name = broker_name or transport.address
 
-    def pull(
+    def pull_async(
         self,
         topic: str,
         queue_id: int,
@@ -42,11 +43,11 @@ class BrokerReads:
         *,
         group: str = READ_GROUP_DEFAULT,
         timeout_ms: int | None = None,
-    ) -> PullResult:
+    ) -> Future[PullResult]:
         """PULL_MESSAGE (11) of up to `count_max` records from `queue_index`, filtered by tag
-        hash at the broker when `subscription` is not "*"; BrokerError for a code that is none
-        of the four pull statuses."""
-        return pull_api.pull(
+        hash at the broker when `subscription` is not "*", without waiting: the Future gets the
+        PullResult, or BrokerError for a code that is none of the four pull statuses."""
+        return pull_api.pull_async(
             self.transport,
             self.broker_name,
             topic,

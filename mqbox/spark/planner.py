@@ -137,7 +137,7 @@ class QueuePlanner:
             end = reads.max_offset(key.topic, key.queue_id)
             offset = min(nearest, end)
             if offset < end:
-                answer = reads.pull(key.topic, key.queue_id, offset, 1)
+                answer = reads.pull_async(key.topic, key.queue_id, offset, 1).result()
                 if answer.status is PullStatus.FOUND:
                     table = answer.batch.table
                     stored_ms = table[COLUMN_STORE_TIMESTAMP_MS]

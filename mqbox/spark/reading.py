@@ -9,6 +9,9 @@ append-only, so [start, end) always returns the same records in the same order, 
 retention deleted some (then DataLossError, or with failOnDataLoss=false the records left). This
 is what makes a micro-batch replayed after a crash read what it read the first time.
 
+One pull ahead: once an answer with records says where the next pull starts, that pull is sent
+before these records are decoded and handed to Spark, so the broker reads while Spark works.
+
 Answers (docs/protocol.md section 4.3):
 - 0: records; those at or past `end` are dropped; the next pull starts at nextBeginOffset.
 - 20: the broker's tag filter matched nothing up to nextBeginOffset: go on from there.
@@ -25,11 +28,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Iterator
+from concurrent.futures import Future
 from typing import Final
 
 import pyarrow as pa
 
-from mqbox.client.pull import PullStatus
+from mqbox.client.pull import PullResult, PullStatus
 from mqbox.errors import MqboxError
 from mqbox.spark.arrow_decode import decode_pull_to_arrow
 from mqbox.spark.broker_reads import READ_GROUP_DEFAULT, BrokerReads
@@ -72,11 +76,24 @@ def read_range(
     key = piece.key
     at = piece.start
     waited_since_ns: int | None = None
-    while at < piece.end:
-        count = min(pull_batch_size, PULL_COUNT_MAX, piece.end - at)
-        answer = reads.pull(
-            key.topic, key.queue_id, at, count, subscription, group=group, timeout_ms=timeout_ms
+
+    def ask(offset: int) -> Future[PullResult]:
+        count = min(pull_batch_size, PULL_COUNT_MAX, piece.end - offset)
+        return reads.pull_async(
+            key.topic, key.queue_id, offset, count, subscription, group=group, timeout_ms=timeout_ms
         )
+
+    ahead: Future[PullResult] | None = None
+    while at < piece.end:
+        answer = (ahead if ahead is not None else ask(at)).result()
+        ahead = None
+        if (
+            answer.status is PullStatus.FOUND
+            and at < answer.next_begin_offset < piece.end
+            and answer.batch.complete
+        ):
+            # One pull ahead: the broker reads the next records while these are decoded.
+            ahead = ask(answer.next_begin_offset)
         status = answer.status
         if status is PullStatus.FOUND:
             batch, next_queue_index = decode_pull_to_arrow(
@@ -90,6 +107,9 @@ def read_range(
             if batch.num_rows:
                 yield batch
             following = max(answer.next_begin_offset, next_queue_index)
+            if ahead is not None and following != answer.next_begin_offset:
+                ahead.cancel()
+                ahead = None
         elif status is PullStatus.NO_MATCHED_MSG:
             following = answer.next_begin_offset
         elif status is PullStatus.OFFSET_ILLEGAL and at < answer.min_offset:

@@ -3,6 +3,7 @@ batch read returns every stored message once, with every column as stored: topic
 queueId, queueOffset, msgId (the UNIQ_KEY), tags, keys, the user's properties, body, both
 timestamps, reconsumeTimes; (2) startingOffsets / endingOffsets JSON (the short form and the
 broker-named form) read exactly [start, end) of each queue they name, earliest for the others;
+startingTimestamp starts each queue at its first message stored at or after the time;
 (3) minPartitions splits the same rows over more partitions; (4) subExpression "TagA || TagB"
 keeps exactly the rows with those tags; (5) bad options are refused with a message naming the
 option, and a topic
@@ -16,6 +17,7 @@ the Spark lane (tests/spark/conftest.py).
 from __future__ import annotations
 
 import json
+from datetime import UTC
 
 import pytest
 from pyspark.errors import PySparkException
@@ -69,6 +71,17 @@ def test_batch_reads_every_column_exact_ranges_splits_and_the_tag_filter(
         assert row.properties == {"seq": str(index), "lang": "日本"}
         assert row.storeTimestamp >= row.bornTimestamp.replace(microsecond=0)
         assert row.reconsumeTimes == 0
+
+    stored_ms = {
+        row.body: int(row.storeTimestamp.replace(tzinfo=UTC).timestamp() * 1000) for row in rows
+    }
+    since = sorted(stored_ms.values())[COUNT // 2]
+    from_time = (
+        spark.read.format("mqbox").options(**options, startingTimestamp=since).load().collect()
+    )
+    assert sorted(row.body for row in from_time) == sorted(
+        body for body, at in stored_ms.items() if at >= since
+    )
 
     per_queue = {q: sum(1 for (queue, _) in placed if queue == q) for q in (0, 1)}
     assert min(per_queue.values()) >= 3
