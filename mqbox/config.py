@@ -156,6 +156,8 @@ class NamesrvConfig:
     kv_namespace_entry_count_max: int = 1000  # mqboxKvNamespaceEntryCountMax
     kv_key_size_bytes_max: int = 1024  # mqboxKvKeyBytesMax: namespace and key, UTF-8
     kv_value_size_bytes_max: int = 16 * 1024  # mqboxKvValueBytesMax: UTF-8
+    broker_count_max: int = 1024  # mqboxNamesrvBrokerCountMax: registered broker addresses
+    topic_count_max: int = 65_536  # mqboxNamesrvTopicCountMax: routed topics
     unknown_keys: tuple[str, ...] = ()
 
 
@@ -266,6 +268,8 @@ _NAMESRV_KEYS: dict[str, tuple[str, Any]] = {
     "mqboxKvNamespaceEntryCountMax": ("kv_namespace_entry_count_max", _int_in(1, 1 << 24)),
     "mqboxKvKeyBytesMax": ("kv_key_size_bytes_max", _int_in(1, 1 << 20)),
     "mqboxKvValueBytesMax": ("kv_value_size_bytes_max", _int_in(1, 1 << 24)),
+    "mqboxNamesrvBrokerCountMax": ("broker_count_max", _int_in(1, 1 << 20)),
+    "mqboxNamesrvTopicCountMax": ("topic_count_max", _int_in(1, 1 << 24)),
 }
 
 CQ_ENTRY_SIZE_BYTES = 20

@@ -5,10 +5,11 @@ for an accept that failed for lack of resources (`accept_out_of_resources`: EMFI
 ENOBUFS, ENOMEM) and what follows it (`AcceptBackoff`: the caller takes its listening socket out
 of its poll for ACCEPT_BACKOFF_NS instead of polling it again at once, because a level-triggered
 poll of a listener with a full backlog returns at once, forever, which is a loop at 100 % of a
-core), and `RateLimitedLog`, one warning line per interval for a condition that may recur
-thousands of times a second (refused connections). Never: sockets, selectors or policy about
-which connection to close; it imports only the standard library, so both the broker and the
-name server use it.
+core), `RateLimitedLog`, one warning line per interval for a condition that may recur
+thousands of times a second (refused connections), and `FailureLog`, the traceback log of a
+request boundary (an unexpected exception a process caught and survived). Never: sockets,
+selectors or policy about which connection to close; it imports only the standard library, so
+both the broker and the name server use it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import errno
 import logging
 import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -114,3 +116,58 @@ class AcceptBackoff:
         if self.resume_ns is None:
             return None
         return max(0, -(-(self.resume_ns - now_ns) // 1_000_000))
+
+
+FAILURE_TRACEBACK_COUNT_MAX: Final = 5
+FAILURE_LOG_INTERVAL_NS: Final = 60_000_000_000
+
+
+class FailureLog:
+    """Unexpected exceptions a role caught at a request boundary and survived: each is counted,
+    and logged with its traceback at most FAILURE_TRACEBACK_COUNT_MAX times a minute; the rest of
+    the minute's failures get one summary line when the next minute starts. The bound matters: a
+    client repeating a request that fails would otherwise fill the disk with tracebacks."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        traceback_count_max: int = FAILURE_TRACEBACK_COUNT_MAX,
+        interval_ns: int = FAILURE_LOG_INTERVAL_NS,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        assert traceback_count_max > 0
+        assert interval_ns > 0
+        self._logger = logger
+        self._traceback_count_max = traceback_count_max
+        self._interval_ns = interval_ns
+        self._clock_ns = clock_ns
+        self._interval_start_ns = clock_ns()
+        self._logged_in_interval = 0
+        self._unlogged_in_interval = 0
+        self.failure_count = 0
+
+    def record(self, what: str, error: BaseException) -> None:
+        """Count `error`, caught while doing `what`; log it if this minute's budget allows."""
+        self.failure_count += 1
+        now_ns = self._clock_ns()
+        if now_ns - self._interval_start_ns >= self._interval_ns:
+            if self._unlogged_in_interval:
+                self._logger.error(
+                    "%d more unexpected failures were not logged in the last minute",
+                    self._unlogged_in_interval,
+                )
+            self._interval_start_ns = now_ns
+            self._logged_in_interval = 0
+            self._unlogged_in_interval = 0
+        if self._logged_in_interval >= self._traceback_count_max:
+            self._unlogged_in_interval += 1
+            return
+        self._logged_in_interval += 1
+        self._logger.error(
+            "unexpected %s while %s (survived; %d so far)",
+            type(error).__name__,
+            what,
+            self.failure_count,
+            exc_info=error,
+        )

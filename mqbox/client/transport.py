@@ -40,6 +40,13 @@ Theory of operation:
    it (the role free, the write lock held), so a number the kernel reuses for a new socket is
    never polled by an old waiter. close() fails every outstanding call and joins that thread
    within CLOSE_JOIN_TIMEOUT_S: it never hangs.
+8. Async writes are coalesced. A sync call, a oneway call and an answer to the broker write their
+   frame themselves; an async call (`invoke_callback`, `invoke_async`) queues its frame and
+   returns, and the channel's writer thread (started with the first async call) writes every
+   frame queued meanwhile with one send(). A producer keeping many sends in flight thus pays
+   one syscall per batch of frames instead of one per frame, and its thread never waits on the
+   socket; a lone async call pays one thread hand-off. A failed write fails the channel (rule
+   6), which fails the queued calls with it; the batch's write deadline is its earliest call's.
 """
 
 from __future__ import annotations
@@ -92,6 +99,7 @@ class TransportStatistics:
     connects: int  # connections made
     channel_failures: int  # connections failed or closed (rule 6)
     frames_written: int  # requests (oneway included) and answers to broker requests
+    writes: int  # send() calls that wrote them: fewer when async frames were coalesced (rule 8)
     outstanding: int  # calls waiting for an answer now
     timeouts: int  # calls that ran out of time
     late_responses: int  # answers matching no outstanding call (its caller timed out)
@@ -147,6 +155,13 @@ class _Channel:
         self.thread = threading.Thread(
             target=self._run, name=f"mqbox-transport-{self.address}-{number}", daemon=True
         )
+        # Rule 8: frames of async calls wait here for the writer thread, which starts with the
+        # first of them.
+        self.queued: list[bytes] = []
+        self.queued_deadline_ns = 0  # the earliest deadline of the queued frames
+        self.queue_cond = threading.Condition(threading.Lock())
+        self.writer: threading.Thread | None = None
+        self.number = number
 
     # -- calls ------------------------------------------------------------------------------------
 
@@ -201,13 +216,41 @@ class _Channel:
         if dead is not None:
             self._finish(call, None, RemotingClosedError(dead, self.address))
             return
-        with contextlib.suppress(ClientError):  # the failure reaches the call through fail()
-            self.write(frame, call.deadline_ns)
+        with self.queue_cond:
+            if not self.queued or call.deadline_ns < self.queued_deadline_ns:
+                self.queued_deadline_ns = call.deadline_ns
+            self.queued.append(frame)
+            if self.writer is None:
+                self.writer = threading.Thread(
+                    target=self._write_queued,
+                    name=f"mqbox-transport-writer-{self.address}-{self.number}",
+                    daemon=True,
+                )
+                self.writer.start()
+            elif len(self.queued) == 1:
+                self.queue_cond.notify()
 
-    def write(self, frame: bytes, deadline_ns: int) -> None:
-        """All of `frame` onto the socket by the deadline. A failure fails the channel (outside
-        the write lock, so the callbacks it runs may write elsewhere) and raises: a frame cut
-        half-way leaves nothing else to do with the stream."""
+    def _write_queued(self) -> None:
+        """Rule 8: the writer thread. Takes every frame queued meanwhile and writes them with one
+        send() until the channel fails (which fails their calls: fail() wakes this thread)."""
+        queue_cond = self.queue_cond
+        while True:
+            with queue_cond:
+                while not self.queued and self.dead is None:
+                    queue_cond.wait(IDLE_CHECK_INTERVAL_S)
+                if self.dead is not None:
+                    self.queued.clear()
+                    return
+                frames, self.queued = self.queued, []
+                deadline_ns = self.queued_deadline_ns
+            data = frames[0] if len(frames) == 1 else b"".join(frames)
+            with contextlib.suppress(ClientError):  # the calls learn it through fail()
+                self.write(data, deadline_ns, len(frames))
+
+    def write(self, frame: bytes, deadline_ns: int, frame_count: int = 1) -> None:
+        """All of `frame` (`frame_count` frames) onto the socket by the deadline. A failure fails
+        the channel (outside the write lock, so the callbacks it runs may write elsewhere) and
+        raises: a frame cut half-way leaves nothing else to do with the stream."""
         error_kind: type[RemotingClosedError] | type[RemotingTimeoutError] = RemotingClosedError
         with self.write_lock:
             if self.dead is not None:
@@ -223,7 +266,8 @@ class _Channel:
         if failure is not None:
             self.fail(failure)
             raise error_kind(failure, self.address)
-        self.transport._frame_count += 1
+        self.transport._frame_count += frame_count
+        self.transport._write_count += 1
 
     def _write_rest(self, frame: bytes, sent: int, deadline_ns: int) -> bool:
         """Write what the first send() left; False when the deadline came first."""
@@ -347,6 +391,8 @@ class _Channel:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.wake.set()
+        with self.queue_cond:
+            self.queue_cond.notify()
         self.transport._failure_count += 1
         for call in calls:
             if call.callback is not None:
@@ -432,6 +478,7 @@ class Transport:
         self._connect_count = 0
         self._failure_count = 0
         self._frame_count = 0
+        self._write_count = 0
         self._timeout_count = 0
         self._late_count = 0
         self._request_count = 0
@@ -478,7 +525,8 @@ class Transport:
         timeout_ms: int | None = None,
     ) -> None:
         """Send a request; `callback(response, None)` or `callback(None, error)` runs once, in the
-        reading thread (rule 5), or in this thread when the connect or the write fails."""
+        reading thread (rule 5), in the writer thread when the write fails (rule 8), or in this
+        thread when the connect fails."""
         deadline_ns = time.monotonic_ns() + (timeout_ms or self.timeout_ms) * 1_000_000
         try:
             channel = self._channel_for(deadline_ns)
@@ -625,6 +673,7 @@ class Transport:
             connects=self._connect_count,
             channel_failures=self._failure_count,
             frames_written=self._frame_count,
+            writes=self._write_count,
             outstanding=len(channel.pending) if channel is not None else 0,
             timeouts=self._timeout_count,
             late_responses=self._late_count,

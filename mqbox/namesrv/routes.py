@@ -29,6 +29,10 @@ Invariants, checked by `check_invariants()` (tests call it after every operation
 4. The KV table holds at most `KvLimits.entry_count_max` entries, at most
    `namespace_entry_count_max` in one namespace, none of them empty; its entry count is kept
    exactly. Keys and values are within their sizes (checked at `kv_put`).
+5. At most `RouteLimits.broker_count_max` broker addresses are live, and as many (brokerName,
+   brokerId) slots are filled in all; at most `RouteLimits.topic_count_max` topics are routed.
+   A registration past the first two is refused whole (`registration_refusal`); topics past
+   the third are left out of it and counted (`RegisterBrokerResult.topics_refused_count`).
 
 Semantics follow RocketMQ 4.5.2's RouteInfoManager (docs/protocol.md section 4.1); where this
 file differs, the comment says so.
@@ -72,6 +76,20 @@ class KvLimits:
         assert self.value_size_bytes_max > 0
 
 
+@dataclass(frozen=True, slots=True)
+class RouteLimits:
+    """Bounds of the route tables (invariant 5). Java's name server has none, and any client may
+    send 103 REGISTER_BROKER; these keep a hostile or broken one from growing the tables without
+    end. The keys of namesrv.conf are named in the remarks and warnings."""
+
+    broker_count_max: int = 1024  # mqboxNamesrvBrokerCountMax: live addresses, and id slots
+    topic_count_max: int = 65_536  # mqboxNamesrvTopicCountMax: routed topics
+
+    def __post_init__(self) -> None:
+        assert self.broker_count_max > 0
+        assert self.topic_count_max > 0
+
+
 # The KV namespace whose entries ("topic" -> "brokerA:8;brokerB:8") become orderTopicConf in routes
 # when orderMessageEnable is set (Java's NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG).
 NAMESPACE_ORDER_TOPIC_CONFIG: Final = "ORDER_TOPIC_CONFIG"
@@ -95,6 +113,7 @@ class RegisterBrokerResult:
     master_addr: str | None  # the master's address; slaves only
     first_registration: bool  # this broker id of this brokerName had no address before
     topics_updated: bool  # queue data was upserted (a master whose dataVersion changed)
+    topics_refused_count: int = 0  # new topics left out: mqboxNamesrvTopicCountMax was reached
 
 
 @dataclass(slots=True, frozen=True)
@@ -130,13 +149,19 @@ class RouteTable:
         "_topic_queue_table",
         "kv_limits",
         "order_message_enable",
+        "route_limits",
     )
 
     def __init__(
-        self, *, order_message_enable: bool = False, kv_limits: KvLimits = KvLimits()
+        self,
+        *,
+        order_message_enable: bool = False,
+        kv_limits: KvLimits = KvLimits(),
+        route_limits: RouteLimits = RouteLimits(),
     ) -> None:
         self.order_message_enable = order_message_enable
         self.kv_limits = kv_limits
+        self.route_limits = route_limits
         self._kv_entry_count = 0
         self._topic_queue_table: dict[str, dict[str, QueueData]] = {}
         self._broker_addr_table: dict[str, _BrokerEntry] = {}
@@ -146,6 +171,33 @@ class RouteTable:
         self._kv_config: dict[str, dict[str, str]] = {}
 
     # -- 103 / 104 --------------------------------------------------------------------------------
+
+    def registration_refusal(self, header: RegisterBrokerRequestHeader) -> str | None:
+        """Why 103 from `header` would break invariant 5 (the remark of the refusal), or None.
+
+        Only a registration that adds a live address or fills a new (brokerName, brokerId) slot
+        can be refused: brokers already registered keep re-registering at the limit."""
+        limits = self.route_limits
+        if (
+            header.broker_addr not in self._broker_live_table
+            and len(self._broker_live_table) >= limits.broker_count_max
+        ):
+            return (
+                f"{len(self._broker_live_table)} broker addresses are registered: "
+                f"mqboxNamesrvBrokerCountMax={limits.broker_count_max}"
+            )
+        entry = self._broker_addr_table.get(header.broker_name)
+        if entry is None or header.broker_id not in entry.broker_addrs:
+            slot_count = self._broker_slot_count()
+            if slot_count >= limits.broker_count_max:
+                return (
+                    f"{slot_count} (brokerName, brokerId) pairs are registered: "
+                    f"mqboxNamesrvBrokerCountMax={limits.broker_count_max}"
+                )
+        return None
+
+    def _broker_slot_count(self) -> int:
+        return sum(len(entry.broker_addrs) for entry in self._broker_addr_table.values())
 
     def register_broker(
         self,
@@ -158,7 +210,8 @@ class RouteTable:
         """103 REGISTER_BROKER: upsert the broker and, for a changed master, its topics' queues.
 
         As in RocketMQ 4.5.2, registration never removes a topic: a topic a broker dropped stays
-        routed until 216 DELETE_TOPIC_IN_NAMESRV or until the broker goes away.
+        routed until 216 DELETE_TOPIC_IN_NAMESRV or until the broker goes away. The caller has
+        asked `registration_refusal` first; topics past mqboxNamesrvTopicCountMax are left out.
         """
         broker_name = header.broker_name
         broker_addr = header.broker_addr
@@ -183,12 +236,20 @@ class RouteTable:
         data_version = body.data_version
         previous_live = self._broker_live_table.get(broker_addr)
         topics_updated = False
+        topics_refused_count = 0
+        topic_count_max = self.route_limits.topic_count_max
         if broker_id == MASTER_ID and (
             first_registration
             or previous_live is None
             or previous_live.data_version != data_version
         ):
             for config in body.topic_config_table.values():
+                if (
+                    config.topic_name not in self._topic_queue_table
+                    and len(self._topic_queue_table) >= topic_count_max
+                ):
+                    topics_refused_count += 1
+                    continue
                 self._upsert_queue_data(
                     config.topic_name,
                     QueueData(
@@ -216,7 +277,9 @@ class RouteTable:
             if master_live is not None:
                 ha_server_addr = master_live.ha_server_addr
                 master_addr = candidate
-        return RegisterBrokerResult(ha_server_addr, master_addr, first_registration, topics_updated)
+        return RegisterBrokerResult(
+            ha_server_addr, master_addr, first_registration, topics_updated, topics_refused_count
+        )
 
     def _upsert_queue_data(self, topic: str, queue_data: QueueData) -> None:
         queues = self._topic_queue_table.get(topic)
@@ -479,6 +542,9 @@ class RouteTable:
         assert sum(kv_sizes) == self._kv_entry_count
         assert self._kv_entry_count <= self.kv_limits.entry_count_max
         assert all(0 < size <= self.kv_limits.namespace_entry_count_max for size in kv_sizes)
+        assert len(self._broker_live_table) <= self.route_limits.broker_count_max
+        assert self._broker_slot_count() <= self.route_limits.broker_count_max
+        assert len(self._topic_queue_table) <= self.route_limits.topic_count_max
 
 
 def _utf8_size_bytes(text: str) -> int:

@@ -28,7 +28,15 @@ Bounds on everything from outside (docs/style.md section 3):
   keeps it readable, and polling it again is a loop at 100 % of a core that serves nobody;
   `main` raises the soft descriptor limit to the hard one first;
 - the KV table's entries and sizes (routes.KvLimits, from namesrv.conf), refused with
-  SYSTEM_ERROR and a remark naming the key.
+  SYSTEM_ERROR and a remark naming the key;
+- the registered broker addresses and routed topics (routes.RouteLimits): a registration that
+  would pass mqboxNamesrvBrokerCountMax gets SYSTEM_ERROR and a remark, topics past
+  mqboxNamesrvTopicCountMax are left out of routes with a warning at most every 10 s.
+
+One request never stops the name server: `NamesrvRequestHandler.handle` is a request boundary.
+An exception a handler did not expect becomes SYSTEM_ERROR with a remark naming it, and its
+traceback is logged a few times a minute at most (resources.FailureLog); the tables are left as
+the handler left them, which the handlers keep safe by checking before they change anything.
 
 Logging goes to stderr: one line per broker registration that changes something, per
 unregistration and per eviction; requests themselves are only counted (`statistics()`).
@@ -57,7 +65,13 @@ from typing import Final, NoReturn
 
 from mqbox.config import NamesrvConfig
 from mqbox.errors import MqboxError
-from mqbox.namesrv.routes import NAMESPACE_ORDER_TOPIC_CONFIG, KvLimits, RemovedBroker, RouteTable
+from mqbox.namesrv.routes import (
+    NAMESPACE_ORDER_TOPIC_CONFIG,
+    KvLimits,
+    RemovedBroker,
+    RouteLimits,
+    RouteTable,
+)
 from mqbox.protocol.codes import (
     DELETE_KV_CONFIG,
     GET_KV_CONFIG,
@@ -87,6 +101,7 @@ from mqbox.protocol.headers import (
 )
 from mqbox.resources import (
     AcceptBackoff,
+    FailureLog,
     RateLimitedLog,
     accept_out_of_resources,
     raise_file_limit,
@@ -126,6 +141,9 @@ class HandlerStatistics:
     registration_count: int
     unsupported_count: int
     bad_header_count: int
+    registration_refused_count: int  # 103 refused: mqboxNamesrvBrokerCountMax was reached
+    topic_refused_count: int  # topics left out of routes: mqboxNamesrvTopicCountMax was reached
+    failure_count: int  # unexpected exceptions answered SYSTEM_ERROR at the request boundary
 
 
 class NamesrvRequestHandler:
@@ -147,6 +165,10 @@ class NamesrvRequestHandler:
         self._registration_count = 0
         self._unsupported_count = 0
         self._bad_header_count = 0
+        self._registration_refused_count = 0
+        self._topic_refused_count = 0
+        self._topic_refused_log = RateLimitedLog(log)
+        self.failures = FailureLog(log)
         handlers: dict[int, Callable[[RemotingCommand, int, int], RemotingCommand]] = {
             RequestCode.REGISTER_BROKER: self._register_broker,
             RequestCode.UNREGISTER_BROKER: self._unregister_broker,
@@ -183,6 +205,12 @@ class NamesrvRequestHandler:
                 # connection, as the Java namesrv does for a header it cannot decode.
                 self._bad_header_count += 1
                 response = request.make_response(error.response_code, remark=str(error))
+            except Exception as error:  # the request boundary: see the module docstring
+                self.failures.record(f"handling request code {request.code}", error)
+                response = request.make_response(
+                    ResponseCode.SYSTEM_ERROR,
+                    remark=f"mqbox: unexpected {type(error).__name__} handling this request",
+                )
         return None if request.is_oneway else response
 
     def statistics(self) -> HandlerStatistics:
@@ -195,6 +223,9 @@ class NamesrvRequestHandler:
             registration_count=self._registration_count,
             unsupported_count=self._unsupported_count,
             bad_header_count=self._bad_header_count,
+            registration_refused_count=self._registration_refused_count,
+            topic_refused_count=self._topic_refused_count,
+            failure_count=self.failures.failure_count,
         )
 
     # -- one method per request code ----------------------------------------------------------
@@ -214,10 +245,22 @@ class NamesrvRequestHandler:
             body = RegisterBrokerBody.from_json(body_bytes)
         else:
             body = RegisterBrokerBody(DataVersion(0, 0))
+        refusal = self.routes.registration_refusal(header)
+        if refusal is not None:
+            self._registration_refused_count += 1
+            return request.make_response(ResponseCode.SYSTEM_ERROR, remark=f"mqbox: {refusal}")
         result = self.routes.register_broker(
             header, body, connection_id=connection_id, now_ms=now_ms
         )
         self._registration_count += 1
+        if result.topics_refused_count:
+            self._topic_refused_count += result.topics_refused_count
+            self._topic_refused_log.warning(
+                "broker %s registered %d topics past mqboxNamesrvTopicCountMax=%d: not routed",
+                header.broker_name,
+                result.topics_refused_count,
+                self.routes.route_limits.topic_count_max,
+            )
         if result.first_registration:
             log.info(
                 "broker registered: cluster=%s name=%s id=%d addr=%s ha=%s topics=%d",
@@ -420,8 +463,11 @@ class NamesrvServer:
             config.kv_key_size_bytes_max,
             config.kv_value_size_bytes_max,
         )
+        route_limits = RouteLimits(config.broker_count_max, config.topic_count_max)
         self.routes = RouteTable(
-            order_message_enable=config.order_message_enable, kv_limits=kv_limits
+            order_message_enable=config.order_message_enable,
+            kv_limits=kv_limits,
+            route_limits=route_limits,
         )
         self.handler = NamesrvRequestHandler(self.routes)
         self.frame_size_bytes_max = frame_size_bytes_max

@@ -22,7 +22,7 @@ Invariants:
   these (reactor.py, mqboxConnectionInFlightCountMax).
 - No frame stops the codec. A frame whose decoding raises anything but RemoteProtocolError (a
   bug a client reached, a failed assert included) is answered SYSTEM_ERROR when its opaque can
-  be read, counted and logged with its traceback (runtime.FailureLog, a few a minute); the
+  be read, counted and logged with its traceback (resources.FailureLog, a few a minute); the
   connection stays open, since its framing is intact. processors/__init__.py says why such a
   bug is answered rather than fatal outside the store writer.
 
@@ -42,6 +42,7 @@ from typing import Final, NoReturn
 
 import orjson
 
+from mqbox import resources
 from mqbox.ipc.ring import Ring
 from mqbox.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, SerializeType
 from mqbox.protocol.command import INT32_MAX, INT32_MIN, RemotingCommand, decode_command
@@ -144,7 +145,7 @@ class Codec:
         self._frames_decoded = 0
         self._protocol_errors = 0
         self._unexpected_errors = 0
-        self.failures = runtime.FailureLog(log)
+        self.failures = resources.FailureLog(log)
         self._frames_dropped = 0
         self._replies_encoded = 0
         self._replies_dropped = 0

@@ -47,7 +47,7 @@ Without a control block (unit tests), `on_processor_restarted(role_id)` does the
 
 No command stops the worker: one whose routing raises (a bug a client reached; processors/
 __init__.py says why it is answered rather than fatal) is counted, logged with its traceback
-(runtime.FailureLog, a few a minute) and answered SYSTEM_ERROR through an admin processor.
+(resources.FailureLog, a few a minute) and answered SYSTEM_ERROR through an admin processor.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Final, NoReturn
 
+from mqbox import resources
 from mqbox.ipc.ring import Ring
 from mqbox.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode
 from mqbox.server import records, runtime
@@ -204,7 +205,7 @@ class Worker:
         self._idle_closes = 0
         self._requests_failed = 0
         self._unexpected_errors = 0
-        self.failures = runtime.FailureLog(log)
+        self.failures = resources.FailureLog(log)
         self._processor_restarts = 0
         self._turn_count = 0
 

@@ -1,7 +1,7 @@
 """Goal (issue 9, part 4): no frame a client can send stops or bloats the broker. After random
 and mutated frames of every request code the broker serves, sent over several connections, the
 broker's processes are the same (same PIDs, no restart, nothing quarantined), no role caught a
-bug at its request boundary (runtime.FailureLog logs "unexpected ..."; every such line fails the
+bug at its request boundary (resources.FailureLog logs "unexpected ..."; every such line fails the
 test, so a bug the boundary hides is still found), the memory of its processes grew by a bounded
 amount, and an ordinary send and pull work.
 
@@ -611,7 +611,7 @@ def broker_pids(appliance: Appliance) -> frozenset[int]:
 
 
 def unexpected_failures(home: Path) -> list[str]:
-    """The lines a request boundary logged (runtime.FailureLog), from every role's log."""
+    """The lines a request boundary logged (resources.FailureLog), from every role's log."""
     lines: list[str] = []
     for path in sorted((home / "logs").glob("*.log")):
         lines += [

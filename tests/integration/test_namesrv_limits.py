@@ -3,7 +3,9 @@
 served); a connection that sends nothing for `serverChannelMaxIdleTimeSeconds` is closed, while
 an active one stays; the KV table refuses entries past `mqboxKvNamespaceEntryCountMax` and
 `mqboxKvEntryCountMax`, keys and values past their size limits, with SYSTEM_ERROR (1) and a
-remark, and still replaces existing keys at the limit; at start the soft descriptor limit is
+remark, and still replaces existing keys at the limit; a registration adding a broker past
+`mqboxNamesrvBrokerCountMax` gets SYSTEM_ERROR and topics past `mqboxNamesrvTopicCountMax` stay out
+of routes, while registered brokers keep re-registering; at start the soft descriptor limit is
 raised to the hard one; out of descriptors (EMFILE), the loop backs off instead of spinning.
 
 Method: `python -m mqbox.namesrv` per test (tests/support/namesrv_process.py) with a namesrv.conf
@@ -25,7 +27,19 @@ from typing import Final
 import pytest
 
 from mqbox.client.remoting import RemotingClient
-from mqbox.protocol.codes import DELETE_KV_CONFIG, GET_KV_CONFIG, PUT_KV_CONFIG, ResponseCode
+from mqbox.protocol.codes import (
+    DELETE_KV_CONFIG,
+    GET_KV_CONFIG,
+    PUT_KV_CONFIG,
+    RequestCode,
+    ResponseCode,
+)
+from mqbox.protocol.headers import (
+    DataVersion,
+    RegisterBrokerBody,
+    RegisterBrokerRequestHeader,
+    TopicConfig,
+)
 from tests.support.namesrv_process import NamesrvProcess, running_namesrv
 from tests.support.raw_sockets import closed_by_peer, cpu_percent_over, soft_file_limit
 
@@ -123,6 +137,41 @@ def test_the_kv_table_is_bounded_per_namespace_in_total_and_in_sizes(
         deleted = client.invoke(DELETE_KV_CONFIG, {"namespace": "b", "key": "k0"})
         assert deleted.code == ResponseCode.SUCCESS
         assert put(client, "c", "k0") == (0, "")  # room again
+
+
+def register(
+    client: RemotingClient, name: str, addr: str, *topics: str, counter: int = 1
+) -> tuple[int, str]:
+    header = RegisterBrokerRequestHeader(name, addr, "DefaultCluster", addr, 0)
+    body = RegisterBrokerBody(
+        DataVersion(counter, 1), {topic: TopicConfig(topic, 4, 4, 6) for topic in topics}
+    )
+    response = client.invoke(RequestCode.REGISTER_BROKER, header.to_ext(), body=body.to_json())
+    return response.code, response.remark or ""
+
+
+def routed(client: RemotingClient, topic: str) -> bool:
+    response = client.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+    return response.code == ResponseCode.SUCCESS
+
+
+def test_brokers_and_topics_in_routes_are_bounded(tmp_path: Path, reap_pids: list[int]) -> None:
+    conf = "mqboxNamesrvBrokerCountMax=2\nmqboxNamesrvTopicCountMax=3\n"
+    with limited_namesrv(tmp_path, reap_pids, conf) as namesrv:
+        with RemotingClient(namesrv.address) as client:
+            assert register(client, "b0", "127.0.0.1:1", "t0", "t1") == (0, "")
+            assert register(client, "b1", "127.0.0.1:2", "t1", "t2", "t3") == (0, "")
+            assert [routed(client, f"t{n}") for n in range(4)] == [True, True, True, False]
+            code, remark = register(client, "b2", "127.0.0.1:3", "t4")
+            assert code == ResponseCode.SYSTEM_ERROR
+            assert remark.endswith("mqboxNamesrvBrokerCountMax=2")
+            assert register(client, "b0", "127.0.0.1:1", "t0", counter=2) == (0, "")
+            assert not routed(client, "t4")
+        assert namesrv.stop() == 0
+        handler = namesrv.statistics()["handler"]
+        assert (handler["registration_refused_count"], handler["topic_refused_count"]) == (1, 1)
+        assert handler["failure_count"] == 0
+        assert "mqboxNamesrvTopicCountMax=3" in namesrv.log_text()
 
 
 def test_the_soft_descriptor_limit_is_raised_to_the_hard_one(

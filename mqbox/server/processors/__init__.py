@@ -37,7 +37,7 @@ How a processor plugs in (send.py and pull.py follow admin.py):
   is answered with its response_code and message, any other MqboxError with SYSTEM_ERROR, and
   any other Exception, which is a bug that a request reached (a failed assert included), with
   SYSTEM_ERROR and a remark naming it; that one is counted and logged with its traceback
-  (runtime.FailureLog, at most a few a minute), and the process keeps serving. Why catch asserts
+  (resources.FailureLog, at most a few a minute), and the process keeps serving. Why catch asserts
   here, against docs/style.md section 3's rule that a bug kills its process: a processor's state is
   its own request tables and read-only store views, so what dying would protect is little, and a
   request that reaches the bug would be replayed to every restarted process until the broker
@@ -58,6 +58,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final, NoReturn
 
+from mqbox import resources
 from mqbox.errors import MqboxError
 from mqbox.ipc.ring import Ring
 from mqbox.protocol.codes import (
@@ -286,7 +287,7 @@ class Processor:
         self._protocol_errors = 0
         self._operating_errors = 0
         self._unexpected_errors = 0
-        self.failures = runtime.FailureLog(log)
+        self.failures = resources.FailureLog(log)
         self._requests_failed = 0
         self._closes_forwarded = 0
         self._replies_too_large = 0

@@ -12,11 +12,15 @@ is opened.
 
 from __future__ import annotations
 
+import logging
 import zlib
 
 import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from mqbox.namesrv.routes import NAMESPACE_ORDER_TOPIC_CONFIG, RouteTable
+from mqbox.namesrv.routes import NAMESPACE_ORDER_TOPIC_CONFIG, RouteLimits, RouteTable
 from mqbox.namesrv.server import NamesrvRequestHandler
 from mqbox.protocol.codes import (
     DELETE_KV_CONFIG,
@@ -25,7 +29,7 @@ from mqbox.protocol.codes import (
     RequestCode,
     ResponseCode,
 )
-from mqbox.protocol.command import RemotingCommand, make_request
+from mqbox.protocol.command import RemotingCommand, encode_command, make_request
 from mqbox.protocol.connection import Role
 from mqbox.protocol.headers import (
     ClusterInfo,
@@ -48,6 +52,57 @@ ROUTE_JSON = (
 GOLDEN_GET_ROUTEINFO = (
     b'{"code":105,"extFields":{"AccessKey":"","OnsChannel":"ALIYUN","Signature":"x",'
     b'"topic":"test"},"flag":0,"language":"CPP","opaque":0,"remark":"","version":63}\n'
+)
+
+HANDLED_CODES = (
+    RequestCode.REGISTER_BROKER,
+    RequestCode.UNREGISTER_BROKER,
+    RequestCode.GET_ROUTEINFO_BY_TOPIC,
+    RequestCode.GET_BROKER_CLUSTER_INFO,
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+    RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+    RequestCode.DELETE_TOPIC_IN_NAMESRV,
+    PUT_KV_CONFIG,
+    GET_KV_CONFIG,
+    DELETE_KV_CONFIG,
+)
+EXT_KEYS = (
+    "topic",
+    "brokerName",
+    "brokerAddr",
+    "clusterName",
+    "haServerAddr",
+    "brokerId",
+    "compressed",
+    "bodyCrc32",
+    "namespace",
+    "key",
+    "value",
+)
+EXT_VALUES = (
+    "",
+    "0",
+    "-1",
+    "1",
+    "true",
+    "99999999999999999999",
+    "1.5",
+    "\ud800",
+    "\x00",
+    "a" * 300,
+    "127.0.0.1:10911",
+)
+REGISTER_BODIES = (
+    b"",
+    b"{}",
+    b"null",
+    b"\xff\xfe",
+    b'{"topicConfigSerializeWrapper":{"topicConfigTable":{"t":{"topicName":"t\\ud800",'
+    b'"readQueueNums":4,"writeQueueNums":4,"perm":6}},"dataVersion":{"timestamp":1,"counter":1}}}',
+    b'{"topicConfigSerializeWrapper":{"topicConfigTable":{"t":{"topicName":"t","readQueueNums":-4,'
+    b'"writeQueueNums":1e30,"perm":"x"}},"dataVersion":{"timestamp":"a","counter":[]}},'
+    b'"filterServerList":{}}',
+    b'{"topicConfigSerializeWrapper":{"topicConfigTable":[],"dataVersion":null}}',
 )
 
 
@@ -287,3 +342,73 @@ def test_golden_cpp_route_request_gets_a_json_answer_the_client_can_read() -> No
     assert (header["code"], header["flag"], header["opaque"]) == (0, 1, 0)
     assert header["extFields"] == {}
     assert wire.endswith(ROUTE_JSON)
+
+
+class _FailingRoutes(RouteTable):
+    """A route table with a bug in 105: the request boundary must absorb it."""
+
+    __slots__ = ()
+
+    def route(self, topic: str) -> TopicRouteData | None:
+        if topic == "boom":
+            raise RuntimeError("a bug in the route table")
+        return super().route(topic)
+
+
+def test_an_unexpected_exception_is_system_error_and_the_next_request_is_served(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    requests = Requests()
+    requests.routes = _FailingRoutes()
+    requests.handler = NamesrvRequestHandler(requests.routes)
+    requests.register()
+    with caplog.at_level(logging.ERROR, logger="mqbox.namesrv"):
+        failed = requests.answer(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "boom"})
+    assert failed.code == ResponseCode.SYSTEM_ERROR
+    assert failed.remark == "mqbox: unexpected RuntimeError handling this request"
+    assert "a bug in the route table" in caplog.text  # the traceback is logged
+    assert requests.handler.statistics().failure_count == 1
+    served = requests.answer(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "test"})
+    assert served.code == ResponseCode.SUCCESS
+    assert served.body == ROUTE_JSON
+
+
+def test_a_registration_past_the_broker_limit_is_refused_and_changes_nothing() -> None:
+    requests = Requests()
+    requests.routes = RouteTable(route_limits=RouteLimits(broker_count_max=1, topic_count_max=2))
+    requests.handler = NamesrvRequestHandler(requests.routes)
+    assert requests.register().code == ResponseCode.SUCCESS
+    refused = requests.register(broker_id=1)
+    assert refused.code == ResponseCode.SYSTEM_ERROR
+    assert (refused.remark or "").endswith("mqboxNamesrvBrokerCountMax=1")
+    cluster = ClusterInfo.from_json(requests.answer(RequestCode.GET_BROKER_CLUSTER_INFO).body)
+    assert list(cluster.broker_addr_table["broker-a"].broker_addrs.values()) == ["127.0.0.1:10911"]
+    past = requests.register(*(TopicConfig(f"t{n}", 4, 4, 6) for n in range(3)), counter=2)
+    assert past.code == ResponseCode.SUCCESS
+    statistics = requests.handler.statistics()
+    assert (statistics.registration_refused_count, statistics.topic_refused_count) == (1, 2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from([int(code) for code in HANDLED_CODES]),
+    st.dictionaries(
+        st.sampled_from(EXT_KEYS),
+        st.one_of(st.sampled_from(EXT_VALUES), st.text(max_size=8)),
+        max_size=len(EXT_KEYS),
+    ),
+    st.one_of(st.sampled_from(REGISTER_BODIES), st.binary(max_size=64)),
+)
+def test_no_request_reaches_the_boundary(code: int, ext: dict[str, str], body: bytes) -> None:
+    """Any header values and bodies, good or bad, get an answer from the handler itself: the
+    request boundary is a last resort, and any request that reaches it is a bug."""
+    requests = Requests()
+    requests.register()
+    response = requests.call(code, ext, body)
+    assert response is not None
+    encode_command(response)
+    for follow_up in (RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO):
+        answer = requests.answer(follow_up, {"topic": ext.get("topic", "test")})
+        encode_command(answer)
+    assert requests.handler.statistics().failure_count == 0
+    requests.routes.check_invariants()

@@ -23,6 +23,7 @@ from mqbox.namesrv.routes import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
     KvLimits,
     RemovedBroker,
+    RouteLimits,
     RouteTable,
 )
 from mqbox.protocol.headers import (
@@ -290,6 +291,70 @@ def test_kv_table_stays_within_its_limits_under_any_operations(
                 assert problem.split("=")[0].rsplit(" ", 1)[-1].startswith("mqboxKv"), problem
                 assert routes.kv_namespace(namespace) == before
         routes.check_invariants()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["register", "unregister", "close"]),
+            st.sampled_from(["broker-a", "broker-b", "broker-c"]),
+            st.integers(0, 2),  # broker id
+            st.integers(0, 3),  # address
+            st.sets(st.sampled_from(["t0", "t1", "t2", "t3", "t4"]), min_size=1, max_size=4),
+        ),
+        max_size=40,
+    )
+)
+def test_route_tables_stay_within_their_limits_under_any_registrations(
+    operations: list[tuple[str, str, int, int, set[str]]],
+) -> None:
+    """Invariant 5: live addresses, (name, id) slots and routed topics stay within RouteLimits;
+    a refused registration changes nothing, and one not refused is always taken."""
+    limits = RouteLimits(broker_count_max=2, topic_count_max=3)
+    routes = RouteTable(route_limits=limits)
+    for step, (operation, name, broker_id, address, topics) in enumerate(operations):
+        addr = f"127.0.0.1:{10911 + address}"
+        request = header(name, addr, broker_id)
+        if operation == "unregister":
+            routes.unregister_broker(UnregisterBrokerRequestHeader(name, addr, CLUSTER, broker_id))
+        elif operation == "close":
+            routes.on_connection_closed(address)
+        else:
+            configs = tuple(TopicConfig(topic, 1, 1, 6) for topic in sorted(topics))
+            before = routes.cluster_info()
+            refusal = routes.registration_refusal(request)
+            if refusal is not None:
+                assert "mqboxNamesrvBrokerCountMax=2" in refusal
+                assert routes.cluster_info() == before
+            else:
+                result = routes.register_broker(
+                    request, body(step + 1, *configs), connection_id=address, now_ms=step
+                )
+                assert addr in (routes.cluster_info().broker_addr_table[name].broker_addrs.values())
+                routed = [topic for topic in topics if routes.route(topic) is not None]
+                if broker_id == 0:
+                    assert len(routed) + result.topics_refused_count == len(topics)
+        routes.check_invariants()
+
+
+def test_a_broker_already_registered_re_registers_at_the_limit() -> None:
+    routes = RouteTable(route_limits=RouteLimits(broker_count_max=1, topic_count_max=1))
+    register(routes, header(), body(1, TopicConfig("t0", 4, 4, 6)))
+    assert routes.registration_refusal(header()) is None
+    assert "mqboxNamesrvBrokerCountMax=1" in (routes.registration_refusal(header("broker-b")) or "")
+    result = routes.register_broker(
+        header(),
+        body(2, TopicConfig("t0", 8, 8, 6), TopicConfig("t1", 4, 4, 6)),
+        connection_id=1,
+        now_ms=1,
+    )
+    assert result.topics_refused_count == 1
+    route = routes.route("t0")
+    assert route is not None
+    assert route.queue_datas[0].read_queue_nums == 8
+    assert routes.route("t1") is None
+    routes.check_invariants()
 
 
 # -- eviction ---------------------------------------------------------------------------------

@@ -18,9 +18,9 @@ from typing import NoReturn
 
 import pytest
 
+from mqbox import resources
 from mqbox.protocol.codes import ResponseCode
 from mqbox.server import codec as codec_module
-from mqbox.server import runtime
 from mqbox.server.processors import Request
 from mqbox.server.processors.admin import MQBOX_NOOP
 from tests.support.front_client import FrontClient
@@ -111,13 +111,13 @@ def test_failure_log_keeps_a_few_tracebacks_a_minute_and_counts_the_rest(
     def clock_ns() -> int:
         return now_ns
 
-    failures = runtime.FailureLog(
+    failures = resources.FailureLog(
         logging.getLogger("test.failures"), traceback_count_max=3, clock_ns=clock_ns
     )
     with caplog.at_level(logging.ERROR, logger="test.failures"):
         for number in range(10):
             failures.record("a test", ValueError(number))
-        now_ns = runtime.FAILURE_LOG_INTERVAL_NS
+        now_ns = resources.FAILURE_LOG_INTERVAL_NS
         failures.record("a test", ValueError("next minute"))
     messages = [record.getMessage() for record in caplog.records]
     assert failures.failure_count == 11
