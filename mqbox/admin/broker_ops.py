@@ -24,9 +24,8 @@ Rules:
    expected one as an answer (26 for a group a broker never saw, 17 for a topic a broker
    already dropped).
 
-`tail` pulls without the SUSPEND bit and sleeps between empty rounds (TAIL_POLL_INTERVAL_S): a
-held pull would tie up the one request a connection has in flight (remoting.py), and the queues
-of a topic are pulled one after another, so holding on an empty queue would delay the others.
+`tail` is mqbox.client's PullConsumer with every readable queue assigned and auto-commit off:
+long polling on every queue at once, and nothing registered with a broker, so no group moves.
 """
 
 from __future__ import annotations
@@ -41,9 +40,11 @@ from typing import Any, Concatenate, Final, ParamSpec, Self, TypeVar
 
 from mqbox.admin import ops
 from mqbox.client import admin_api, namesrv_api
-from mqbox.client.errors import NamesrvUnreachableError
+from mqbox.client.errors import ClientError, NamesrvUnreachableError
+from mqbox.client.messages import ReceivedMessage
 from mqbox.client.namesrv_api import NamesrvList
 from mqbox.client.producer import Producer
+from mqbox.client.pull_consumer import PullConsumer
 from mqbox.client.remoting import (
     RemotingCaller,
     RemotingClient,
@@ -66,12 +67,12 @@ from mqbox.message import (
     encode_offset_msg_id,
     unpack_host,
 )
-from mqbox.protocol.codes import PERM_READ, PERM_WRITE, PULL_FLAG_SUBSCRIPTION, ResponseCode
+from mqbox.protocol.codes import PERM_READ, PERM_WRITE, ResponseCode
 from mqbox.protocol.command import INT64_MAX
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.headers import (
     BrokerData,
-    PullMessageRequestHeader,
+    MessageQueue,
     QueryMessageRequestHeader,
     TopicRouteData,
     UpdateAndCreateTopicRequestHeader,
@@ -86,7 +87,7 @@ MASTER_ID: Final = 0
 PRODUCER_GROUP: Final = "mqbox_cli"
 TAIL_GROUP_DEFAULT: Final = "mqbox_tail"
 DEFAULT_TOPIC: Final = "TBW102"  # the template a send names, as every RocketMQ producer does
-TAIL_POLL_INTERVAL_S: Final = 0.2
+TAIL_POLL_INTERVAL_S: Final = 1.0  # the longest one poll() of tail waits
 PULL_BATCH_MESSAGE_COUNT: Final = 32
 QUERY_MESSAGE_COUNT_DEFAULT: Final = 32
 ROUTE_WAIT_S_DEFAULT: Final = 10.0
@@ -456,6 +457,50 @@ def _host_text(host: bytes) -> str:
     return f"{ip}:{port}"
 
 
+def _view(
+    target: BrokerTarget, properties: dict[str, str], body: bytes, **fields: Any
+) -> MessageView:
+    """A MessageView of `target`'s message: the fields its properties give, and `fields`."""
+    return MessageView(
+        broker_name=target.name,
+        broker_address=target.address,
+        tags=properties.get(PROPERTY_TAGS, ""),
+        keys=properties.get(PROPERTY_KEYS, ""),
+        uniq_key=properties.get(PROPERTY_UNIQ_KEY, ""),
+        properties=properties,
+        body=body,
+        **fields,
+    )
+
+
+def received_message_view(message: ReceivedMessage, target: BrokerTarget) -> MessageView:
+    """The view of a message mqbox.client received (tail)."""
+    try:
+        body = message.body
+    except MessageIllegalError:  # shown as stored when it does not inflate
+        body = message.stored_body
+    born_ip, born_port = message.born_host
+    store_ip, store_port = message.store_host
+    return _view(
+        target,
+        dict(message.properties),
+        body,
+        msg_id=message.offset_msg_id,
+        topic=message.pulled_topic,
+        queue_id=message.queue_id,
+        queue_index=message.queue_offset,
+        log_offset_bytes=message.commit_log_offset,
+        size_bytes=message.size_bytes,
+        flag=message.flag,
+        sysflag=message.sysflag,
+        born_timestamp_ms=message.born_timestamp_ms,
+        born_host=f"{born_ip}:{born_port}",
+        store_timestamp_ms=message.store_timestamp_ms,
+        store_host=f"{store_ip}:{store_port}",
+        reconsume_times=message.reconsume_times,
+    )
+
+
 def message_view(message: StoredMessage, target: BrokerTarget) -> MessageView:
     properties = decode_properties_str(message.properties)
     body = message.body
@@ -465,18 +510,16 @@ def message_view(message: StoredMessage, target: BrokerTarget) -> MessageView:
             body, _ = decompress_body(
                 body, message.sysflag, size_bytes_max=BODY_SIZE_BYTES_MAX_LIMIT
             )
-    return MessageView(
+    return _view(
+        target,
+        properties,
+        body,
         msg_id=encode_offset_msg_id(message.store_host, message.log_offset_bytes),
-        broker_name=target.name,
-        broker_address=target.address,
         topic=message.topic,
         queue_id=message.queue_id,
         queue_index=message.queue_index,
         log_offset_bytes=message.log_offset_bytes,
         size_bytes=message.size_bytes,
-        tags=properties.get(PROPERTY_TAGS, ""),
-        keys=properties.get(PROPERTY_KEYS, ""),
-        uniq_key=properties.get(PROPERTY_UNIQ_KEY, ""),
         flag=message.flag,
         sysflag=message.sysflag,
         born_timestamp_ms=message.born_timestamp_ms,
@@ -484,8 +527,6 @@ def message_view(message: StoredMessage, target: BrokerTarget) -> MessageView:
         store_timestamp_ms=message.store_timestamp_ms,
         store_host=_host_text(message.store_host),
         reconsume_times=message.reconsume_times,
-        properties=properties,
-        body=body,
     )
 
 
@@ -899,7 +940,11 @@ def tail(
     """Messages of every readable queue of the topic as they arrive, until `count` of them (None:
     no end) or `timeout_s` (None: no end). Each queue starts at `start` ("earliest" or "latest");
     without one, at the group's committed index where it has one, else at "latest". Nothing is
-    committed: tail never moves a group. MqboxError when `timeout_s` ends it short of `count`."""
+    committed: tail never moves a group. MqboxError when `timeout_s` ends it short of `count`.
+
+    The reading is mqbox.client's PullConsumer with the queues assigned (so it registers with no
+    broker and never joins the group's rebalance) and auto-commit off; one poll waits at most
+    `poll_interval_s`, so the deadline is kept."""
     if start is not None and start not in (START_EARLIEST, START_LATEST):
         raise ConfigError(f"--from {start!r} is not {START_EARLIEST} or {START_LATEST}")
     if count is not None and count < 1:
@@ -907,7 +952,6 @@ def tail(
     if timeout_s is not None and timeout_s < 0:
         raise ConfigError(f"--timeout-s {timeout_s:g} is negative")
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    pull_group = group or TAIL_GROUP_DEFAULT
     with WireSession(namesrv) as session:
         route = session.route(topic)
         by_name = {broker.broker_name: broker for broker in route.broker_datas}
@@ -922,41 +966,39 @@ def tail(
         if not queues:
             raise MqboxError(f"topic {topic} has no readable queue")
         positions = _tail_positions(session, topic, queues, group, start)
-        delivered = 0
+        namesrv_addr = session.namesrv_addr
+    targets = {target.name: target for target, _ in queues}
+    consumer = PullConsumer(
+        group or TAIL_GROUP_DEFAULT,
+        namesrv_addr,
+        auto_commit=False,
+        pull_batch_size=PULL_BATCH_MESSAGE_COUNT,
+        timeout_ms=TIMEOUT_MS_DEFAULT,
+    )
+    assigned = {
+        MessageQueue(topic, name, queue_id): at for (name, queue_id), at in positions.items()
+    }
+    delivered = 0
+    try:
+        consumer.assign(assigned)
+        consumer.start()
+        for queue, at in assigned.items():
+            consumer.seek(queue, at)
         while count is None or delivered < count:
-            pulled = 0
-            for target, queue_id in queues:
-                wanted = PULL_BATCH_MESSAGE_COUNT
-                if count is not None:
-                    wanted = min(wanted, count - delivered)
-                header = PullMessageRequestHeader(
-                    pull_group,
-                    topic,
-                    queue_id,
-                    positions[(target.name, queue_id)],
-                    wanted,
-                    PULL_FLAG_SUBSCRIPTION,
-                    0,
-                    0,
-                    0,
-                    "*",
-                )
-                result = session.ask_broker(target, admin_api.pull_message, header)
-                positions[(target.name, queue_id)] = result.next_begin_queue_index
-                for message in result.messages[:wanted]:
-                    yield message_view(message, target)
-                    delivered += 1
-                    pulled += 1
+            wait_s = poll_interval_s
+            if deadline is not None:
+                wait_s = min(wait_s, deadline - time.monotonic())
+                if wait_s <= 0:
+                    break
+            for message in consumer.poll(max(1, int(wait_s * 1000))):
+                yield received_message_view(message, targets[message.broker_name])
+                delivered += 1
                 if count is not None and delivered >= count:
                     return
-            if pulled:
-                continue
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                break
-            time.sleep(
-                poll_interval_s if deadline is None else min(poll_interval_s, deadline - now)
-            )
+    except ClientError as error:
+        raise MqboxError(f"tail of {topic}: {error}") from None
+    finally:
+        consumer.shutdown()
     if count is not None:
         raise MqboxError(
             f"tail: {delivered} of {count} messages of topic {topic} arrived within {timeout_s:g} s"

@@ -15,7 +15,8 @@ address, the broker's response code and remark, the topic).
         ├── NamesrvUnreachableError      no name server of the list answered
         ├── NoRouteError                 a topic has no route, or no queue a send could use
         ├── ClientStateError             not started, shut down, or a call that would deadlock
-        └── InvalidMessageError          refused before sending (Java's Validators, code 13)
+        ├── InvalidMessageError          refused before sending (Java's Validators, code 13)
+        └── OffsetOutOfRangeError        a consumer's seek outside the queue's offsets
 
 `RemotingResponseError.code` and `.remark` are what the peer answered, so `except BrokerError as
 e: if e.code == ResponseCode.TOPIC_NOT_EXIST` reads as RocketMQ's MQBrokerException does.
@@ -100,3 +101,15 @@ class InvalidMessageError(ClientError, MessageIllegalError):
     topic, a property the client owns. `code` is 13, MESSAGE_ILLEGAL, as in Java."""
 
     code: Final = MESSAGE_ILLEGAL_CODE
+
+
+class OffsetOutOfRangeError(ClientError):
+    """A seek outside the queue's readable offsets: `offset` is not in [`min_offset`,
+    `max_offset`] of `queue` (Java's "Seek offset illegal")."""
+
+    def __init__(self, queue: object, offset: int, min_offset: int, max_offset: int) -> None:
+        super().__init__(f"{queue}: offset {offset} is outside [{min_offset}, {max_offset}]")
+        self.queue = queue
+        self.offset = offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset

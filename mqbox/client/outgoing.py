@@ -9,6 +9,8 @@ Owns (docs/client.md A.4, A.5, A.7, A.8; docs/protocol.md section 4.2):
     encode_batch()          RocketMQ's batch body (message.encode_batch_elements), a UNIQ_KEY per
                             element, never compressed, sent as SEND_BATCH_MESSAGE (320)
     encode_plain_batch()    the same for plain bodies, in one kernel call (batch_kernels.py)
+    encode_retry()          a consumer's failed message resent to `%RETRY%<group>` (the
+                            send-back fallback, docs/client.md B.9), system properties included
     send_request_ext()      the V2 header (310 / 320) of one attempt at one queue, with
                             mqboxIdempotent when the message asks for the broker's window
     read_send_response()    Java's processSendResponse: SendResult for 0/10/11/12, else None
@@ -194,6 +196,8 @@ class OutgoingMessage:
     msg_id: str  # UNIQ_KEY, or the batch's keys joined by commas
     batch: bool
     message_count: int
+    reconsume_times: int = 0  # the header's reconsumeTimes (a retry message only)
+    reconsume_times_max: int | None = None  # the header's maxReconsumeTimes (likewise)
     # Ask the broker's idempotent window to drop elements whose UNIQ_KEY it stored lately
     # (docs/idempotence.md): the header field SEND_IDEMPOTENT_KEY.
     idempotent: bool = False
@@ -314,6 +318,13 @@ def _encode_properties(properties: Mapping[str, str]) -> bytes:
         raise InvalidMessageError(str(error)) from None
 
 
+def _compressed(body: bytes, threshold_bytes: int, level: int) -> tuple[bytes, int]:
+    """Rule 3: the body as sent and its sysflag; deflated from `threshold_bytes` on."""
+    if len(body) >= threshold_bytes:
+        return deflate(body, level), SYSFLAG_COMPRESSED
+    return bytes(body), 0
+
+
 def encode_single(
     topic: str,
     body: bytes,
@@ -341,12 +352,61 @@ def encode_single(
         fields[PROPERTY_WAIT] = "true"
         fields[PROPERTY_UNIQ_KEY] = uniq_key
         encoded = _encode_properties(fields).decode("utf-8", "surrogateescape")
-    data = bytes(body)
-    sysflag = 0
-    if len(data) >= compress_threshold_bytes:
-        data = deflate(data, compress_level)
-        sysflag = SYSFLAG_COMPRESSED
+    data, sysflag = _compressed(body, compress_threshold_bytes, compress_level)
     return OutgoingMessage(topic, data, sysflag, flag, encoded, uniq_key, False, 1)
+
+
+def encode_retry(
+    group: str,
+    body: bytes,
+    properties: Mapping[str, str],
+    *,
+    origin_topic: str,
+    origin_msg_id: str,
+    reconsume_times: int,
+    reconsume_times_max: int,
+    flag: int = 0,
+    body_size_bytes_max: int = BODY_SIZE_BYTES_MAX_DEFAULT,
+    compress_threshold_bytes: int = COMPRESS_THRESHOLD_BYTES_DEFAULT,
+    compress_level: int = COMPRESS_LEVEL_DEFAULT,
+) -> OutgoingMessage:
+    """A consumed message sent anew to `%RETRY%<group>` (Java's sendMessageBack fallback,
+    docs/client.md B.9): its (inflated) body and properties, RETRY_TOPIC = the topic it was
+    first sent to, ORIGIN_MESSAGE_ID kept or set, DELAY = 3 + `reconsume_times`; the reconsume
+    counts travel in the header, as Java's sendKernelImpl moves them there, so the broker sends
+    it to `%DLQ%<group>` once they reach the limit. Its UNIQ_KEY is kept (Java's setUniqID only
+    sets a missing one)."""
+    check_group(group)
+    topic = RETRY_GROUP_TOPIC_PREFIX + group
+    _check_body(body, body_size_bytes_max, topic)
+    _check_flag(flag)
+    fields = dict(properties)
+    for name in (
+        PROPERTY_RECONSUME_TIME,
+        PROPERTY_MAX_RECONSUME_TIMES,
+        PROPERTY_TRANSACTION_PREPARED,
+    ):
+        fields.pop(name, None)
+    fields.setdefault(PROPERTY_RETRY_TOPIC, origin_topic)
+    if not fields.get(PROPERTY_ORIGIN_MESSAGE_ID):
+        fields[PROPERTY_ORIGIN_MESSAGE_ID] = origin_msg_id
+    fields[PROPERTY_DELAY] = str(3 + reconsume_times)
+    fields[PROPERTY_WAIT] = "true"
+    uniq_key = fields.setdefault(PROPERTY_UNIQ_KEY, origin_msg_id)
+    encoded = _encode_properties(fields).decode("utf-8", "surrogateescape")
+    data, sysflag = _compressed(body, compress_threshold_bytes, compress_level)
+    return OutgoingMessage(
+        topic,
+        data,
+        sysflag,
+        flag,
+        encoded,
+        uniq_key,
+        False,
+        1,
+        reconsume_times + 1,
+        reconsume_times_max,
+    )
 
 
 def encode_batch(
@@ -485,6 +545,10 @@ def send_request_ext(
     ext[_PROPERTIES_KEY] = message.properties
     if message.batch:
         ext[_BATCH_KEY] = "true"
+    if message.reconsume_times:
+        ext[_RECONSUME_TIMES_KEY] = str(message.reconsume_times)
+    if message.reconsume_times_max is not None:
+        ext[_RECONSUME_TIMES_MAX_KEY] = str(message.reconsume_times_max)
     if message.idempotent:
         ext[SEND_IDEMPOTENT_KEY] = "true"
     return ext
@@ -496,6 +560,8 @@ _BORN_TIMESTAMP_KEY: Final = SEND_V2_KEY_BY_FIELD["born_timestamp_ms"]
 _FLAG_KEY: Final = SEND_V2_KEY_BY_FIELD["flag"]
 _PROPERTIES_KEY: Final = SEND_V2_KEY_BY_FIELD["properties"]
 _BATCH_KEY: Final = SEND_V2_KEY_BY_FIELD["batch"]
+_RECONSUME_TIMES_KEY: Final = SEND_V2_KEY_BY_FIELD["reconsume_times"]
+_RECONSUME_TIMES_MAX_KEY: Final = SEND_V2_KEY_BY_FIELD["max_reconsume_times"]
 
 
 @functools.lru_cache(maxsize=1024)

@@ -416,6 +416,12 @@ class Producer:
         self._sent += 1
         return result
 
+    def send_prepared(self, message: OutgoingMessage, timeout_ms: int | None = None) -> SendResult:
+        """Send a message outgoing.py encoded for a consumer (outgoing.encode_retry: the
+        send-back fallback), retried as `send` (rule 2). Its checks ran when it was encoded."""
+        self._check_running()
+        return self._send_sync(message, time.monotonic_ns(), timeout_ms, 1 + self.retry_times)
+
     # -- encoding ---------------------------------------------------------------------------------
 
     def _single(self, topic: str, body: bytes, options: SendOptions) -> OutgoingMessage:

@@ -92,6 +92,16 @@ class Scheduler:
         assert delay_ms >= 0
         self._push(name, task, delay_ms, 0)
 
+    def cancel(self, name: str) -> int:
+        """Drop every queued run of the tasks named `name` (rule 1); how many were dropped."""
+        with self._lock:
+            kept = [entry for entry in self._heap if entry[2] != name]
+            dropped = len(self._heap) - len(kept)
+            if dropped:
+                heapq.heapify(kept)
+                self._heap = kept
+            return dropped
+
     def _push(self, name: str, task: Task, delay_ms: int, period_ms: int) -> None:
         due_ns = time.monotonic_ns() + delay_ms * 1_000_000
         with self._lock:

@@ -235,6 +235,9 @@ def make_message(topic, item):
     message.set_body(item["body"].encode("utf-8"))
     for name, value in item["properties"].items():
         message.set_property(name, value)
+    level = spec.get("delay_levels", {}).get(item["properties"]["mqboxSeq"])
+    if level:
+        message.set_delay_time_level(level)
     return message
 
 
@@ -482,8 +485,10 @@ class CppChild:
                 os.kill(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
         self._reader.join(10)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                with contextlib.suppress(BrokenPipeError, OSError):
+                    stream.close()
 
 
 @contextlib.contextmanager
@@ -492,20 +497,32 @@ def cpp_child(
     spec: Mapping[str, Any],
     reap_pids: list[int],
     script_text: str = "",
+    *,
+    module: str = "",
 ) -> Iterator[CppChild]:
     """Run one C++ client in a child `python` with `spec` (see CHILD_SCRIPT; or a script of the
-    caller's own, `script_text`, that reads the same spec file argument); SIGKILLed by PID on the
-    way out if it is still running."""
+    caller's own, `script_text`, or a module of this repository, `module`, that reads the same
+    spec file argument and writes the same JSON lines); SIGKILLed by PID on the way out if it is
+    still running."""
     directory.mkdir(parents=True, exist_ok=True)
-    script = directory / "cpp_child.py"
-    script.write_text(script_text or CHILD_SCRIPT, encoding="utf-8")
     spec_path = directory / "spec.json"
     spec_path.write_text(json.dumps(spec), encoding="utf-8")
+    if module:
+        command = [sys.executable, "-m", module, str(spec_path)]
+    else:
+        script = directory / "cpp_child.py"
+        script.write_text(script_text or CHILD_SCRIPT, encoding="utf-8")
+        command = [sys.executable, str(script), str(spec_path)]
     # rocketmq-cpp writes its logs under $HOME/logs; one child per directory.
-    environment = {**os.environ, "HOME": str(directory), "PYTHONUNBUFFERED": "1"}
+    environment = {
+        **os.environ,
+        "HOME": str(directory),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+    }
     with (directory / "stderr.txt").open("wb") as stderr:
         process = subprocess.Popen(
-            [sys.executable, str(script), str(spec_path)],
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -532,7 +549,8 @@ def produce(
     **extra: Any,
 ) -> list[dict[str, Any]]:
     """Send `messages` from one C++ producer child with `method` (sync, async, oneway, orderly
-    with `order_args`, batch with `batches` of indexes); its events once it ended."""
+    with `order_args`, batch with `batches` of indexes; `delay_levels` maps a seq to its delay
+    level); its events once it ended."""
     spec = {
         "mode": "produce",
         "namesrv": appliance.namesrv_address,

@@ -110,6 +110,9 @@ PURE_CLIENT_MODULES = (
     "pull_decode",
     "pull_kernels",
     "pull_kernels_ref",
+    "batch_queue",
+    "consume_rules",
+    "messages",
 )
 PURE_CLIENT_FORBIDDEN = (
     "socket",
@@ -126,6 +129,11 @@ PURE_CLIENT_FORBIDDEN = (
     "mqbox.client.scheduler",
     "mqbox.client.instance",
     "mqbox.client.producer",
+    "mqbox.client.pull",
+    "mqbox.client.consumer_offsets",
+    "mqbox.client.consumer_core",
+    "mqbox.client.push_consumer",
+    "mqbox.client.pull_consumer",
 )
 FORBIDDEN.update({f"mqbox.client.{name}": PURE_CLIENT_FORBIDDEN for name in PURE_CLIENT_MODULES})
 # Only mqbox/_jit.py imports numba; nothing outside mqbox/spark imports mqbox.spark.
