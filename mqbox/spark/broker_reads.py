@@ -19,8 +19,15 @@ import threading
 from concurrent.futures import Future
 from typing import Final
 
-from mqbox.client import pull as pull_api
-from mqbox.client.pull import PullResult
+from mqbox.client.pull import (
+    PullResult,
+    max_offset,
+    min_offset,
+    pull_async,
+    query_consumer_offset,
+    search_offset,
+    update_consumer_offset,
+)
 from mqbox.client.transport import Transport
 
 READ_GROUP_DEFAULT: Final = "mqbox_spark"  # the consumerGroup a PULL names when none is given
@@ -47,7 +54,7 @@ class BrokerReads:
         """PULL_MESSAGE (11) of up to `count_max` records from `queue_index`, filtered by tag
         hash at the broker when `subscription` is not "*", without waiting: the Future gets the
         PullResult, or BrokerError for a code that is none of the four pull statuses."""
-        return pull_api.pull_async(
+        return pull_async(
             self.transport,
             self.broker_name,
             topic,
@@ -61,28 +68,24 @@ class BrokerReads:
 
     def min_offset(self, topic: str, queue_id: int, *, timeout_ms: int | None = None) -> int:
         """GET_MIN_OFFSET (31): the first offset still stored."""
-        return pull_api.min_offset(self.transport, topic, queue_id, timeout_ms=timeout_ms)
+        return min_offset(self.transport, topic, queue_id, timeout_ms=timeout_ms)
 
     def max_offset(self, topic: str, queue_id: int, *, timeout_ms: int | None = None) -> int:
         """GET_MAX_OFFSET (30): the next offset to be written (what a read can reach)."""
-        return pull_api.max_offset(self.transport, topic, queue_id, timeout_ms=timeout_ms)
+        return max_offset(self.transport, topic, queue_id, timeout_ms=timeout_ms)
 
     def offset_at(
         self, topic: str, queue_id: int, timestamp_ms: int, *, timeout_ms: int | None = None
     ) -> int:
         """SEARCH_OFFSET_BY_TIMESTAMP (29): the offset whose store time is nearest (RocketMQ's
         answer, not Kafka's "first at or after"; the caller corrects it)."""
-        return pull_api.search_offset(
-            self.transport, topic, queue_id, timestamp_ms, timeout_ms=timeout_ms
-        )
+        return search_offset(self.transport, topic, queue_id, timestamp_ms, timeout_ms=timeout_ms)
 
     def committed_offset(
         self, group: str, topic: str, queue_id: int, *, timeout_ms: int | None = None
     ) -> int | None:
         """QUERY_CONSUMER_OFFSET (14): the group's committed offset, None when it has none."""
-        return pull_api.query_consumer_offset(
-            self.transport, group, topic, queue_id, timeout_ms=timeout_ms
-        )
+        return query_consumer_offset(self.transport, group, topic, queue_id, timeout_ms=timeout_ms)
 
     def commit_offset(
         self,
@@ -94,7 +97,7 @@ class BrokerReads:
         timeout_ms: int | None = None,
     ) -> None:
         """UPDATE_CONSUMER_OFFSET (15), answered: the group's next offset to read."""
-        pull_api.update_consumer_offset(
+        update_consumer_offset(
             self.transport, group, topic, queue_id, queue_index, oneway=False, timeout_ms=timeout_ms
         )
 
