@@ -136,13 +136,13 @@ class PartitionSender:
             message = OutgoingMessage(
                 queue.topic,
                 encode_rows(columns, uniq_keys, rows),
-                0,
-                0,
-                _BATCH_HEADER_PROPERTIES,
-                "",
-                True,
-                int(rows.size),
-                options.exactly_once,
+                sysflag=0,
+                flag=0,
+                properties=_BATCH_HEADER_PROPERTIES,
+                msg_id="",
+                batch=True,
+                message_count=int(rows.size),
+                idempotent=options.exactly_once,
             )
             while len(self._in_flight) >= options.max_in_flight:
                 self._in_flight.popleft().result()
