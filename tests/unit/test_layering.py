@@ -145,6 +145,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     },
     # The request codes beyond RequestCode: the broker, the CLI and the client name them here.
     "mqbox.protocol.mqbox_codes": ("mqbox.protocol.command", "mqbox.protocol.connection"),
+    # The connector is a client: it reaches brokers over the wire only (docs/spark.md).
+    "mqbox.spark": ("mqbox.store", "mqbox.server", "mqbox.ipc", "mqbox.admin"),
     "mqbox.config": ("mqbox.store", "mqbox.server", "mqbox.protocol", "mqbox.ipc"),
 }
 # The client's pure foundation (algorithms, tables, decoding): no sockets, threads or clocks, and
