@@ -110,7 +110,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         )
     },
     # Ring record layouts are data: no transport, no role, no plumbing.
-    "mqbox.server.records": ("mqbox.server", "mqbox.ipc", "mqbox.store"),
+    "mqbox.server.parcels": ("mqbox.server", "mqbox.ipc", "mqbox.store"),
     # The ring transport moves records for every role and knows none of them.
     "mqbox.server.transport": (
         "mqbox.server.roles.processors",
