@@ -15,12 +15,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import json
-import os
-import signal
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,17 +25,17 @@ from pathlib import Path
 from typing import Final
 
 import psutil
-from _common import REPO_ROOT, log  # bench/ is sys.path[0]
+from _common import REPO_ROOT  # bench/ is sys.path[0]
 
 from mqbox.client.admin_api import update_and_create_topic
 from mqbox.client.namesrv_api import get_route
 from mqbox.client.remoting import RemotingClient
-from mqbox.ipc import names
 from mqbox.message import BatchElement, encode_batch, encode_properties_str
 from mqbox.protocol import make_request
 from mqbox.protocol.codes import PERM_READ, PERM_WRITE, RequestCode
 from mqbox.protocol.command import encode_command
 from mqbox.protocol.headers import SendMessageRequestHeader, UpdateAndCreateTopicRequestHeader
+from mqbox.server import launch
 
 READY_TIMEOUT_S: Final = 300.0
 STOP_TIMEOUT_S: Final = 60.0
@@ -121,79 +117,28 @@ def appliance(
             f"brokerIP1=127.0.0.1\nflushDiskType={flush_disk_type}\n{extra_conf}",
             encoding="utf-8",
         )
-        read_fd, write_fd = os.pipe()
-        command = [
-            sys.executable,
-            "-m",
-            "mqbox.server.supervisor",
-            *("--home", str(home), "--config", str(conf)),
-            *("--broker-port", "0", "--namesrv-port", "0", "--ready-fd", str(write_fd)),
-        ]
+        arguments = ["--home", str(home), "--config", str(conf)]
         started = time.monotonic()
         try:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=sys.stderr,
-                stderr=sys.stderr,
+            with launch.supervised(
+                [*arguments, "--broker-port", "0", "--namesrv-port", "0"],
+                output=sys.stderr,
+                ready_timeout_s=READY_TIMEOUT_S,
+                stop_timeout_s=STOP_TIMEOUT_S,
+                environment={"PYTHONPATH": str(REPO_ROOT)},
                 cwd=REPO_ROOT,
-                env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "OPENBLAS_NUM_THREADS": "1"},
-                pass_fds=(write_fd,),
-                start_new_session=True,
-            )
-        finally:
-            os.close(write_fd)
-        family: list[psutil.Process] = []  # each remembers its start time: no PID reuse
-        instance = ""
-        try:
-            with os.fdopen(read_fd, "rb") as ready_pipe:
-                line = ready_pipe.readline()
-            if not line:
-                raise SystemExit(
-                    f"{bench}: the supervisor exited ({process.wait(READY_TIMEOUT_S)})"
+            ) as (process, ready):
+                roles = {str(role): int(pid) for role, pid in ready["roles"].items()}
+                yield Appliance(
+                    str(ready["broker"]),
+                    str(ready["namesrv"]),
+                    time.monotonic() - started,
+                    [process.pid, *roles.values()],
+                    home,
+                    roles,
                 )
-            ready = json.loads(line)
-            if not ready.get("ok"):
-                raise SystemExit(f"{bench}: the supervisor did not start: {ready.get('error')}")
-            instance = str(ready.get("instance", ""))
-            roles = {str(role): int(pid) for role, pid in ready["roles"].items()}
-            with contextlib.suppress(psutil.NoSuchProcess):  # the roles and the name server
-                family.extend(psutil.Process(process.pid).children(recursive=True))
-            yield Appliance(
-                str(ready["broker"]),
-                str(ready["namesrv"]),
-                time.monotonic() - started,
-                [process.pid, *roles.values()],
-                home,
-                roles,
-            )
-        finally:
-            stop_appliance(bench, process, family, instance)
-
-
-def stop_appliance(
-    bench: str, process: subprocess.Popen[bytes], family: list[psutil.Process], instance: str
-) -> None:
-    """SIGTERM (the orderly stop), SIGKILL after STOP_TIMEOUT_S; then SIGKILL by PID to every
-    process it had started and the sweep of the instance's shared memory. Whatever had to be
-    killed or swept is named on stderr: the orderly stop should have left nothing."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            log(f"{bench}: the supervisor did not stop in {STOP_TIMEOUT_S:.0f} s: SIGKILL")
-            process.kill()
-            process.wait()
-    for child in family:
-        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-            if child.status() != psutil.STATUS_ZOMBIE:
-                child.kill()  # by PID; psutil refuses if the PID was reused meanwhile
-                log(f"{bench}: process {child.pid} outlived the supervisor: SIGKILL")
-    if instance:
-        left = names.unlink_instance(instance)
-        if left:
-            log(f"{bench}: swept {len(left)} shared-memory objects left behind: {left[:4]}")
+        except (launch.SupervisorNotReadyError, AssertionError) as error:
+            raise SystemExit(f"{bench}: {error}") from None
 
 
 def create_topic(app: Appliance, topic: str, queue_count: int = DEFAULT_TOPIC_QUEUE_COUNT) -> None:

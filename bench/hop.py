@@ -29,9 +29,7 @@ import collections
 import contextlib
 import dataclasses
 import hashlib
-import json
 import os
-import signal
 import socket
 import statistics
 import struct
@@ -49,6 +47,7 @@ from mqbox.config import BrokerConfig
 from mqbox.protocol import make_request
 from mqbox.protocol.command import encode_command
 from mqbox.protocol.mqbox_codes import MQBOX_NOOP
+from mqbox.server import launch
 from mqbox.server.topology import RoleKind, Topology, broker_topology
 
 BENCH = "hop"
@@ -88,55 +87,23 @@ def appliance(home: Path) -> Iterator[Appliance]:
         "mqboxWorkerCount=1\nmqboxAdminProcessorCount=1\n",
         encoding="utf-8",
     )
-    read_fd, write_fd = os.pipe()
-    command = [
-        sys.executable,
-        "-m",
-        "mqbox.server.supervisor",
-        "--home",
-        str(home),
-        "--config",
-        str(conf),
-        "--no-namesrv",
-        "--broker-port",
-        "0",
-        "--topology",
-        "hop:front_topology",
-        "--ready-fd",
-        str(write_fd),
-    ]
+    command = ["--home", str(home), "--config", str(conf), "--no-namesrv"]
+    command += ["--broker-port", "0", "--topology", "hop:front_topology"]
     bench_dir = str(Path(__file__).resolve().parent)
     python_path = os.pathsep.join([bench_dir, str(REPO_ROOT)])
     started = time.monotonic()
     try:
-        process = subprocess.Popen(
+        with launch.supervised(
             command,
-            stdin=subprocess.DEVNULL,
-            stdout=sys.stderr,
-            stderr=sys.stderr,
-            env={**os.environ, "PYTHONPATH": python_path, "OPENBLAS_NUM_THREADS": "1"},
-            pass_fds=(write_fd,),
-        )
-    finally:
-        os.close(write_fd)
-    try:
-        with os.fdopen(read_fd, "rb") as ready_pipe:
-            line = ready_pipe.readline()
-        if not line:
-            raise SystemExit(f"hop: the supervisor exited ({process.wait(READY_TIMEOUT_S)})")
-        ready = json.loads(line)
-        if not ready.get("ok"):
-            raise SystemExit(f"hop: the supervisor did not start: {ready.get('error')}")
-        host, port = str(ready["broker"]).rsplit(":", 1)
-        yield Appliance(process, host, int(port), time.monotonic() - started, ready["roles"])
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            output=sys.stderr,
+            ready_timeout_s=READY_TIMEOUT_S,
+            stop_timeout_s=STOP_TIMEOUT_S,
+            environment={"PYTHONPATH": python_path},
+        ) as (process, ready):
+            host, port = str(ready["broker"]).rsplit(":", 1)
+            yield Appliance(process, host, int(port), time.monotonic() - started, ready["roles"])
+    except (launch.SupervisorNotReadyError, AssertionError) as error:
+        raise SystemExit(f"hop: {error}") from None
 
 
 @dataclasses.dataclass

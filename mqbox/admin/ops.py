@@ -19,12 +19,9 @@ import contextlib
 import dataclasses
 import enum
 import fcntl
-import json
 import os
-import select
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -39,19 +36,13 @@ from mqbox.config import (
     load_namesrv_config,
 )
 from mqbox.errors import ConfigError, MqboxError
+from mqbox.server import launch
 
 if TYPE_CHECKING:
     from mqbox.server.supervisor import ApplianceOptions
 
 ETC_DIR = Path(__file__).resolve().parents[2] / "etc"
 
-# The appliance forks from one warm parent; a native thread pool there would only waste memory.
-SINGLE_THREAD_ENVIRONMENT: Final = {
-    "OPENBLAS_NUM_THREADS": "1",
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "NUMBA_NUM_THREADS": "1",
-}
 # First start compiles every numba kernel (minutes on a small machine); later starts load them.
 DAEMON_READY_TIMEOUT_S: Final = 1200.0
 STOP_TIMEOUT_S_DEFAULT: Final = 120.0
@@ -129,7 +120,7 @@ def config_as_dict(config: Any) -> dict[str, Any]:
 
 def pin_thread_pools() -> None:
     """Ask numpy's BLAS (and numba) for one thread, if numpy is not loaded yet."""
-    for key, value in SINGLE_THREAD_ENVIRONMENT.items():
+    for key, value in launch.SINGLE_THREAD_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
 
 
@@ -177,7 +168,7 @@ def start_daemon(
     from mqbox.server.home import prepare_home
 
     layout = prepare_home(options.home)
-    command = [sys.executable, "-m", "mqbox.server.supervisor", "--home", str(options.home)]
+    command = ["--home", str(options.home)]
     if options.broker_config_path is not None:
         command += ["--config", str(options.broker_config_path)]
     if options.namesrv_config_path is not None:
@@ -188,72 +179,30 @@ def start_daemon(
         command += ["--broker-port", str(options.broker_port)]
     if options.topology is not None:
         command += ["--topology", options.topology]
-    read_fd, write_fd = os.pipe()
     output_path = layout.logs_dir / SUPERVISOR_OUTPUT_FILE_NAME
+    with output_path.open("ab") as output:
+        started = launch.spawn(command, output=output)
+    popen = started.process
     try:
-        with output_path.open("ab") as output:
-            popen = subprocess.Popen(
-                [*command, "--ready-fd", str(write_fd)],
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=output,
-                pass_fds=(write_fd,),
-                start_new_session=True,
-                env={**os.environ, **SINGLE_THREAD_ENVIRONMENT},
-            )
-    finally:
-        os.close(write_fd)
-    try:
-        line = _read_line(read_fd, ready_timeout_s)
-    except BaseException:
-        _terminate(popen)
-        raise
-    finally:
-        os.close(read_fd)
-    if line is None:
-        _terminate(popen)
+        report = launch.read_ready(started, ready_timeout_s)
+    except launch.SupervisorNotReadyError as error:
+        launch.stop(popen, STOP_TIMEOUT_S_DEFAULT)
+        if error.status is None:
+            raise MqboxError(
+                f"the appliance did not become ready within {ready_timeout_s:g} s; "
+                f"see {output_path}"
+            ) from None
         raise MqboxError(
-            f"the appliance did not become ready within {ready_timeout_s:g} s; see {output_path}"
-        )
-    if not line:
-        code = popen.wait()
-        raise MqboxError(f"the appliance exited with status {code}: {_last_line(output_path)}")
-    report: dict[str, Any] = json.loads(line)
+            f"the appliance exited with status {error.status}: {_last_line(output_path)}"
+        ) from None
+    except BaseException:
+        launch.stop(popen, STOP_TIMEOUT_S_DEFAULT)
+        raise
     if not report.get("ok"):
         with contextlib.suppress(subprocess.TimeoutExpired):
             popen.wait(timeout=30)
         raise MqboxError(str(report.get("error", "the appliance did not start")))
     return report
-
-
-def _read_line(fd: int, timeout_s: float) -> bytes | None:
-    """One line from `fd`; b"" at end-of-file without one; None after timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    buffer = b""
-    while not buffer.endswith(b"\n"):
-        remaining_s = deadline - time.monotonic()
-        if remaining_s <= 0:
-            return None
-        readable, _, _ = select.select([fd], [], [], remaining_s)
-        if not readable:
-            continue
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return b"" if not buffer.strip() else buffer
-        buffer += chunk
-    return buffer
-
-
-def _terminate(popen: subprocess.Popen[bytes]) -> None:
-    """SIGTERM (its orderly stop cleans up), SIGKILL if that takes too long."""
-    if popen.poll() is not None:
-        return
-    popen.send_signal(signal.SIGTERM)
-    try:
-        popen.wait(timeout=STOP_TIMEOUT_S_DEFAULT)
-    except subprocess.TimeoutExpired:
-        popen.kill()
-        popen.wait()
 
 
 def _last_line(path: Path) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from mqbox.client.admin_api import RESET_TO_EARLIEST, reset_consumer_offset
+from mqbox.client.admin_api import reset_consumer_offset
 from mqbox.client.instance import ClientInstance, HeartbeatConsumer
 from mqbox.client.remoting import RemotingClient
 from mqbox.client.subscription import build_subscription
@@ -34,6 +34,7 @@ from mqbox.protocol.codes import (
 )
 from mqbox.protocol.command import RemotingCommand
 from mqbox.protocol.headers import ConsumerListBody
+from mqbox.protocol.mqbox_codes import RESET_TO_EARLIEST
 from tests.conftest import unique_name
 from tests.support.appliance import Appliance
 from tests.support.read_back import create_topic

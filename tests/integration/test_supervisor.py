@@ -16,13 +16,10 @@ answer the test on a pair of extra rings per role. Every process is killed by pi
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import select
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,7 +36,7 @@ from mqbox.config import BrokerConfig
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
 from mqbox.run_files import write_json_atomically
-from mqbox.server import supervisor
+from mqbox.server import launch, supervisor
 from mqbox.server.home import (
     HomeLayout,
     instance_name,
@@ -99,63 +96,30 @@ def start_supervisor(
     extra: tuple[str, ...] = (),
 ) -> Running:
     """Run a supervisor over tests/support/roles.py and wait for its ready report."""
-    read_fd, write_fd = os.pipe()
     command = [
-        sys.executable,
-        "-m",
-        "mqbox.server.supervisor",
         "--home",
         str(home),
         "--broker-port",
         str(broker_port),
         "--topology",
         f"tests.support.roles:{topology}",
-        "--ready-fd",
-        str(write_fd),
         *extra,
     ]
     command += ["--namesrv-port", str(namesrv_port)] if namesrv else ["--no-namesrv"]
     output_path = home.parent / f"{home.name}.supervisor.out"
+    with output_path.open("ab") as output:
+        started = launch.spawn(command, output=output, cwd=REPO_ROOT)
+    reap_pids.append(started.process.pid)
     try:
-        with output_path.open("ab") as output:
-            popen = subprocess.Popen(
-                command,
-                cwd=REPO_ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=output,
-                pass_fds=(write_fd,),
-                start_new_session=True,
-                env={**os.environ, **ops.SINGLE_THREAD_ENVIRONMENT},
-            )
-    finally:
-        os.close(write_fd)
-    reap_pids.append(popen.pid)
-    try:
-        line = read_line(read_fd, READY_TIMEOUT_S)
-    finally:
-        os.close(read_fd)
-    assert line, f"no ready report; output:\n{output_path.read_text()}"
-    report: dict[str, Any] = json.loads(line)
-    running = Running(popen, home, report, output_path)
+        report = launch.read_ready(started, READY_TIMEOUT_S)
+    except launch.SupervisorNotReadyError as error:
+        raise AssertionError(
+            f"no ready report ({error}); output:\n{output_path.read_text()}"
+        ) from None
+    running = Running(started.process, home, report, output_path)
     if running.ok:
         reap_pids.extend(running.role_pids.values())
     return running
-
-
-def read_line(fd: int, timeout_s: float) -> bytes:
-    deadline = time.monotonic() + timeout_s
-    buffer = b""
-    while not buffer.endswith(b"\n"):
-        remaining_s = deadline - time.monotonic()
-        assert remaining_s > 0, "timed out waiting for the supervisor"
-        readable, _, _ = select.select([fd], [], [], remaining_s)
-        if readable:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            buffer += chunk
-    return buffer
 
 
 def alive(pid: int) -> bool:

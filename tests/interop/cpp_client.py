@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -55,8 +56,12 @@ from tests.support.read_back import read_back_until as read_back_until
 from tests.support.read_back import read_queue_count as read_queue_count
 from tests.support.read_back import wait_routed as wait_routed
 
+log = logging.getLogger(__name__)
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 CHILD_STOP_TIMEOUT_S: Final = 30.0  # a push consumer's shutdown persists offsets and unregisters
+CPP_SHUTDOWN_ABORT: Final = (
+    "terminate called after throwing an instance of 'boost::thread_interrupted'"
+)
 
 SEQ_PROPERTY: Final = "mqboxSeq"  # user property naming each test message uniquely
 # Properties the client or the broker add; everything else in a stored record is the user's.
@@ -373,6 +378,7 @@ def push():
     consumer.start()
     emit(event="started", pid=os.getpid())
     sys.stdin.readline()  # "stop", or end of file when the test went away
+    emit(event="stopping")
     consumer.shutdown()
     emit(event="done")
 
@@ -475,6 +481,18 @@ class CppChild:
             message = f"the child did not end in {timeout_s} s: {self.describe()}"
             raise AssertionError(message) from None
         self._reader.join(10)
+        if status == -signal.SIGABRT and self.events("stopping") and not self.events("done"):
+            # librocketmq 0.4.4's PushConsumer.shutdown() sometimes aborts: a pool thread lets
+            # boost::thread_interrupted escape (rocketmq-client-cpp issue 204, "sometimes
+            # consumer.shutdown will coredump"). Everything it consumed was reported before
+            # "stopping"; only an abort with exactly that signature is the client's own.
+            assert CPP_SHUTDOWN_ABORT in self.stderr(), self.describe()
+            log.warning(
+                "the C++ consumer %d aborted in shutdown(): %s",
+                self.process.pid,
+                CPP_SHUTDOWN_ABORT,
+            )
+            return self.events()
         assert status == 0, self.describe()
         assert self.events("done"), self.describe()
         return self.events()

@@ -13,19 +13,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-import psutil
-
-from mqbox.ipc import names
+from mqbox.server import launch
 from tests.support.front_client import FrontClient
 from tests.support.namesrv_process import set_file_limit
 
@@ -86,83 +81,37 @@ def running_supervisor(
     file_limit: tuple[int, int] | None = None,
     environment: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, Any], Path]]:
-    """Run `python -m mqbox.server.supervisor --home HOME ARGUMENTS --ready-fd N` and yield
-    (process, its ready line, its output file) once every role is ready. On the way out: the
-    orderly stop (SIGTERM, then SIGKILL after STOP_TIMEOUT_S), SIGKILL by PID of everything it
-    started, and the sweep of its shared memory. Every PID is appended to `reap_pids` too.
-    `file_limit` (soft, hard) is the supervisor's RLIMIT_NOFILE, set before exec; `environment`
-    adds variables to the supervisor's (test hooks, runtime.py)."""
+    """Run `python -m mqbox.server.supervisor --home HOME ARGUMENTS` (mqbox.server.launch, the
+    starter the CLI and the benches use too) and yield (process, its ready line, its output file)
+    once every role is ready. On the way out: the orderly stop (SIGTERM, then SIGKILL after
+    STOP_TIMEOUT_S), SIGKILL by PID of everything it started, and the sweep of its shared memory.
+    Every PID is appended to `reap_pids` too. `file_limit` (soft, hard) is the supervisor's
+    RLIMIT_NOFILE, set before exec; `environment` adds variables to the supervisor's (test hooks,
+    runtime.py)."""
     home.mkdir(parents=True, exist_ok=True)
-    read_fd, write_fd = os.pipe()
     output_path = home / "supervisor.out"
-    command = [
-        sys.executable,
-        "-m",
-        "mqbox.server.supervisor",
-        *("--home", str(home), *arguments, "--ready-fd", str(write_fd)),
-    ]
-    # One BLAS thread: the supervisor warns about native threads in its zygote otherwise.
-    environment = {
-        **os.environ,
-        **(environment or {}),
-        "PYTHONPATH": str(REPO_ROOT),
-        "OPENBLAS_NUM_THREADS": "1",
-    }
-    try:
-        with output_path.open("ab") as output:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
+    limit = None if file_limit is None else functools.partial(set_file_limit, file_limit)
+    with output_path.open("ab") as output:
+        try:
+            with launch.supervised(
+                ["--home", str(home), *arguments],
+                output=output,
+                ready_timeout_s=READY_TIMEOUT_S,
+                stop_timeout_s=STOP_TIMEOUT_S,
+                environment={**(environment or {}), "PYTHONPATH": str(REPO_ROOT)},
                 cwd=REPO_ROOT,
-                env=environment,
-                pass_fds=(write_fd,),
-                start_new_session=True,
-                preexec_fn=None
-                if file_limit is None
-                else functools.partial(set_file_limit, file_limit),
-            )
-    finally:
-        os.close(write_fd)
-    reap_pids.append(process.pid)
-    instance = ""
-    family: set[int] = set()
-    try:
-        ready = read_ready_line(read_fd, process, output_path)
-        assert ready.get("ok"), f"the supervisor did not start: {ready}"
-        instance = str(ready["instance"])
-        family |= {int(pid) for pid in ready["roles"].values()}
-        with contextlib.suppress(psutil.NoSuchProcess):
-            family |= {child.pid for child in psutil.Process(process.pid).children(True)}
-        reap_pids.extend(family)
-        yield process, ready, output_path
-    finally:
-        os.close(read_fd)
-        stop_process(process)
-        survivors: list[psutil.Process] = []
-        for pid in family:
-            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-                survivor = psutil.Process(pid)
-                survivor.kill()
-                survivors.append(survivor)
-        # Gone before returning: a restart on the same ports must find them free.
-        psutil.wait_procs(survivors, timeout=STOP_TIMEOUT_S)
-        if instance:
-            names.unlink_instance(instance)
+                preexec_fn=limit,
+                on_family=reap_pids.extend,
+            ) as (process, ready):
+                yield process, ready, output_path
+        except launch.SupervisorNotReadyError as error:
+            text = output_path.read_text(encoding="utf-8", errors="replace")
+            raise AssertionError(f"the appliance is not ready ({error}):\n{text}") from None
 
 
 def stop_process(process: subprocess.Popen[bytes]) -> int | None:
     """SIGTERM, then wait; SIGKILL after STOP_TIMEOUT_S. The exit status (None if killed)."""
-    if process.poll() is not None:
-        return process.returncode
-    process.send_signal(signal.SIGTERM)
-    try:
-        return process.wait(STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(STOP_TIMEOUT_S)
-        return None
+    return launch.stop(process, STOP_TIMEOUT_S)
 
 
 @contextlib.contextmanager
@@ -210,27 +159,3 @@ def running_appliance(
             [int(pid) for pid in ready["roles"].values()],
             {str(role_id): int(pid) for role_id, pid in ready["roles"].items()},
         )
-
-
-def read_ready_line(
-    read_fd: int, process: subprocess.Popen[bytes], output_path: Path
-) -> dict[str, Any]:
-    """The supervisor's one JSON line on the ready pipe; AssertionError with its output if it
-    exits, closes the pipe or takes longer than READY_TIMEOUT_S."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    received = b""
-    os.set_blocking(read_fd, False)
-    while b"\n" not in received:
-        try:
-            chunk: bytes | None = os.read(read_fd, 4096)
-        except BlockingIOError:
-            chunk = None
-        if chunk:
-            received += chunk
-            continue
-        if chunk == b"" or process.poll() is not None or time.monotonic() > deadline:
-            text = output_path.read_text(encoding="utf-8", errors="replace")
-            raise AssertionError(f"the appliance is not ready (status {process.poll()}):\n{text}")
-        time.sleep(0.02)
-    document: dict[str, Any] = json.loads(received.split(b"\n", 1)[0])
-    return document

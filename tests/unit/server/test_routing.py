@@ -34,7 +34,7 @@ def test_every_routed_code_has_one_pool_and_member_zero_codes_are_admin_codes() 
     assert routing.route_of(12_345) == routing.DEFAULT_ROUTE
     assert routing.DEFAULT_ROUTE.kind is RoleKind.ADMIN
     assert all(
-        code in iter(RequestCode) or MQBOX_CODE_FIRST <= code <= MQBOX_CODE_LAST or code == 222
+        code in set(RequestCode) or MQBOX_CODE_FIRST <= code <= MQBOX_CODE_LAST or code == 222
         for code in routing.ROUTES
     )
 
