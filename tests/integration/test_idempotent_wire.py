@@ -13,6 +13,7 @@ is killed by PID at the end and the shared memory swept.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Final
 
@@ -38,6 +39,7 @@ BROKER_CONF: Final = (
 )
 TOPIC: Final = "IdempotentWire"
 KEY_COUNT: Final = 40
+READABLE_WAIT_S: Final = 10.0
 
 
 def send_ext(uniq_key: str, *, idempotent: bool = True) -> dict[str, str]:
@@ -73,15 +75,20 @@ def answer(response: RemotingCommand) -> tuple[list[int], str, str]:
     return offsets, ext["queueId"], ext["queueOffset"]
 
 
-def stored_keys(client: FrontClient) -> list[str]:
-    """UNIQ_KEY of every message of queue 0, in order."""
+def stored_keys(client: FrontClient, count: int = 0) -> list[str]:
+    """UNIQ_KEY of every message of queue 0, in order; waits (a bounded poll) until at least
+    `count` are readable, since the dispatcher may lag a send's answer a moment."""
     found: list[str] = []
     queue_index = 0
+    deadline = time.monotonic() + READABLE_WAIT_S
     while True:
         header = pull_everything_header(TOPIC, queue_index, count_max=256)
         response = client.call(RequestCode.PULL_MESSAGE, header.to_ext())
         if response.code != ResponseCode.SUCCESS:
             assert response.code == ResponseCode.PULL_NOT_FOUND, response.code
+            if len(found) < count and time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
             return found
         position = 0
         while position < len(response.body):
@@ -109,7 +116,7 @@ def test_idempotent_sends_through_two_processors_survive_restarts_and_kills(
                 number = numbers[index % KEY_COUNT]
                 assert answer(response) == answer(first_by_number[number])
                 assert response.ext_fields[SEND_DUPLICATES_KEY] == "1"
-            assert sorted(stored_keys(left)) == sorted(key(n) for n in numbers)
+            assert sorted(stored_keys(left, len(numbers))) == sorted(key(n) for n in numbers)
         finally:
             left.close()
             right.close()
@@ -137,7 +144,7 @@ def test_idempotent_sends_through_two_processors_survive_restarts_and_kills(
             )
             assert plain.code == ResponseCode.SUCCESS
             assert plain.ext_fields["queueOffset"] == str(KEY_COUNT + 1)
-            assert stored_keys(client) == [
+            assert stored_keys(client, KEY_COUNT + 2) == [
                 *sorted((key(n) for n in numbers), key=lambda k: answer_index(first_by_number, k)),
                 key(KEY_COUNT),
                 key(0),

@@ -30,28 +30,22 @@ from mqbox.message import decode_offset_msg_id, decode_record
 from mqbox.protocol import RemotingCommand
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.store.layout import abort_path, commit_log_dir, consume_queue_dir, parse_segment_name
-from tests.support.appliance import Appliance, running_appliance
+from tests.support.appliance import (
+    RETENTION_BROKER_CONF,
+    RETENTION_CQ_SEGMENT_ENTRY_COUNT,
+    RETENTION_SEGMENT_SIZE_BYTES,
+    Appliance,
+    running_appliance,
+)
 from tests.support.front_client import FrontClient
 from tests.support.pull_requests import pull_everything_header
 from tests.support.send_requests import send_to_queue_header
 
 pytestmark = pytest.mark.integration
 
-SEGMENT_SIZE_BYTES: Final = 64 * 1024
-CQ_SEGMENT_ENTRY_COUNT: Final = 64
-EVERY_HOUR: Final = ";".join(f"{hour:02d}" for hour in range(24))
-BROKER_CONF: Final = (
-    "brokerIP1=127.0.0.1\n"
-    f"mapedFileSizeCommitLog={SEGMENT_SIZE_BYTES}\n"
-    f"mapedFileSizeConsumeQueue={CQ_SEGMENT_ENTRY_COUNT * 20}\n"
-    "maxMessageSize=16384\n"
-    "fileReservedTime=0\n"
-    f"deleteWhen={EVERY_HOUR}\n"
-    "cleanResourceInterval=300\n"
-    "flushIntervalConsumeQueue=200\n"
-    "mqboxSendProcessorCount=1\n"
-    "mqboxPullProcessorCount=1\n"
-)
+SEGMENT_SIZE_BYTES: Final = RETENTION_SEGMENT_SIZE_BYTES
+CQ_SEGMENT_ENTRY_COUNT: Final = RETENTION_CQ_SEGMENT_ENTRY_COUNT
+BROKER_CONF: Final = RETENTION_BROKER_CONF
 TOPIC: Final = "RetentionTopic"
 MESSAGE_COUNT: Final = 400  # about 1.1 KB each: seven segments
 TOTAL_COUNT: Final = 405

@@ -34,6 +34,23 @@ BROKER_CONF: Final = (
     "mqboxSendProcessorCount=1\n"
     "mqboxPullProcessorCount=1\n"
 )
+# Retention at once (tests of deleted segments): 64 KiB commit-log segments, 64-entry consume-queue
+# segments, and RocketMQ's keys set to delete a segment as soon as the writer rolled past it.
+RETENTION_SEGMENT_SIZE_BYTES: Final = 64 * 1024
+RETENTION_CQ_SEGMENT_ENTRY_COUNT: Final = 64
+_EVERY_HOUR: Final = ";".join(f"{hour:02d}" for hour in range(24))
+RETENTION_BROKER_CONF: Final = (
+    "brokerIP1=127.0.0.1\n"
+    f"mapedFileSizeCommitLog={RETENTION_SEGMENT_SIZE_BYTES}\n"
+    f"mapedFileSizeConsumeQueue={RETENTION_CQ_SEGMENT_ENTRY_COUNT * 20}\n"
+    "maxMessageSize=16384\n"
+    "fileReservedTime=0\n"
+    f"deleteWhen={_EVERY_HOUR}\n"
+    "cleanResourceInterval=300\n"
+    "flushIntervalConsumeQueue=200\n"
+    "mqboxSendProcessorCount=1\n"
+    "mqboxPullProcessorCount=1\n"
+)
 
 
 @dataclasses.dataclass

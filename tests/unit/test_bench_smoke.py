@@ -25,6 +25,9 @@ FIGURE_KEYS = {
     "memory": {"idle_pss_mb", "after_pss_mb", "ratio", "requests"},
     "client_latency": {"client_p50_us", "client_count", "raw_p50_us", "raw_count"},
     "client_consume": {"client_msgs_per_s_median", "raw_msgs_per_s_median", "handler_calls"},
+    "spark_read": {"reads_secs", "session_start_secs"},
+    "spark_write": {"exactly_once_msgs_per_s_median", "plain_msgs_per_s_median"},
+    "spark_stream": {"p50_us", "p99_us"},
     "client_produce": {
         "batch_msgs_per_s_median",
         "raw_batch_msgs_per_s_median",

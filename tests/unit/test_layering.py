@@ -111,7 +111,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     },
     # The one starter of a supervisor child (CLI, tests, benches) knows only its command line.
     "mqbox.server.launch": ("mqbox.server.roles", "mqbox.server.supervisor", "mqbox.store"),
-    # Ring record layouts are data: no transport, no role, no plumbing.
+    # Ring parcel layouts are data: no transport, no role, no plumbing.
     "mqbox.server.parcels": ("mqbox.server", "mqbox.ipc", "mqbox.store"),
     # The ring transport moves records for every role and knows none of them.
     "mqbox.server.transport": (
@@ -145,6 +145,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     },
     # The request codes beyond RequestCode: the broker, the CLI and the client name them here.
     "mqbox.protocol.mqbox_codes": ("mqbox.protocol.command", "mqbox.protocol.connection"),
+    # The connector is a client: it reaches brokers over the wire only (docs/spark.md).
+    "mqbox.spark": ("mqbox.store", "mqbox.server", "mqbox.ipc", "mqbox.admin"),
     "mqbox.config": ("mqbox.store", "mqbox.server", "mqbox.protocol", "mqbox.ipc"),
 }
 # The client's pure foundation (algorithms, tables, decoding): no sockets, threads or clocks, and
