@@ -89,6 +89,7 @@ from mqbox.client.remoting import TIMEOUT_MS_DEFAULT
 from mqbox.client.scheduler import Scheduler
 from mqbox.client.subscription import Subscription, build_subscription
 from mqbox.client.transport import Transport
+from mqbox.clock import wall_clock_ms
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.protocol.codes import ConsumeType, MessageModel, RequestCode, ResponseCode
 from mqbox.protocol.command import RemotingCommand, dumps_json
@@ -103,11 +104,6 @@ SUSPEND_TIMEOUT_MS_DEFAULT: Final = 15_000  # BROKER_SUSPEND_MAX_TIME_MILLIS
 PULL_TIMEOUT_MS_DEFAULT: Final = 30_000  # CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND
 SHUTDOWN_TIMEOUT_MS_DEFAULT: Final = 5_000
 PULL_BATCH_SIZE_MAX: Final = 1024  # what an mqbox broker honours per pull
-
-
-def now_ms() -> int:
-    """Wall-clock ms: the in-flight tables' clock (pull and lock expiry, consume timeouts)."""
-    return time.time_ns() // 1_000_000
 
 
 InFlightTable = BatchQueue | ProcessQueue[Any]
@@ -251,7 +247,7 @@ class ConsumerCore:
         self.clustering: Final = self.model is MessageModel.CLUSTERING
         self.strategy: Final[Strategy] = allocate
         self.consume_from: Final = parse_consume_from(consume_from)
-        self.consume_timestamp_ms: Final = consume_timestamp_ms(consume_timestamp, now_ms())
+        self.consume_timestamp_ms: Final = consume_timestamp_ms(consume_timestamp, wall_clock_ms())
         self.pull_batch_size: Final = pull_batch_size
         self.suspend_timeout_ms: Final = suspend_timeout_ms
         self.pull_timeout_ms: Final = pull_timeout_ms
@@ -542,7 +538,7 @@ class ConsumerCore:
 
     def _subscribe(self, topic: str, expression: str) -> Subscription:
         """FilterAPI's subscription of `topic`; after start, a heartbeat and a rebalance soon."""
-        subscription = build_subscription(topic, expression, now_ms())
+        subscription = build_subscription(topic, expression, wall_clock_ms())
         self._subscriptions = {**self._subscriptions, topic: subscription}
         if self.running:
             self._update_route(topic)
@@ -617,7 +613,7 @@ class ConsumerCore:
 
     def _apply(self, topic: str, allocated: list[MessageQueue]) -> None:
         """updateProcessQueueTableInRebalance for one topic (B.5)."""
-        now = now_ms()
+        now = wall_clock_ms()
         with self._states_lock:
             held = {
                 # A queue waiting for its OFFSET_ILLEGAL repair stays until the repair takes it
@@ -670,7 +666,7 @@ class ConsumerCore:
 
     def _begin(self, queue: MessageQueue, offset: int) -> QueueState:
         """Put a new QueueState for `queue` at `offset` into the table and pull it."""
-        state = QueueState(queue, self._new_in_flight_table(now_ms()), offset)
+        state = QueueState(queue, self._new_in_flight_table(wall_clock_ms()), offset)
         self._prepare(state)
         with self._states_lock:
             old = self._states.get(queue)
@@ -759,7 +755,7 @@ class ConsumerCore:
         pq = state.pq
         if pq.dropped or self._state == "shut down":
             return
-        pq.mark_pulled(now_ms())
+        pq.mark_pulled(wall_clock_ms())
         with state.lock:
             flow = self._flow_control(state)
         delay = pull_delay_ms(

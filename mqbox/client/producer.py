@@ -94,6 +94,7 @@ from mqbox.client.outgoing import (
     send_request_ext,
 )
 from mqbox.client.remoting import TIMEOUT_MS_DEFAULT
+from mqbox.clock import wall_clock_ms
 from mqbox.errors import ConfigError
 from mqbox.message import UniqKeyGenerator
 from mqbox.protocol.command import RemotingCommand
@@ -427,7 +428,7 @@ class Producer:
     def _single(self, topic: str, body: bytes, options: SendOptions) -> OutgoingMessage:
         self._check_running()
         with self._uniq_lock:
-            uniq_key = self._uniq.next_key(time.time_ns() // 1_000_000)
+            uniq_key = self._uniq.next_key(wall_clock_ms())
         return encode_single(
             topic,
             body,
@@ -447,7 +448,7 @@ class Producer:
         elements = messages if isinstance(messages, list | tuple) else list(messages)
         if not elements:
             raise InvalidMessageError(f"topic {topic}: the batch is empty")
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = wall_clock_ms()
         if all(type(element) is bytes for element in elements):
             with self._uniq_lock:
                 head, counter_start = self._uniq.reserve(now_ms, len(elements))
@@ -469,7 +470,7 @@ class Producer:
             self.group,
             message,
             queue.queue_id,
-            time.time_ns() // 1_000_000,
+            wall_clock_ms(),
             default_topic=self._header_default_topic,
             default_topic_queue_nums=self.default_topic_queue_nums,
         )

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
@@ -56,6 +55,7 @@ from mqbox.client.remoting import RemotingCaller
 from mqbox.client.route_table import MASTER_ID
 from mqbox.client.subscription import Subscription, build_subscription
 from mqbox.client.transport import Transport
+from mqbox.clock import wall_clock_ms
 from mqbox.message import BODY_SIZE_BYTES_MAX_DEFAULT
 from mqbox.protocol.codes import (
     PULL_FLAG_COMMIT_OFFSET,
@@ -200,7 +200,7 @@ def as_subscription(topic: str, subscription: Subscription | str | None) -> Subs
     """An expression becomes FilterAPI's subscription of `topic`, versioned now."""
     if subscription is None or isinstance(subscription, Subscription):
         return subscription
-    return build_subscription(topic, subscription, time.time_ns() // 1_000_000)
+    return build_subscription(topic, subscription, wall_clock_ms())
 
 
 class PullOptions(TypedDict, total=False):

@@ -57,7 +57,6 @@ from mqbox.client.consumer_core import (
     ConsumerCore,
     ConsumerOptions,
     QueueState,
-    now_ms,
 )
 from mqbox.client.errors import ClientStateError, OffsetOutOfRangeError
 from mqbox.client.messages import MessageBatch, ReceivedMessage
@@ -66,6 +65,7 @@ from mqbox.client.process_queue import (
 )
 from mqbox.client.pull import PullResult, max_offset, min_offset, query_consumer_offset
 from mqbox.client.subscription import SUB_ALL
+from mqbox.clock import wall_clock_ms
 from mqbox.errors import ConfigError
 from mqbox.protocol.codes import ConsumeType
 from mqbox.protocol.headers import MessageQueue
@@ -201,7 +201,7 @@ class PullConsumer(ConsumerCore):
                 messages.last_offset,
                 len(messages),
                 messages.body_size_bytes(),
-                now_ms(),
+                wall_clock_ms(),
             )
         with self._ready_changed:
             self._ready.append((state, flight, messages))
@@ -240,7 +240,7 @@ class PullConsumer(ConsumerCore):
                 assert isinstance(pq, BatchQueue)
                 if pq.dropped or flight.done:
                     continue  # a queue sought or dropped since: its batches are stale
-                offset = pq.remove(flight, now_ms())
+                offset = pq.remove(flight, wall_clock_ms())
                 if offset >= 0:
                     state.consumed_offset = offset
             self._count("consumed_messages", len(messages))

@@ -88,7 +88,6 @@ from mqbox.client.consumer_core import (
     ConsumerOptions,
     InFlightTable,
     QueueState,
-    now_ms,
 )
 from mqbox.client.errors import ClientError
 from mqbox.client.messages import ConsumeResult, MessageBatch, ReceivedMessage, retry_topic
@@ -100,6 +99,7 @@ from mqbox.client.process_queue import (
 )
 from mqbox.client.producer import Producer
 from mqbox.client.pull import PullResult
+from mqbox.clock import wall_clock_ms
 from mqbox.errors import ConfigError
 from mqbox.message import PROPERTY_RETRY_TOPIC
 from mqbox.protocol.codes import ConsumeType, RequestCode, ResponseCode
@@ -333,7 +333,7 @@ class PushConsumer(ConsumerCore):
             self._deliver_orderly(state, result, next_offset)
             return
         runs = self._handler_runs(state, result.messages)
-        now = now_ms()
+        now = wall_clock_ms()
         size = self.consume_batch_size
         chunks = [
             (handler, chunk)
@@ -408,7 +408,7 @@ class PushConsumer(ConsumerCore):
         with state.lock:
             pq = state.pq
             assert isinstance(pq, BatchQueue)
-            offset = pq.remove(flight, now_ms())
+            offset = pq.remove(flight, wall_clock_ms())
             dropped = pq.dropped
         if offset >= 0 and not dropped:
             self.offsets.update(state.queue, offset, increase_only=True)
@@ -530,7 +530,7 @@ class PushConsumer(ConsumerCore):
                 with state.lock:
                     pq = state.pq
                     assert isinstance(pq, BatchQueue)
-                    flight = pq.oldest_expired(now_ms(), self.consume_timeout_ms)
+                    flight = pq.oldest_expired(wall_clock_ms(), self.consume_timeout_ms)
                 if flight is None or state.pq.dropped:
                     break
                 _, messages = flight.payload
@@ -568,14 +568,14 @@ class PushConsumer(ConsumerCore):
             while True:
                 if state.dropped() or not self.running:
                     return
-                if self._locks_queues() and not pq.holds_lock(now_ms()):
+                if self._locks_queues() and not pq.holds_lock(wall_clock_ms()):
                     self._lock_later(state, ORDERLY_RETRY_LOCK_DELAY_MS)
                     return
                 if time.monotonic_ns() - began_ns > CONSUME_CONTINUOUSLY_MAX_NS:
                     self._consume_orderly_later(state, ORDERLY_RETRY_LOCK_DELAY_MS)
                     return
                 with state.lock:
-                    messages = pq.take(self.consume_batch_size, now_ms())
+                    messages = pq.take(self.consume_batch_size, wall_clock_ms())
                 if not messages:
                     return
                 handler = self._handler_of(messages[0].topic)
@@ -675,7 +675,7 @@ class PushConsumer(ConsumerCore):
                 log.warning("%s: %s refused locks: %s", self.group, broker, response.remark)
                 continue
             granted.update(LockBatchResponseBody.from_json(response.body).lock_ok_mq_set)
-        now = now_ms()
+        now = wall_clock_ms()
         with self._states_lock:
             states = [self._states.get(queue) for queue in queues]
         for state in states:
@@ -712,7 +712,7 @@ class PushConsumer(ConsumerCore):
     def _prepare(self, state: QueueState) -> None:
         if self._locks_queues():
             assert isinstance(state.pq, ProcessQueue)
-            state.pq.set_locked(now_ms())  # granted just now by _add_queue_allowed
+            state.pq.set_locked(wall_clock_ms())  # granted just now by _add_queue_allowed
 
     def _release_queue(self, state: QueueState, timeout_ms: int) -> bool:
         if not self._locks_queues():

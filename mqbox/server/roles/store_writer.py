@@ -57,6 +57,7 @@ from typing import Final, NoReturn
 import numpy as np
 from numpy.typing import NDArray
 
+from mqbox.clock import wall_clock_ms
 from mqbox.config import FlushDiskType
 from mqbox.errors import (
     DiskFullError,
@@ -240,7 +241,7 @@ class StoreWriter:
                 self.commit_log,
                 self.commit_log.write_log_offset_bytes,
                 self.idempotent_topics,
-                time.time_ns() // 1_000_000,
+                wall_clock_ms(),
             )
             log.info(
                 "idempotent window rebuilt: %d keys of %d topics in %.3f s",
