@@ -1,10 +1,10 @@
-"""How many records per second and bytes per second does one shared-memory ring carry between two
+"""How many parcels per second and bytes per second does one shared-memory ring carry between two
 processes?
 
-One producer process writes `--count` records of `--size-bytes` through mqbox.ipc.ring in batches
+One producer process writes `--count` parcels of `--size-bytes` through mqbox.ipc.ring in batches
 (the numba staging kernel copies each batch from one flat buffer); this process is the consumer,
 draining batches of views and digesting every payload byte with a numba kernel. Each payload starts
-with its sequence number (checked: no loss, no reorder) and, on the first record of each producer
+with its sequence number (checked: no loss, no reorder) and, on the first parcel of each producer
 batch, the producer's clock just before the write; the consumer's clock after the drain gives the
 latency samples. Under a saturating load those are mostly time spent queued in a full ring. The
 checksum covers every payload byte the consumer received except the clock word (folded in as 0),
@@ -42,7 +42,7 @@ FLETCHER_PRIME = np.uint64(0x100000001B3)
 
 
 @kernel
-def digest_records(
+def digest_parcels(
     words: NDArray[np.uint64],
     data: NDArray[np.uint8],
     offsets: NDArray[np.int64],
@@ -52,18 +52,18 @@ def digest_records(
     state: NDArray[np.uint64],
     stamps: NDArray[np.int64],
 ) -> int:
-    """Fold every payload byte of a batch into state[0] (a Fletcher sum per record, chained);
-    collect non-zero producer clocks into stamps (count in state[1]). Returns how many records
+    """Fold every payload byte of a batch into state[0] (a Fletcher sum per parcel, chained);
+    collect non-zero producer clocks into stamps (count in state[1]). Returns how many parcels
     carry the wrong sequence number. Payloads start 8-byte aligned (ring.py's layout)."""
     digest = state[0]
     stamp_count = 0
     mismatches = 0
-    for record_index in range(count):
-        offset = offsets[record_index]
-        size_bytes = sizes[record_index]
+    for parcel_index in range(count):
+        offset = offsets[parcel_index]
+        size_bytes = sizes[parcel_index]
         first_word = offset >> 3
         word_count = size_bytes >> 3
-        if words[first_word] != np.uint64(first_sequence + record_index):
+        if words[first_word] != np.uint64(first_sequence + parcel_index):
             mismatches += 1
         stamp = words[first_word + 1]
         if stamp != 0:
@@ -84,10 +84,10 @@ def digest_records(
     return mismatches
 
 
-def record_template(
+def parcel_template(
     size_bytes: int, batch_count: int
 ) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.int64], NDArray[np.uint64]]:
-    """One batch of records in a flat buffer (each on an 8-byte stride) with a fixed filler, and
+    """One batch of parcels in a flat buffer (each on an 8-byte stride) with a fixed filler, and
     the buffer as uint64 words for patching sequence numbers and clocks in place."""
     stride_bytes = (size_bytes + 7) & -8
     payloads = np.zeros(stride_bytes * batch_count, dtype=np.uint8)
@@ -101,10 +101,10 @@ def record_template(
 
 
 def produce(name: str, size_bytes: int, count: int, batch_count: int) -> None:
-    """The producer process: attach, report ready, wait for go, write `count` records."""
+    """The producer process: attach, report ready, wait for go, write `count` parcels."""
     ring.warm_up()
     channel = ring.Ring.attach(name)
-    payloads, offsets, sizes, words = record_template(size_bytes, batch_count)
+    payloads, offsets, sizes, words = parcel_template(size_bytes, batch_count)
     types = np.zeros(batch_count, dtype=np.int32)
     stride_words = offsets[1] // 8 if batch_count > 1 else (size_bytes + 7) // 8
     sequence_words = words[:: int(stride_words)]
@@ -142,7 +142,7 @@ def produce(name: str, size_bytes: int, count: int, batch_count: int) -> None:
 def consume(
     channel: ring.Ring, count: int, drain_count_max: int, producer: subprocess.Popen[str]
 ) -> tuple[float, str, list[NDArray[np.int64]]]:
-    """Drain `count` records; returns (seconds, checksum, latency samples in ns)."""
+    """Drain `count` parcels; returns (seconds, checksum, latency samples in ns)."""
     state = np.zeros(2, dtype=np.uint64)
     stamps = np.zeros(drain_count_max, dtype=np.int64)
     latencies_ns: list[NDArray[np.int64]] = []
@@ -157,7 +157,7 @@ def consume(
             if empty_drains % SPIN_COUNT_BEFORE_SLEEP == 0 and not channel.wait_readable(100):
                 assert producer.poll() is None, f"producer exited with {producer.returncode}"
             continue
-        mismatches += digest_records(
+        mismatches += digest_parcels(
             batch.data.view(np.uint64),
             batch.data,
             batch.offsets,
@@ -175,9 +175,9 @@ def consume(
         received += batch.count
     secs = (time.monotonic_ns() - start_ns) / 1e9
     assert received == count
-    assert mismatches == 0, f"{mismatches} records out of sequence"
+    assert mismatches == 0, f"{mismatches} parcels out of sequence"
     checksum = f"{int(state[0]):016x}"
-    log(f"consumer: {received} records, {empty_drains} empty drains")
+    log(f"consumer: {received} parcels, {empty_drains} empty drains")
     return secs, checksum, latencies_ns
 
 
@@ -186,16 +186,16 @@ def warm_up_digest() -> None:
     offsets = np.zeros(1, dtype=np.int64)
     sizes = np.full(1, 17, dtype=np.int64)
     state = np.zeros(2, dtype=np.uint64)
-    digest_records(data.view(np.uint64), data, offsets, sizes, 1, 0, state, np.zeros(1, np.int64))
+    digest_parcels(data.view(np.uint64), data, offsets, sizes, 1, 0, state, np.zeros(1, np.int64))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size-bytes", type=int, default=128, help="payload bytes per record")
-    parser.add_argument("--count", type=int, default=None, help="records (default: ~2 s worth)")
+    parser.add_argument("--size-bytes", type=int, default=128, help="payload bytes per parcel")
+    parser.add_argument("--count", type=int, default=None, help="parcels (default: ~2 s worth)")
     parser.add_argument("--capacity-bytes", type=int, default=None, help="ring data area")
-    parser.add_argument("--batch-count", type=int, default=None, help="records per write")
-    parser.add_argument("--drain-count-max", type=int, default=None, help="records per drain")
+    parser.add_argument("--batch-count", type=int, default=None, help="parcels per write")
+    parser.add_argument("--drain-count-max", type=int, default=None, help="parcels per drain")
     parser.add_argument("--smoke", action="store_true", help="tiny run, about a second")
     parser.add_argument("--producer", metavar="NAME", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -205,15 +205,15 @@ def main() -> None:
     count: int = args.count or (
         20_000 if args.smoke else int(min(6_000_000, max(20_000, 6e9 // size_bytes)))
     )
-    # Defaults found by sweeping this box: a ring that stays in cache (1 MiB, or 64 records),
+    # Defaults found by sweeping this box: a ring that stays in cache (1 MiB, or 64 parcels),
     # writes of 1/8 of it and drains of at most 1/4 of it, so neither side waits long for room.
     capacity_bytes: int = args.capacity_bytes or max(
         1 << 20, 1 << (size_bytes * 64 - 1).bit_length()
     )
-    record_bytes = layout.record_size_bytes(size_bytes)
-    batch_count: int = args.batch_count or max(1, min(1024, capacity_bytes // 8 // record_bytes))
+    parcel_bytes = layout.parcel_size_bytes(size_bytes)
+    batch_count: int = args.batch_count or max(1, min(1024, capacity_bytes // 8 // parcel_bytes))
     drain_count_max: int = args.drain_count_max or max(
-        1, min(4096, capacity_bytes // 4 // record_bytes)
+        1, min(4096, capacity_bytes // 4 // parcel_bytes)
     )
     if args.producer:
         produce(args.producer, size_bytes, count, batch_count)
@@ -262,7 +262,7 @@ def main() -> None:
         msgs=count,
         secs=secs,
         size_bytes=size_bytes,
-        records_per_s=round(count / secs, 1),
+        parcels_per_s=round(count / secs, 1),
         **percentiles_us(samples_ns),
         jit_warmup_secs=round(jit_warmup_secs, 3),
         checksum=checksum,

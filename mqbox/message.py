@@ -67,7 +67,7 @@ U+FFFD) and text becomes bytes with `java_utf8_encode` (a lone surrogate, which 
 escape such as \\ud800 can make, is '?'). Every site that turns wire text into stored or
 re-encoded bytes uses this pair: JSON and binary headers (protocol/command.py), a SEND's
 properties, heartbeat bodies and the files admin.0 writes from them, and the names and remarks
-that ride on ring records. A str from the wire may hold a lone surrogate, as a Java String may;
+that ride on ring parcels. A str from the wire may hold a lone surrogate, as a Java String may;
 the bytes mqbox makes of it are always valid UTF-8. Bytes stored as they came stay as they are: a
 batch element's properties are copied byte for byte, as Java's batch encoder copies them (with
 the final 0x02 added when it is missing).

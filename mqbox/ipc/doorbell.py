@@ -16,17 +16,17 @@ removes both (names.py). Each side opens it O_RDWR | O_NONBLOCK: on Linux that o
 and never fails for want of a peer, and the reader never sees end-of-file or POLLHUP when a writer
 dies, so a dead producer does not make the consumer spin (fifo(7) documents the O_RDWR open).
 Ringing writes one byte; a full pipe (EAGAIN) means the bell is already ringing, so nothing is
-lost. The cost is the same write(2) an eventfd would take, paid once per sleep, not per record.
+lost. The cost is the same write(2) an eventfd would take, paid once per sleep, not per parcel.
 
 Memory ordering. mqbox assumes x86-64 (TSO): stores become visible in program order and loads are
 not reordered with other loads, but a store may be delayed past a later load to another address.
 The check-after-set handshake needs exactly that pair to stay in order on both sides:
 
-    consumer: store waiting=odd; FENCE; load the header at tail (is a record published?)
+    consumer: store waiting=odd; FENCE; load the header at tail (is a parcel published?)
     producer: store the header (publish); FENCE; load waiting (is the consumer asleep?)
 
 Without the fences each side may read the other's old value, the producer skips the bell and the
-consumer sleeps on a published record: a lost wake-up. `memory_fence()` takes and releases a
+consumer sleeps on a published parcel: a lost wake-up. `memory_fence()` takes and releases a
 thread-private `threading.Lock`. On Linux, CPython's lock is a POSIX semaphore (3.11 and 3.12:
 acquire(blocking=False) is sem_trywait, release is sem_post; 3.13 made it a PyMutex whose lock and
 unlock are sequentially consistent compare-and-swaps). POSIX lists sem_trywait and sem_post among

@@ -1,13 +1,13 @@
-"""Byte layout of a ring segment and of the records inside it: the one place it is drawn.
+"""Byte layout of a ring segment and of the parcels inside it: the one place it is drawn.
 
-Owns: every offset, size, magic number and reserved record type of the shared-memory rings in
+Owns: every offset, size, magic number and reserved parcel type of the shared-memory rings in
 mqbox/ipc. Never: code that touches memory (ring.py does), and no message formats (ipc knows no
-messages; a record's payload is opaque bytes here). Other docs link to this file; they do not
+messages; a parcel's payload is opaque bytes here). Other docs link to this file; they do not
 copy the diagrams.
 
 Invariants, asserted below at import: every counter sits on its own 128-byte line, so the
 producer and the consumer never write the same line; every field is an aligned 8-byte word, so
-one store publishes it whole; the data area starts on a line boundary; a record header is one
+one store publishes it whole; the data area starts on a line boundary; a parcel header is one
 aligned 8-byte word.
 
 Ring segment: one posix_ipc shared-memory object named `/mqbox.<instance>.<role>.<n>` (names.py),
@@ -21,21 +21,21 @@ byte 0     +--------------------------------------------------------------------
 byte 128   +------------------------------------------------------------------------+
            | producer line: written only by the producer                            |
            |   +0 head_bytes (monotonic: end of the last batch stored)              |
-           |   +8 producer_pid   +16 record_count_written                           |
+           |   +8 producer_pid   +16 parcel_count_written                           |
            |   +24 payload_size_bytes_written   +32 batch_count_written             |
            |   +40 padding_count_written   +48 full_count   +56 doorbell_count_rung |
 byte 256   +------------------------------------------------------------------------+
            | consumer line: written only by the consumer                            |
-           |   +0 tail_bytes (monotonic: start of the oldest unreleased record)     |
-           |   +8 consumer_pid   +16 record_count_read                              |
+           |   +0 tail_bytes (monotonic: start of the oldest unreleased parcel)     |
+           |   +8 consumer_pid   +16 parcel_count_read                              |
            |   +24 payload_size_bytes_read   +32 batch_count_read                   |
            |   +40 doorbell_count_waited                                            |
 byte 384   +------------------------------------------------------------------------+
            | doorbell line: written only by the consumer, read by the producer      |
            |   +0 waiting_sequence (odd while the consumer sleeps or is about to)   |
 byte 512   +------------------------------------------------------------------------+
-           | data: capacity_bytes (a power of two) of records, back to back; no     |
-           | record straddles the end: a padding record fills the gap instead       |
+           | data: capacity_bytes (a power of two) of parcels, back to back; no     |
+           | parcel straddles the end: a padding parcel fills the gap instead       |
            +------------------------------------------------------------------------+
 ```
 
@@ -43,7 +43,7 @@ A position in the data area is `counter & (capacity_bytes - 1)`: head and tail a
 counters that only grow, so `head_bytes - tail_bytes` is the number of bytes in use and no flag is
 needed to tell a full ring from an empty one (2**63 bytes at 10 GB/s last 29 years).
 
-Record, 8-byte aligned:
+Parcel, 8-byte aligned:
 
 ```
 +0           +4           +8                                 +length     next multiple of 8
@@ -53,16 +53,16 @@ Record, 8-byte aligned:
 |<-- header: one int64 -->|  (type << 32) | length, aligned, stored last
 ```
 
-`length` counts the header and the payload, so a published record never has length 0. The
-producer zeroes a record's header word before it writes the payload, and it stores the whole header
-word last: that store publishes the record. The consumer follows the chain from `tail_bytes` and
-stops at the first header word that is still 0, so it never sees a record before its length. The
-word just after the last published record is always 0 (the producer keeps it zero and counts it in
+`length` counts the header and the payload, so a published parcel never has length 0. The
+producer zeroes a parcel's header word before it writes the payload, and it stores the whole header
+word last: that store publishes the parcel. The consumer follows the chain from `tail_bytes` and
+stops at the first header word that is still 0, so it never sees a parcel before its length. The
+word just after the last published parcel is always 0 (the producer keeps it zero and counts it in
 `END_RESERVE_BYTES`), so the chain always ends where the producer stopped, including when a
 producer is killed between a payload and its header.
 
-A padding record (type `PADDING_RECORD_TYPE`, no payload) runs from its header to the end of the
-data area. The producer writes one when the next record does not fit before the end; the consumer
+A padding parcel (type `PADDING_PARCEL_TYPE`, no payload) runs from its header to the end of the
+data area. The producer writes one when the next parcel does not fit before the end; the consumer
 skips it and carries on at the start of the data area.
 """
 
@@ -88,7 +88,7 @@ PAYLOAD_SIZE_MAX_OFFSET_BYTES = DESCRIPTOR_LINE_OFFSET_BYTES + 24
 PRODUCER_LINE_OFFSET_BYTES = 128
 HEAD_OFFSET_BYTES = PRODUCER_LINE_OFFSET_BYTES + 0
 PRODUCER_PID_OFFSET_BYTES = PRODUCER_LINE_OFFSET_BYTES + 8
-RECORD_COUNT_WRITTEN_OFFSET_BYTES = PRODUCER_LINE_OFFSET_BYTES + 16
+PARCEL_COUNT_WRITTEN_OFFSET_BYTES = PRODUCER_LINE_OFFSET_BYTES + 16
 PAYLOAD_SIZE_WRITTEN_OFFSET_BYTES = PRODUCER_LINE_OFFSET_BYTES + 24
 BATCH_COUNT_WRITTEN_OFFSET_BYTES = PRODUCER_LINE_OFFSET_BYTES + 32
 PADDING_COUNT_WRITTEN_OFFSET_BYTES = PRODUCER_LINE_OFFSET_BYTES + 40
@@ -99,7 +99,7 @@ DOORBELL_COUNT_RUNG_OFFSET_BYTES = PRODUCER_LINE_OFFSET_BYTES + 56
 CONSUMER_LINE_OFFSET_BYTES = 256
 TAIL_OFFSET_BYTES = CONSUMER_LINE_OFFSET_BYTES + 0
 CONSUMER_PID_OFFSET_BYTES = CONSUMER_LINE_OFFSET_BYTES + 8
-RECORD_COUNT_READ_OFFSET_BYTES = CONSUMER_LINE_OFFSET_BYTES + 16
+PARCEL_COUNT_READ_OFFSET_BYTES = CONSUMER_LINE_OFFSET_BYTES + 16
 PAYLOAD_SIZE_READ_OFFSET_BYTES = CONSUMER_LINE_OFFSET_BYTES + 24
 BATCH_COUNT_READ_OFFSET_BYTES = CONSUMER_LINE_OFFSET_BYTES + 32
 DOORBELL_COUNT_WAITED_OFFSET_BYTES = CONSUMER_LINE_OFFSET_BYTES + 40
@@ -110,17 +110,17 @@ WAITING_SEQUENCE_OFFSET_BYTES = DOORBELL_LINE_OFFSET_BYTES + 0
 
 DATA_OFFSET_BYTES = 512
 
-# Records.
-RECORD_HEADER_SIZE_BYTES = 8
-RECORD_LENGTH_OFFSET_BYTES = 0
-RECORD_TYPE_OFFSET_BYTES = 4
-RECORD_ALIGNMENT_BYTES = 8
-RECORD_LENGTH_MASK = 0xFFFF_FFFF  # low half of the header word
-RECORD_TYPE_SHIFT = 32  # high half of the header word
-PADDING_RECORD_TYPE = -1
-RECORD_TYPE_MAX = 2**31 - 1  # callers use 0..RECORD_TYPE_MAX; negative types are reserved
-# The zero word the producer keeps after its last record: the end of the consumer's chain.
-END_RESERVE_BYTES = RECORD_HEADER_SIZE_BYTES
+# Parcels.
+PARCEL_HEADER_SIZE_BYTES = 8
+PARCEL_LENGTH_OFFSET_BYTES = 0
+PARCEL_TYPE_OFFSET_BYTES = 4
+PARCEL_ALIGNMENT_BYTES = 8
+PARCEL_LENGTH_MASK = 0xFFFF_FFFF  # low half of the header word
+PARCEL_TYPE_SHIFT = 32  # high half of the header word
+PADDING_PARCEL_TYPE = -1
+PARCEL_TYPE_MAX = 2**31 - 1  # callers use 0..PARCEL_TYPE_MAX; negative types are reserved
+# The zero word the producer keeps after its last parcel: the end of the consumer's chain.
+END_RESERVE_BYTES = PARCEL_HEADER_SIZE_BYTES
 
 CAPACITY_BYTES_MIN = 4096
 CAPACITY_BYTES_MAX = 2**30  # lengths are int32; a 1 GiB ring is already far past any L3 cache
@@ -128,14 +128,14 @@ CAPACITY_BYTES_MAX = 2**30  # lengths are int32; a 1 GiB ring is already far pas
 
 def payload_size_bytes_max_default(capacity_bytes: int) -> int:
     """The largest payload a ring of `capacity_bytes` accepts unless configured lower: half the
-    ring, header included, so one record can be in flight while the consumer holds another."""
-    return capacity_bytes // 2 - RECORD_HEADER_SIZE_BYTES
+    ring, header included, so one parcel can be in flight while the consumer holds another."""
+    return capacity_bytes // 2 - PARCEL_HEADER_SIZE_BYTES
 
 
-def record_size_bytes(payload_size_bytes: int) -> int:
-    """Bytes a record with this payload occupies in the data area: header, payload, zero fill."""
-    length = RECORD_HEADER_SIZE_BYTES + payload_size_bytes
-    return (length + RECORD_ALIGNMENT_BYTES - 1) & -RECORD_ALIGNMENT_BYTES
+def parcel_size_bytes(payload_size_bytes: int) -> int:
+    """Bytes a parcel with this payload occupies in the data area: header, payload, zero fill."""
+    length = PARCEL_HEADER_SIZE_BYTES + payload_size_bytes
+    return (length + PARCEL_ALIGNMENT_BYTES - 1) & -PARCEL_ALIGNMENT_BYTES
 
 
 def segment_size_bytes(capacity_bytes: int) -> int:
@@ -163,29 +163,29 @@ for _field_offset_bytes in (
     VERSION_OFFSET_BYTES,
     CAPACITY_OFFSET_BYTES,
     PRODUCER_PID_OFFSET_BYTES,
-    RECORD_COUNT_WRITTEN_OFFSET_BYTES,
+    PARCEL_COUNT_WRITTEN_OFFSET_BYTES,
     PAYLOAD_SIZE_WRITTEN_OFFSET_BYTES,
     BATCH_COUNT_WRITTEN_OFFSET_BYTES,
     PADDING_COUNT_WRITTEN_OFFSET_BYTES,
     FULL_COUNT_OFFSET_BYTES,
     CONSUMER_PID_OFFSET_BYTES,
-    RECORD_COUNT_READ_OFFSET_BYTES,
+    PARCEL_COUNT_READ_OFFSET_BYTES,
     PAYLOAD_SIZE_READ_OFFSET_BYTES,
     BATCH_COUNT_READ_OFFSET_BYTES,
 ):
     assert _field_offset_bytes % WORD_SIZE_BYTES == 0
-assert RECORD_HEADER_SIZE_BYTES == WORD_SIZE_BYTES
-assert RECORD_TYPE_OFFSET_BYTES == RECORD_LENGTH_OFFSET_BYTES + 4
-assert RECORD_TYPE_SHIFT == 8 * RECORD_TYPE_OFFSET_BYTES  # little-endian: type is the high half
-assert RECORD_ALIGNMENT_BYTES == WORD_SIZE_BYTES
-assert END_RESERVE_BYTES % RECORD_ALIGNMENT_BYTES == 0
+assert PARCEL_HEADER_SIZE_BYTES == WORD_SIZE_BYTES
+assert PARCEL_TYPE_OFFSET_BYTES == PARCEL_LENGTH_OFFSET_BYTES + 4
+assert PARCEL_TYPE_SHIFT == 8 * PARCEL_TYPE_OFFSET_BYTES  # little-endian: type is the high half
+assert PARCEL_ALIGNMENT_BYTES == WORD_SIZE_BYTES
+assert END_RESERVE_BYTES % PARCEL_ALIGNMENT_BYTES == 0
 assert CAPACITY_BYTES_MIN & (CAPACITY_BYTES_MIN - 1) == 0
 assert CAPACITY_BYTES_MAX & (CAPACITY_BYTES_MAX - 1) == 0
 assert CAPACITY_BYTES_MIN % CACHE_LINE_SIZE_BYTES == 0
-# The largest record still has a length that fits in the int32 length field.
-assert record_size_bytes(payload_size_bytes_max_default(CAPACITY_BYTES_MAX)) <= 2**31 - 1
-assert record_size_bytes(payload_size_bytes_max_default(CAPACITY_BYTES_MIN)) <= (
+# The largest parcel still has a length that fits in the int32 length field.
+assert parcel_size_bytes(payload_size_bytes_max_default(CAPACITY_BYTES_MAX)) <= 2**31 - 1
+assert parcel_size_bytes(payload_size_bytes_max_default(CAPACITY_BYTES_MIN)) <= (
     CAPACITY_BYTES_MIN // 2
 )
-assert PADDING_RECORD_TYPE < 0
+assert PADDING_PARCEL_TYPE < 0
 assert RING_MAGIC != 0  # attach tells an initialised segment from zeroed memory by the magic

@@ -1,49 +1,49 @@
-"""A single-producer single-consumer ring of variable-length records in shared memory.
+"""A single-producer single-consumer ring of variable-length parcels in shared memory.
 
 Owns: one ring segment (layout.py draws it) mapped into this process, the producer's and the
-consumer's side of the record protocol, the numba kernels that copy and scan records in batches,
+consumer's side of the parcel protocol, the numba kernels that copy and scan parcels in batches,
 and the waiting-flag half of the doorbell handshake (doorbell.py holds the FIFO and the fence).
-Never: what a record means (ipc knows no messages), pickling, blocking on the producer side, or a
+Never: what a parcel means (ipc knows no messages), pickling, blocking on the producer side, or a
 system call on the hot path (a producer makes one only to wake a consumer that said it sleeps).
 
 One process writes a ring and one process reads it; fan-in uses one ring per producer. Either side
-may be restarted: a producer continues after the last published record, a consumer at the oldest
-record it had not released (records drained but not released are delivered again).
+may be restarted: a producer continues after the last published parcel, a consumer at the oldest
+parcel it had not released (parcels drained but not released are delivered again).
 
 Invariants, asserted once per batch (docs/style.md section 3):
 - `tail_bytes <= head_bytes <= tail_bytes + capacity_bytes - END_RESERVE_BYTES`, both multiples
   of 8, and both only grow. (The head stored in the segment may lag the producer's own after a
   producer crash; a restarted producer finds the true one by following the chain.)
-- A published record's header word holds `8 <= length <= 8 + payload_size_bytes_max` and a type
-  that is either a caller's (>= 0) or the padding type; a padding record ends exactly at the end of
-  the data area; no record straddles the end. The producer checks sizes before it writes and the
+- A published parcel's header word holds `8 <= length <= 8 + payload_size_bytes_max` and a type
+  that is either a caller's (>= 0) or the padding type; a padding parcel ends exactly at the end of
+  the data area; no parcel straddles the end. The producer checks sizes before it writes and the
   consumer's scan checks every header it reads (paired assertions).
-- The word after the last published record is 0, so the consumer's chain ends there.
+- The word after the last published parcel is 0, so the consumer's chain ends there.
 
 Memory ordering (x86-64, TSO: stores become visible in program order, loads are not reordered
-with loads). A batch is written by two kernels called one after the other. `stage_records` zeroes
-the header word of every record it will write and the word after the last, then copies payloads;
+with loads). A batch is written by two kernels called one after the other. `stage_parcels` zeroes
+the header word of every parcel it will write and the word after the last, then copies payloads;
 `publish_headers` then stores each header word, which holds the length, whole. A kernel call is
 opaque to the compiler on both sides, so every store of the first kernel is issued before any of
 the second, and TSO makes them visible in that order: the consumer never sees a length before the
 payload it covers. Inside `publish_headers` the headers may become visible in any order; the
 consumer stops at the first zero header, so it never skips one. The head counter is stored in
 Python after publication, so a producer restarted after a crash can trust everything before head
-and scans forward from it for records published without a head update. On the consumer side the
+and scans forward from it for parcels published without a head update. On the consumer side the
 payload is read after the header that covers it: by the same kernel behind a data dependency, or
 by the caller after the scan kernel returned. The waiting flag needs a full fence (doorbell.py).
 
-Two paths, one format. Batches go through the kernels above; one record written
-(try_write_nowait, which the broker's Outbox uses for each record of a flush of at most
-SMALL_BATCH_COUNT_MAX) and a drain that finds at most SMALL_BATCH_COUNT_MAX records before the
+Two paths, one format. Batches go through the kernels above; one parcel written
+(try_write_nowait, which the broker's Outbox uses for each parcel of a flush of at most
+SMALL_BATCH_COUNT_MAX) and a drain that finds at most SMALL_BATCH_COUNT_MAX parcels before the
 end of the chain go through plain Python on memoryviews of the segment, because a kernel call
 costs 5-7 us in numba's dispatch (it unboxes every array argument) against about 2 us for the
-whole Python write or drain of one record. With one request in flight every hop of the broker
-moves one or two records, so these paths carry them all. The Python write makes the stores of
-stage_records and publish_headers for a batch of one in the same order, so both paths leave
+whole Python write or drain of one parcel. With one request in flight every hop of the broker
+moves one or two parcels, so these paths carry them all. The Python write makes the stores of
+stage_parcels and publish_headers for a batch of one in the same order, so both paths leave
 byte-identical segments (a hypothesis test checks it, counters and staging included): zero the
-record's last word (its header word at head is the chain's zero already), copy the payload (one
-memmove), zero the word after the record; then store the padding header (if any), the record's
+parcel's last word (its header word at head is the chain's zero already), copy the payload (one
+memmove), zero the word after the parcel; then store the padding header (if any), the parcel's
 header word, head and the counters. Each store is a separate call into C, so the compiler cannot
 move one past another, and TSO keeps them in that order for the consumer; the Python drain reads
 each header word before the caller reads the payload behind it, as the scan kernel's caller
@@ -74,11 +74,11 @@ from mqbox.ipc import layout, names
 from mqbox.ipc.doorbell import Doorbell, memory_fence
 from mqbox.ipc.layout import (
     END_RESERVE_BYTES,
-    PADDING_RECORD_TYPE,
-    RECORD_ALIGNMENT_BYTES,
-    RECORD_HEADER_SIZE_BYTES,
-    RECORD_LENGTH_MASK,
-    RECORD_TYPE_SHIFT,
+    PADDING_PARCEL_TYPE,
+    PARCEL_ALIGNMENT_BYTES,
+    PARCEL_HEADER_SIZE_BYTES,
+    PARCEL_LENGTH_MASK,
+    PARCEL_TYPE_SHIFT,
 )
 
 _W = layout.WORD_SIZE_BYTES
@@ -88,7 +88,7 @@ _CAPACITY: Final = layout.CAPACITY_OFFSET_BYTES // _W
 _PAYLOAD_SIZE_MAX: Final = layout.PAYLOAD_SIZE_MAX_OFFSET_BYTES // _W
 _HEAD: Final = layout.HEAD_OFFSET_BYTES // _W
 _PRODUCER_PID: Final = layout.PRODUCER_PID_OFFSET_BYTES // _W
-_RECORD_COUNT_WRITTEN: Final = layout.RECORD_COUNT_WRITTEN_OFFSET_BYTES // _W
+_PARCEL_COUNT_WRITTEN: Final = layout.PARCEL_COUNT_WRITTEN_OFFSET_BYTES // _W
 _PAYLOAD_SIZE_WRITTEN: Final = layout.PAYLOAD_SIZE_WRITTEN_OFFSET_BYTES // _W
 _BATCH_COUNT_WRITTEN: Final = layout.BATCH_COUNT_WRITTEN_OFFSET_BYTES // _W
 _PADDING_COUNT_WRITTEN: Final = layout.PADDING_COUNT_WRITTEN_OFFSET_BYTES // _W
@@ -96,7 +96,7 @@ _FULL_COUNT: Final = layout.FULL_COUNT_OFFSET_BYTES // _W
 _DOORBELL_COUNT_RUNG: Final = layout.DOORBELL_COUNT_RUNG_OFFSET_BYTES // _W
 _TAIL: Final = layout.TAIL_OFFSET_BYTES // _W
 _CONSUMER_PID: Final = layout.CONSUMER_PID_OFFSET_BYTES // _W
-_RECORD_COUNT_READ: Final = layout.RECORD_COUNT_READ_OFFSET_BYTES // _W
+_PARCEL_COUNT_READ: Final = layout.PARCEL_COUNT_READ_OFFSET_BYTES // _W
 _PAYLOAD_SIZE_READ: Final = layout.PAYLOAD_SIZE_READ_OFFSET_BYTES // _W
 _BATCH_COUNT_READ: Final = layout.BATCH_COUNT_READ_OFFSET_BYTES // _W
 _DOORBELL_COUNT_WAITED: Final = layout.DOORBELL_COUNT_WAITED_OFFSET_BYTES // _W
@@ -107,9 +107,9 @@ _WAITING_SEQUENCE: Final = layout.WAITING_SEQUENCE_OFFSET_BYTES // _W
 _STAGED_HEADER_COUNT: Final = 0
 _STAGED_END_BYTES: Final = 1
 _STAGED_PAYLOAD_SIZE_BYTES_MAX: Final = 2  # the largest payload in the batch, checked first
-_STAGED_BAD_RECORD_COUNT: Final = 3  # records with a negative size, offset or type, or past the end
+_STAGED_BAD_PARCEL_COUNT: Final = 3  # parcels with a negative size, offset or type, or past the end
 _STAGED_DELTAS_FIRST: Final = 4
-_STAGED_RECORD_COUNT: Final = 4
+_STAGED_PARCEL_COUNT: Final = 4
 _STAGED_PAYLOAD_SIZE_BYTES: Final = 5
 _STAGED_BATCH_COUNT: Final = 6
 _STAGED_PADDING_COUNT: Final = 7
@@ -117,29 +117,29 @@ _STAGED_SIZE: Final = 8
 _SCANNED_END_BYTES: Final = 0
 _SCANNED_BAD_HEADER: Final = 1
 _SCANNED_DELTAS_FIRST: Final = 2
-_SCANNED_RECORD_COUNT: Final = 2
+_SCANNED_PARCEL_COUNT: Final = 2
 _SCANNED_PAYLOAD_SIZE_BYTES: Final = 3
 _SCANNED_BATCH_COUNT: Final = 4
 _SCANNED_SIZE: Final = 5
 for _delta_slot, _counter_word in (
-    (_STAGED_RECORD_COUNT, _RECORD_COUNT_WRITTEN),
+    (_STAGED_PARCEL_COUNT, _PARCEL_COUNT_WRITTEN),
     (_STAGED_PAYLOAD_SIZE_BYTES, _PAYLOAD_SIZE_WRITTEN),
     (_STAGED_BATCH_COUNT, _BATCH_COUNT_WRITTEN),
     (_STAGED_PADDING_COUNT, _PADDING_COUNT_WRITTEN),
 ):
-    assert _delta_slot - _STAGED_DELTAS_FIRST == _counter_word - _RECORD_COUNT_WRITTEN
+    assert _delta_slot - _STAGED_DELTAS_FIRST == _counter_word - _PARCEL_COUNT_WRITTEN
 for _delta_slot, _counter_word in (
-    (_SCANNED_RECORD_COUNT, _RECORD_COUNT_READ),
+    (_SCANNED_PARCEL_COUNT, _PARCEL_COUNT_READ),
     (_SCANNED_PAYLOAD_SIZE_BYTES, _PAYLOAD_SIZE_READ),
     (_SCANNED_BATCH_COUNT, _BATCH_COUNT_READ),
 ):
-    assert _delta_slot - _SCANNED_DELTAS_FIRST == _counter_word - _RECORD_COUNT_READ
+    assert _delta_slot - _SCANNED_DELTAS_FIRST == _counter_word - _PARCEL_COUNT_READ
 assert _STAGED_SIZE == _STAGED_PADDING_COUNT + 1
 assert _SCANNED_SIZE == _SCANNED_BATCH_COUNT + 1
 
 # The ordering argument in the module docstring holds on x86-64 (TSO) only: on a weakly ordered
 # CPU such as arm64 a consumer could see a header before its payload. Refuse to run there rather
-# than deliver torn records.
+# than deliver torn parcels.
 assert platform.machine() == "x86_64", f"mqbox.ipc.ring assumes x86-64, not {platform.machine()}"
 
 _SHM_MODE: Final = 0o600
@@ -148,9 +148,9 @@ _SHM_MODE: Final = 0o600
 # idle the memory it runs with (the issue-4 budget compares the two), and no hop pays a
 # first-touch fault later.
 _MAP_FLAGS: Final = mmap.MAP_SHARED | mmap.MAP_POPULATE
-# A drain that finds at most this many records before the end of the chain takes them in Python
-# (module docstring); more go to scan_records. At 4 the Python walk costs what one kernel call
-# does. Writers flush batches of the same size one record at a time (transport.Outbox).
+# A drain that finds at most this many parcels before the end of the chain takes them in Python
+# (module docstring); more go to scan_parcels. At 4 the Python walk costs what one kernel call
+# does. Writers flush batches of the same size one parcel at a time (transport.Outbox).
 SMALL_BATCH_COUNT_MAX: Final = 4
 # What try_write_nowait copies from: anything np.frombuffer reads as contiguous bytes.
 BytesLike = bytes | bytearray | memoryview
@@ -161,7 +161,7 @@ _UNLIMITED_BYTES: Final = 2**62
 
 
 @kernel
-def stage_records(
+def stage_parcels(
     data: NDArray[np.uint8],
     words: NDArray[np.int64],
     head_bytes: int,
@@ -177,27 +177,27 @@ def stage_records(
     header_words: NDArray[np.int64],
     result: NDArray[np.int64],
 ) -> int:
-    """Copy records first_index.. end_index - 1 into the ring from head_bytes on, as many as fit
+    """Copy parcels first_index.. end_index - 1 into the ring from head_bytes on, as many as fit
     below limit_bytes (tail_bytes + capacity_bytes), with their header words still zero.
 
-    Returns how many records were staged. Checks every record first and stages none if one is
+    Returns how many parcels were staged. Checks every parcel first and stages none if one is
     malformed or larger than payload_size_bytes_max (result says which; the caller raises).
-    Fills header_positions/header_words (records and at most one padding record, in ring order)
+    Fills header_positions/header_words (parcels and at most one padding parcel, in ring order)
     for publish_headers, and result (the _STAGED_* slots). Publishes nothing.
     """
     size_bytes_max = 0
-    bad_record_count = 0
+    bad_parcel_count = 0
     for index in range(first_index, end_index):
         size_bytes = payload_sizes[index]
         offset = payload_offsets[index]
         if size_bytes < 0 or offset < 0 or offset + size_bytes > payloads.size or types[index] < 0:
-            bad_record_count += 1
+            bad_parcel_count += 1
         size_bytes_max = max(size_bytes_max, size_bytes)
     result[:] = 0
     result[_STAGED_END_BYTES] = head_bytes
     result[_STAGED_PAYLOAD_SIZE_BYTES_MAX] = size_bytes_max
-    result[_STAGED_BAD_RECORD_COUNT] = bad_record_count
-    if bad_record_count > 0 or size_bytes_max > payload_size_bytes_max:
+    result[_STAGED_BAD_PARCEL_COUNT] = bad_parcel_count
+    if bad_parcel_count > 0 or size_bytes_max > payload_size_bytes_max:
         return 0
     capacity_bytes = data.size
     mask = capacity_bytes - 1
@@ -208,41 +208,41 @@ def stage_records(
     index = first_index
     while index < end_index:
         size_bytes = payload_sizes[index]
-        length = RECORD_HEADER_SIZE_BYTES + size_bytes
-        record_size_bytes = (length + RECORD_ALIGNMENT_BYTES - 1) & -RECORD_ALIGNMENT_BYTES
+        length = PARCEL_HEADER_SIZE_BYTES + size_bytes
+        parcel_size_bytes = (length + PARCEL_ALIGNMENT_BYTES - 1) & -PARCEL_ALIGNMENT_BYTES
         start = position & mask
         to_end_bytes = capacity_bytes - start
-        if record_size_bytes > to_end_bytes:
-            # The record would straddle the end: a padding record takes the rest of the lap.
+        if parcel_size_bytes > to_end_bytes:
+            # The parcel would straddle the end: a padding parcel takes the rest of the lap.
             if position + to_end_bytes + END_RESERVE_BYTES > limit_bytes:
                 break
             words[start >> 3] = 0
             header_positions[header_count] = position
-            header_words[header_count] = (PADDING_RECORD_TYPE << RECORD_TYPE_SHIFT) | to_end_bytes
+            header_words[header_count] = (PADDING_PARCEL_TYPE << PARCEL_TYPE_SHIFT) | to_end_bytes
             header_count += 1
             padding_count += 1
             position += to_end_bytes
             start = 0
-        if position + record_size_bytes + END_RESERVE_BYTES > limit_bytes:
+        if position + parcel_size_bytes + END_RESERVE_BYTES > limit_bytes:
             break
         words[start >> 3] = 0
-        words[(start + record_size_bytes - RECORD_ALIGNMENT_BYTES) >> 3] = 0  # the zero fill
+        words[(start + parcel_size_bytes - PARCEL_ALIGNMENT_BYTES) >> 3] = 0  # the zero fill
         # Copying between two slices with a 0-based index lets LLVM vectorise the loop (about 20x
         # faster than indexing both arrays with offsets; slice assignment is slower still).
         source = payloads[payload_offsets[index] : payload_offsets[index] + size_bytes]
-        target = data[start + RECORD_HEADER_SIZE_BYTES : start + length]
+        target = data[start + PARCEL_HEADER_SIZE_BYTES : start + length]
         for byte_index in range(size_bytes):
             target[byte_index] = source[byte_index]
         header_positions[header_count] = position
-        header_words[header_count] = (np.int64(types[index]) << RECORD_TYPE_SHIFT) | length
+        header_words[header_count] = (np.int64(types[index]) << PARCEL_TYPE_SHIFT) | length
         header_count += 1
         payload_size_bytes += size_bytes
-        position += record_size_bytes
+        position += parcel_size_bytes
         index += 1
     words[(position & mask) >> 3] = 0  # the end of the chain, inside END_RESERVE_BYTES
     result[_STAGED_HEADER_COUNT] = header_count
     result[_STAGED_END_BYTES] = position
-    result[_STAGED_RECORD_COUNT] = index - first_index
+    result[_STAGED_PARCEL_COUNT] = index - first_index
     result[_STAGED_PAYLOAD_SIZE_BYTES] = payload_size_bytes
     result[_STAGED_BATCH_COUNT] = 1 if header_count > 0 else 0
     result[_STAGED_PADDING_COUNT] = padding_count
@@ -256,15 +256,15 @@ def publish_headers(
     header_words: NDArray[np.int64],
     header_count: int,
 ) -> int:
-    """Store the staged header words: each store publishes one record. Returns header_count."""
-    mask = words.size * RECORD_ALIGNMENT_BYTES - 1
+    """Store the staged header words: each store publishes one parcel. Returns header_count."""
+    mask = words.size * PARCEL_ALIGNMENT_BYTES - 1
     for header_index in range(header_count):
         words[(header_positions[header_index] & mask) >> 3] = header_words[header_index]
     return header_count
 
 
 @kernel
-def scan_records(
+def scan_parcels(
     words: NDArray[np.int64],
     tail_bytes: int,
     batch_count_max: int,
@@ -275,14 +275,14 @@ def scan_records(
     payload_sizes: NDArray[np.int64],
     result: NDArray[np.int64],
 ) -> int:
-    """Follow the published chain from tail_bytes: at most batch_count_max records whose payloads
-    total at most payload_budget_bytes, skipping padding records, never past one whole lap.
+    """Follow the published chain from tail_bytes: at most batch_count_max parcels whose payloads
+    total at most payload_budget_bytes, skipping padding parcels, never past one whole lap.
 
-    Returns the record count; fills types, payload offsets (into the data area) and sizes, and
+    Returns the parcel count; fills types, payload offsets (into the data area) and sizes, and
     result (the _SCANNED_* slots), whose bad header is the first header word that breaks the
     format (0 if none; the scan stops before it and the caller asserts).
     """
-    capacity_bytes = words.size * RECORD_ALIGNMENT_BYTES
+    capacity_bytes = words.size * PARCEL_ALIGNMENT_BYTES
     mask = capacity_bytes - 1
     position = tail_bytes
     limit_bytes = tail_bytes + capacity_bytes
@@ -294,35 +294,35 @@ def scan_records(
         header = words[start >> 3]
         if header == 0:
             break
-        length = header & RECORD_LENGTH_MASK
-        record_type = header >> RECORD_TYPE_SHIFT
-        if record_type == PADDING_RECORD_TYPE:
+        length = header & PARCEL_LENGTH_MASK
+        parcel_type = header >> PARCEL_TYPE_SHIFT
+        if parcel_type == PADDING_PARCEL_TYPE:
             if length != capacity_bytes - start:
                 bad_header = header
                 break
             position += length
             continue
-        record_size_bytes = (length + RECORD_ALIGNMENT_BYTES - 1) & -RECORD_ALIGNMENT_BYTES
+        parcel_size_bytes = (length + PARCEL_ALIGNMENT_BYTES - 1) & -PARCEL_ALIGNMENT_BYTES
         if (
-            record_type < 0
-            or length < RECORD_HEADER_SIZE_BYTES
-            or length - RECORD_HEADER_SIZE_BYTES > payload_size_bytes_max
-            or record_size_bytes > capacity_bytes - start
+            parcel_type < 0
+            or length < PARCEL_HEADER_SIZE_BYTES
+            or length - PARCEL_HEADER_SIZE_BYTES > payload_size_bytes_max
+            or parcel_size_bytes > capacity_bytes - start
         ):
             bad_header = header
             break
-        size_bytes = length - RECORD_HEADER_SIZE_BYTES
+        size_bytes = length - PARCEL_HEADER_SIZE_BYTES
         if payload_size_bytes + size_bytes > payload_budget_bytes:
             break
-        types[count] = record_type
-        payload_offsets[count] = start + RECORD_HEADER_SIZE_BYTES
+        types[count] = parcel_type
+        payload_offsets[count] = start + PARCEL_HEADER_SIZE_BYTES
         payload_sizes[count] = size_bytes
         count += 1
         payload_size_bytes += size_bytes
-        position += record_size_bytes
+        position += parcel_size_bytes
     result[_SCANNED_END_BYTES] = position
     result[_SCANNED_BAD_HEADER] = bad_header
-    result[_SCANNED_RECORD_COUNT] = count
+    result[_SCANNED_PARCEL_COUNT] = count
     result[_SCANNED_PAYLOAD_SIZE_BYTES] = payload_size_bytes
     result[_SCANNED_BATCH_COUNT] = 1 if count > 0 else 0
     return count
@@ -331,18 +331,18 @@ def scan_records(
 @kernel
 def find_chain_end(words: NDArray[np.int64], start_bytes: int, limit_bytes: int) -> int:
     """Position of the first zero header word on the chain from start_bytes, before limit_bytes.
-    A restarted producer continues there: records published after the last head update."""
-    capacity_bytes = words.size * RECORD_ALIGNMENT_BYTES
+    A restarted producer continues there: parcels published after the last head update."""
+    capacity_bytes = words.size * PARCEL_ALIGNMENT_BYTES
     mask = capacity_bytes - 1
     position = start_bytes
     while position < limit_bytes:
         header = words[(position & mask) >> 3]
         if header == 0:
             break
-        length = header & RECORD_LENGTH_MASK
-        if length < RECORD_HEADER_SIZE_BYTES:
+        length = header & PARCEL_LENGTH_MASK
+        if length < PARCEL_HEADER_SIZE_BYTES:
             break  # corrupt: the caller's assert on the position reports it
-        position += (length + RECORD_ALIGNMENT_BYTES - 1) & -RECORD_ALIGNMENT_BYTES
+        position += (length + PARCEL_ALIGNMENT_BYTES - 1) & -PARCEL_ALIGNMENT_BYTES
     return position
 
 
@@ -358,13 +358,13 @@ def copy_payloads(
     """Copy `count` payloads out of the ring back to back into target; their offsets there go to
     target_offsets. Returns the bytes copied. The caller made sure they fit."""
     position = 0
-    for record_index in range(count):
-        size_bytes = payload_sizes[record_index]
-        source = data[payload_offsets[record_index] : payload_offsets[record_index] + size_bytes]
+    for parcel_index in range(count):
+        size_bytes = payload_sizes[parcel_index]
+        source = data[payload_offsets[parcel_index] : payload_offsets[parcel_index] + size_bytes]
         copy = target[position : position + size_bytes]
         for byte_index in range(size_bytes):
             copy[byte_index] = source[byte_index]
-        target_offsets[record_index] = position
+        target_offsets[parcel_index] = position
         position += size_bytes
     return position
 
@@ -382,26 +382,26 @@ class RingStatistics:
     tail_bytes: int
     producer_pid: int
     consumer_pid: int
-    record_count_written: int
+    parcel_count_written: int
     payload_size_bytes_written: int
     batch_count_written: int
     padding_count_written: int
-    full_count: int  # writes that found no room for even one record
+    full_count: int  # writes that found no room for even one parcel
     doorbell_count_rung: int
-    record_count_read: int
+    parcel_count_read: int
     payload_size_bytes_read: int
     batch_count_read: int
     doorbell_count_waited: int  # times the consumer went to sleep on the doorbell
 
     @property
     def used_bytes(self) -> int:
-        """Bytes between tail and head: records not yet released, padding included."""
+        """Bytes between tail and head: parcels not yet released, padding included."""
         return self.head_bytes - self.tail_bytes
 
 
 @dataclass(slots=True, eq=False)
-class RecordBatch:
-    """Records drained in one call, as arrays: record i is `types[i]` and the payload
+class ParcelBatch:
+    """Parcels drained in one call, as arrays: parcel i is `types[i]` and the payload
     `data[offsets[i] : offsets[i] + sizes[i]]`.
 
     The arrays are views of the ring's scratch buffers, valid until the next drain. For a batch
@@ -426,7 +426,7 @@ class RecordBatch:
         return self.count
 
     def payload(self, index: int) -> NDArray[np.uint8]:
-        """A view of record `index`'s payload (no copy)."""
+        """A view of parcel `index`'s payload (no copy)."""
         assert 0 <= index < self.count
         offset = int(self.offsets[index])
         return self.data[offset : offset + int(self.sizes[index])]
@@ -461,9 +461,9 @@ class Ring:
         self._data_view = segment_view[layout.DATA_OFFSET_BYTES :]
         self._word_view = self._data_view.cast("q")
         segment_view.release()
-        counters_written = slice(_RECORD_COUNT_WRITTEN, _PADDING_COUNT_WRITTEN + 1)
+        counters_written = slice(_PARCEL_COUNT_WRITTEN, _PADDING_COUNT_WRITTEN + 1)
         self._producer_counters = self._header[counters_written]
-        counters_read = slice(_RECORD_COUNT_READ, _BATCH_COUNT_READ + 1)
+        counters_read = slice(_PARCEL_COUNT_READ, _BATCH_COUNT_READ + 1)
         self._consumer_counters = self._header[counters_read]
         # Producer side: None until the first write claims it.
         self._head_bytes: int | None = None
@@ -484,7 +484,7 @@ class Ring:
         self._target_offsets = np.zeros(0, dtype=np.int64)
         self._scanned = np.zeros(_SCANNED_SIZE, dtype=np.int64)
         self._scanned_deltas = self._scanned[_SCANNED_DELTAS_FIRST:]
-        # The pending batch came from the small-batch path: (record count, payload bytes).
+        # The pending batch came from the small-batch path: (parcel count, payload bytes).
         self._pending_small_counts: tuple[int, int] | None = None
         self._small_types = np.zeros(SMALL_BATCH_COUNT_MAX, dtype=np.int32)
         self._small_offsets = np.zeros(SMALL_BATCH_COUNT_MAX, dtype=np.int64)
@@ -493,7 +493,7 @@ class Ring:
             (self._small_types[:count], self._small_offsets[:count], self._small_sizes[:count])
             for count in range(SMALL_BATCH_COUNT_MAX + 1)
         ]
-        self._empty_batch: RecordBatch | None = None
+        self._empty_batch: ParcelBatch | None = None
 
     # Lifetime.
 
@@ -502,7 +502,7 @@ class Ring:
         cls, name: str, capacity_bytes: int, payload_size_bytes_max: int | None = None
     ) -> Ring:
         """Make the segment `name` (from names.shm_name) with a data area of `capacity_bytes`, a
-        power of two, and its doorbell. Records with larger payloads than payload_size_bytes_max
+        power of two, and its doorbell. Parcels with larger payloads than payload_size_bytes_max
         (default: half the ring) are refused. FileExistsError if the name is taken."""
         doorbell_path = names.doorbell_path(name)
         if capacity_bytes & (capacity_bytes - 1) or not (
@@ -633,13 +633,13 @@ class Ring:
             tail_bytes=int(header[_TAIL]),
             producer_pid=int(header[_PRODUCER_PID]),
             consumer_pid=int(header[_CONSUMER_PID]),
-            record_count_written=int(header[_RECORD_COUNT_WRITTEN]),
+            parcel_count_written=int(header[_PARCEL_COUNT_WRITTEN]),
             payload_size_bytes_written=int(header[_PAYLOAD_SIZE_WRITTEN]),
             batch_count_written=int(header[_BATCH_COUNT_WRITTEN]),
             padding_count_written=int(header[_PADDING_COUNT_WRITTEN]),
             full_count=int(header[_FULL_COUNT]),
             doorbell_count_rung=int(header[_DOORBELL_COUNT_RUNG]),
-            record_count_read=int(header[_RECORD_COUNT_READ]),
+            parcel_count_read=int(header[_PARCEL_COUNT_READ]),
             payload_size_bytes_read=int(header[_PAYLOAD_SIZE_READ]),
             batch_count_read=int(header[_BATCH_COUNT_READ]),
             doorbell_count_waited=int(header[_DOORBELL_COUNT_WAITED]),
@@ -647,14 +647,14 @@ class Ring:
 
     # Producer side.
 
-    def try_write_nowait(self, record_type: int, payload: BytesLike) -> bool:
-        """Append one record of `record_type` (0 to 2**31 - 1) with a copy of `payload`; False if
+    def try_write_nowait(self, parcel_type: int, payload: BytesLike) -> bool:
+        """Append one parcel of `parcel_type` (0 to 2**31 - 1) with a copy of `payload`; False if
         the ring has no room now. MessageTooLargeError if the payload can never fit.
 
         The Python path (module docstring), no kernel call. It keeps every rule of
         try_write_batch_nowait for a batch of one, down to the counters.
         """
-        assert 0 <= record_type <= layout.RECORD_TYPE_MAX
+        assert 0 <= parcel_type <= layout.PARCEL_TYPE_MAX
         if type(payload) is memoryview and (payload.format != "B" or payload.ndim != 1):
             payload = payload.cast("B")  # bytes, as np.frombuffer would read them
         size_bytes = len(payload)
@@ -663,94 +663,94 @@ class Ring:
             head_bytes = self._claim_producer()
         if size_bytes > self.payload_size_bytes_max:
             raise MessageTooLargeError(
-                f"a record payload of {size_bytes} bytes is larger than the "
+                f"a parcel payload of {size_bytes} bytes is larger than the "
                 f"payload_size_bytes_max {self.payload_size_bytes_max} of ring {self.name}"
             )
-        written = self._write_single_round(record_type, payload, size_bytes)
+        written = self._write_single_round(parcel_type, payload, size_bytes)
         if not written:
             # Out of room as far as the last tail we read says; read the consumer's line again.
             tail_bytes = self._read_tail_bytes()
             if tail_bytes != self._tail_bytes_seen:
                 self._tail_bytes_seen = tail_bytes
-                written = self._write_single_round(record_type, payload, size_bytes)
+                written = self._write_single_round(parcel_type, payload, size_bytes)
         if self._head_bytes == head_bytes:
             self._header_view[_FULL_COUNT] += 1
             return False
         self._ring_doorbell_if_waiting()
         return written
 
-    def _write_single_round(self, record_type: int, payload: BytesLike, size_bytes: int) -> bool:
-        """stage_records + publish_headers + the end of _write_round for a batch of one, in
-        Python: the same stores in the same order (module docstring). True if the record was
+    def _write_single_round(self, parcel_type: int, payload: BytesLike, size_bytes: int) -> bool:
+        """stage_parcels + publish_headers + the end of _write_round for a batch of one, in
+        Python: the same stores in the same order (module docstring). True if the parcel was
         written."""
         head_bytes = self._head_bytes
         assert head_bytes is not None
-        length = RECORD_HEADER_SIZE_BYTES + size_bytes
-        record_size_bytes = (length + RECORD_ALIGNMENT_BYTES - 1) & -RECORD_ALIGNMENT_BYTES
+        length = PARCEL_HEADER_SIZE_BYTES + size_bytes
+        parcel_size_bytes = (length + PARCEL_ALIGNMENT_BYTES - 1) & -PARCEL_ALIGNMENT_BYTES
         start = head_bytes & self._mask
-        if record_size_bytes > self.capacity_bytes - start:
-            return self._write_single_round_padded(record_type, payload, size_bytes)
-        end_bytes = head_bytes + record_size_bytes
+        if parcel_size_bytes > self.capacity_bytes - start:
+            return self._write_single_round_padded(parcel_type, payload, size_bytes)
+        end_bytes = head_bytes + parcel_size_bytes
         if end_bytes + END_RESERVE_BYTES > self._tail_bytes_seen + self.capacity_bytes:
             return False
         words = self._word_view
         # The header word at head is the zero that ends the chain already (the producer keeps
-        # it so), so only the record's last word needs zeroing before the payload goes in.
-        words[(start + record_size_bytes - RECORD_ALIGNMENT_BYTES) >> 3] = 0  # the zero fill
+        # it so), so only the parcel's last word needs zeroing before the payload goes in.
+        words[(start + parcel_size_bytes - PARCEL_ALIGNMENT_BYTES) >> 3] = 0  # the zero fill
         if size_bytes:
-            self._data_view[start + RECORD_HEADER_SIZE_BYTES : start + length] = payload
+            self._data_view[start + PARCEL_HEADER_SIZE_BYTES : start + length] = payload
         words[(end_bytes & self._mask) >> 3] = 0  # the new end of the chain
         if self._test_hook_before_publish is not None:
             self._test_hook_before_publish()
-        words[start >> 3] = (record_type << RECORD_TYPE_SHIFT) | length  # publishes the record
+        words[start >> 3] = (parcel_type << PARCEL_TYPE_SHIFT) | length  # publishes the parcel
         header_view = self._header_view
         header_view[_HEAD] = end_bytes  # after the header: a restarted producer trusts head
-        header_view[_RECORD_COUNT_WRITTEN] += 1
+        header_view[_PARCEL_COUNT_WRITTEN] += 1
         header_view[_PAYLOAD_SIZE_WRITTEN] += size_bytes
         header_view[_BATCH_COUNT_WRITTEN] += 1
         self._head_bytes = end_bytes
         return True
 
     def _write_single_round_padded(
-        self, record_type: int, payload: BytesLike, size_bytes: int
+        self, parcel_type: int, payload: BytesLike, size_bytes: int
     ) -> bool:
-        """_write_single_round when the record would straddle the end of the data area: a padding
-        record takes the rest of the lap and the record goes to the start, or, if only the
-        padding fits, the padding is written alone (so the record fits once the consumer has
-        passed it), as stage_records does."""
+        """_write_single_round when the parcel would straddle the end of the data area: a padding
+        parcel takes the rest of the lap and the parcel goes to the start, or, if only the
+        padding fits, the padding is written alone (so the parcel fits once the consumer has
+        passed it), as stage_parcels does."""
         head_bytes = self._head_bytes
         assert head_bytes is not None
         capacity_bytes = self.capacity_bytes
         limit_bytes = self._tail_bytes_seen + capacity_bytes
-        length = RECORD_HEADER_SIZE_BYTES + size_bytes
-        record_size_bytes = (length + RECORD_ALIGNMENT_BYTES - 1) & -RECORD_ALIGNMENT_BYTES
+        length = PARCEL_HEADER_SIZE_BYTES + size_bytes
+        parcel_size_bytes = (length + PARCEL_ALIGNMENT_BYTES - 1) & -PARCEL_ALIGNMENT_BYTES
         padding_start = head_bytes & self._mask
         padding_size_bytes = capacity_bytes - padding_start
-        assert record_size_bytes > padding_size_bytes
+        assert parcel_size_bytes > padding_size_bytes
         position = head_bytes + padding_size_bytes  # the start of the next lap
         if position + END_RESERVE_BYTES > limit_bytes:
             return False  # not even the padding fits; nothing staged
         words = self._word_view
         words[padding_start >> 3] = 0
-        written = position + record_size_bytes + END_RESERVE_BYTES <= limit_bytes
+        written = position + parcel_size_bytes + END_RESERVE_BYTES <= limit_bytes
         end_bytes = position
         if written:
             words[0] = 0
-            words[(record_size_bytes - RECORD_ALIGNMENT_BYTES) >> 3] = 0  # the zero fill
+            words[(parcel_size_bytes - PARCEL_ALIGNMENT_BYTES) >> 3] = 0  # the zero fill
             if size_bytes:
-                self._data_view[RECORD_HEADER_SIZE_BYTES:length] = payload
-            end_bytes = position + record_size_bytes
+                self._data_view[PARCEL_HEADER_SIZE_BYTES:length] = payload
+            end_bytes = position + parcel_size_bytes
         words[(end_bytes & self._mask) >> 3] = 0  # the new end of the chain
         assert head_bytes < end_bytes <= limit_bytes - END_RESERVE_BYTES
         if self._test_hook_before_publish is not None:
             self._test_hook_before_publish()
-        words[padding_start >> 3] = (PADDING_RECORD_TYPE << RECORD_TYPE_SHIFT) | padding_size_bytes
+        words[padding_start >> 3] = (PADDING_PARCEL_TYPE << PARCEL_TYPE_SHIFT) | padding_size_bytes
         if written:
-            words[0] = (record_type << RECORD_TYPE_SHIFT) | length
+            words[0] = (parcel_type << PARCEL_TYPE_SHIFT) | length
         header_view = self._header_view
         header_view[_HEAD] = end_bytes
         if written:
-            header_view[_RECORD_COUNT_WRITTEN] += 1
+            header_view[_PARCEL_COUNT_WRITTEN] += 1
             header_view[_PAYLOAD_SIZE_WRITTEN] += size_bytes
         header_view[_BATCH_COUNT_WRITTEN] += 1
         header_view[_PADDING_COUNT_WRITTEN] += 1
@@ -764,7 +764,7 @@ class Ring:
         payload_offsets: NDArray[np.int64],
         payload_sizes: NDArray[np.int64],
     ) -> int:
-        """Append records i = 0.. with type types[i] (>= 0) and payload
+        """Append parcels i = 0.. with type types[i] (>= 0) and payload
         payloads[payload_offsets[i] : payload_offsets[i] + payload_sizes[i]], in order, as many as
         fit now; returns how many (the caller retries the rest later).
 
@@ -772,22 +772,22 @@ class Ring:
         than payload_size_bytes_max. The kernel checks the batch before it copies anything, so the
         check costs no extra pass in Python.
         """
-        record_count = types.size
-        assert payload_offsets.size == record_count
-        assert payload_sizes.size == record_count
+        parcel_count = types.size
+        assert payload_offsets.size == parcel_count
+        assert payload_sizes.size == parcel_count
         # Other dtypes would work, but each would compile the kernel again, on the hot path.
         assert types.dtype == np.int32
         assert payloads.dtype == np.uint8
         assert payload_offsets.dtype == np.int64
         assert payload_sizes.dtype == np.int64
-        if record_count == 0:
+        if parcel_count == 0:
             return 0
         head_bytes = self._claim_producer()
-        if self._header_words.size <= record_count:
-            self._header_positions = np.zeros(record_count + 1, dtype=np.int64)
-            self._header_words = np.zeros(record_count + 1, dtype=np.int64)
+        if self._header_words.size <= parcel_count:
+            self._header_positions = np.zeros(parcel_count + 1, dtype=np.int64)
+            self._header_words = np.zeros(parcel_count + 1, dtype=np.int64)
         written = self._write_round(types, payloads, payload_offsets, payload_sizes, 0)
-        if written < record_count:
+        if written < parcel_count:
             # Out of room as far as the last tail we read says; read the consumer's line again.
             tail_bytes = self._read_tail_bytes()
             if tail_bytes != self._tail_bytes_seen:
@@ -809,12 +809,12 @@ class Ring:
         payload_sizes: NDArray[np.int64],
         first_index: int,
     ) -> int:
-        """Stage and publish what fits below the last tail seen; returns records written."""
+        """Stage and publish what fits below the last tail seen; returns parcels written."""
         head_bytes = self._head_bytes
         assert head_bytes is not None
         limit_bytes = self._tail_bytes_seen + self.capacity_bytes
         staged = self._staged
-        staged_count = stage_records(
+        staged_count = stage_parcels(
             self._data,
             self._words,
             head_bytes,
@@ -832,20 +832,20 @@ class Ring:
         )
         header_count = int(staged[_STAGED_HEADER_COUNT])
         if header_count == 0:
-            assert staged[_STAGED_BAD_RECORD_COUNT] == 0, (
+            assert staged[_STAGED_BAD_PARCEL_COUNT] == 0, (
                 "a negative size, offset or type, or a payload past the end of `payloads`"
             )
             size_bytes_max = int(staged[_STAGED_PAYLOAD_SIZE_BYTES_MAX])
             if size_bytes_max > self.payload_size_bytes_max:
                 raise MessageTooLargeError(
-                    f"a record payload of {size_bytes_max} bytes is larger than the "
+                    f"a parcel payload of {size_bytes_max} bytes is larger than the "
                     f"payload_size_bytes_max {self.payload_size_bytes_max} of ring {self.name}"
                 )
             return 0
         end_bytes = int(staged[_STAGED_END_BYTES])
         assert 0 <= staged_count <= types.size - first_index
         assert head_bytes < end_bytes <= limit_bytes - END_RESERVE_BYTES
-        assert end_bytes % RECORD_ALIGNMENT_BYTES == 0
+        assert end_bytes % PARCEL_ALIGNMENT_BYTES == 0
         if self._test_hook_before_publish is not None:
             self._test_hook_before_publish()
         publish_headers(self._words, self._header_positions, self._header_words, header_count)
@@ -870,11 +870,11 @@ class Ring:
         head_bytes = self._head_bytes
         assert head_bytes is not None
         assert self._tail_bytes_seen <= tail_bytes <= head_bytes
-        assert tail_bytes % RECORD_ALIGNMENT_BYTES == 0
+        assert tail_bytes % PARCEL_ALIGNMENT_BYTES == 0
         return tail_bytes
 
     def _claim_producer(self) -> int:
-        """This handle's head; on first use, continue after the last published record."""
+        """This handle's head; on first use, continue after the last published parcel."""
         if self._head_bytes is not None:
             return self._head_bytes
         header = self._header
@@ -883,14 +883,14 @@ class Ring:
         assert tail_bytes >= 0
         assert stored_head_bytes - tail_bytes <= self.capacity_bytes - END_RESERVE_BYTES
         # Both are on the chain. The tail passes the stored head when the consumer has read
-        # records that a dead producer published without storing head afterwards.
+        # parcels that a dead producer published without storing head afterwards.
         chain_bytes = max(stored_head_bytes, tail_bytes)
         assert chain_bytes - stored_head_bytes <= self.capacity_bytes
         head_bytes = find_chain_end(
             self._words, chain_bytes, tail_bytes + self.capacity_bytes - END_RESERVE_BYTES
         )
         assert chain_bytes <= head_bytes
-        assert head_bytes % RECORD_ALIGNMENT_BYTES == 0
+        assert head_bytes % PARCEL_ALIGNMENT_BYTES == 0
         assert self._words[(head_bytes & self._mask) >> 3] == 0
         header[_HEAD] = head_bytes
         header[_PRODUCER_PID] = os.getpid()
@@ -900,15 +900,15 @@ class Ring:
 
     # Consumer side.
 
-    def drain_nowait(self, batch_count_max: int) -> RecordBatch:
-        """Up to batch_count_max published records, without copying them; may be empty.
+    def drain_nowait(self, batch_count_max: int) -> ParcelBatch:
+        """Up to batch_count_max published parcels, without copying them; may be empty.
 
         Payloads are views into the ring: process them, then call release(batch) before the next
         drain. Until then the producer cannot reuse their bytes.
         """
         return self._drain(batch_count_max, _UNLIMITED_BYTES)
 
-    def release(self, batch: RecordBatch) -> None:
+    def release(self, batch: ParcelBatch) -> None:
         """Give the bytes of a drained batch back to the producer (advance the tail)."""
         tail_bytes = self._tail_bytes
         assert tail_bytes is not None
@@ -921,8 +921,8 @@ class Ring:
             assert self._scanned[_SCANNED_END_BYTES] == batch.end_bytes
         self._release_to(batch.end_bytes)
 
-    def drain_into_nowait(self, target: NDArray[np.uint8], batch_count_max: int) -> RecordBatch:
-        """Copy up to batch_count_max records' payloads back to back into `target` and release
+    def drain_into_nowait(self, target: NDArray[np.uint8], batch_count_max: int) -> ParcelBatch:
+        """Copy up to batch_count_max parcels' payloads back to back into `target` and release
         them; the batch's offsets index `target`. `target` must hold payload_size_bytes_max."""
         assert target.size >= self.payload_size_bytes_max
         batch = self._drain(batch_count_max, target.size)
@@ -931,13 +931,13 @@ class Ring:
         if self._target_offsets.size < batch.count:  # a small batch may come before any scan
             self._target_offsets = np.zeros(max(batch_count_max, batch.count), dtype=np.int64)
         target_offsets = self._target_offsets[: batch.count]
-        assert target_offsets.size == batch.count  # the kernel writes one offset per record
+        assert target_offsets.size == batch.count  # the kernel writes one offset per parcel
         copied_bytes = copy_payloads(
             self._data, batch.offsets, batch.sizes, batch.count, target, target_offsets
         )
         assert copied_bytes == batch.payload_size_bytes
         self.release(batch)
-        return RecordBatch(
+        return ParcelBatch(
             count=batch.count,
             types=batch.types,
             offsets=target_offsets,
@@ -949,16 +949,16 @@ class Ring:
         )
 
     def read_nowait(self) -> tuple[int, bytes] | None:
-        """The next record as (type, payload copy), released; None if the ring is empty. For the
+        """The next parcel as (type, payload copy), released; None if the ring is empty. For the
         control plane and tests."""
         batch = self._drain(1, _UNLIMITED_BYTES)
         if batch.count == 0:
             return None
-        record = (int(batch.types[0]), batch.payload(0).tobytes())
+        parcel = (int(batch.types[0]), batch.payload(0).tobytes())
         self.release(batch)
-        return record
+        return parcel
 
-    def _drain(self, batch_count_max: int, payload_budget_bytes: int) -> RecordBatch:
+    def _drain(self, batch_count_max: int, payload_budget_bytes: int) -> ParcelBatch:
         assert batch_count_max > 0
         assert self._pending_end_bytes is None, "release the previous batch first"
         tail_bytes = self._tail_bytes
@@ -969,8 +969,8 @@ class Ring:
         header: int = words[start >> 3]
         if header == 0:
             return self._drained_nothing(tail_bytes)
-        # The small-batch path (module docstring): up to SMALL_BATCH_COUNT_MAX ordinary records
-        # and then the end of the chain (or batch_count_max). Anything else, more records,
+        # The small-batch path (module docstring): up to SMALL_BATCH_COUNT_MAX ordinary parcels
+        # and then the end of the chain (or batch_count_max). Anything else, more parcels,
         # padding, a payload over the budget or a corrupt header, goes to the kernel from the
         # tail again, which scans any batch and reports bad headers.
         mask = self._mask
@@ -983,22 +983,22 @@ class Ring:
         payload_size_bytes = 0
         end_bytes = tail_bytes
         while True:
-            length = header & RECORD_LENGTH_MASK
-            size_bytes = length - RECORD_HEADER_SIZE_BYTES
-            record_size_bytes = (length + RECORD_ALIGNMENT_BYTES - 1) & -RECORD_ALIGNMENT_BYTES
+            length = header & PARCEL_LENGTH_MASK
+            size_bytes = length - PARCEL_HEADER_SIZE_BYTES
+            parcel_size_bytes = (length + PARCEL_ALIGNMENT_BYTES - 1) & -PARCEL_ALIGNMENT_BYTES
             if not (
                 header > 0  # a type >= 0: not padding
                 and 0 <= size_bytes <= payload_size_bytes_max
                 and payload_size_bytes + size_bytes <= payload_budget_bytes
-                and record_size_bytes <= capacity_bytes - start
+                and parcel_size_bytes <= capacity_bytes - start
             ):
                 return self._drain_scan(tail_bytes, batch_count_max, payload_budget_bytes)
-            types[count] = header >> RECORD_TYPE_SHIFT
-            offsets[count] = start + RECORD_HEADER_SIZE_BYTES
+            types[count] = header >> PARCEL_TYPE_SHIFT
+            offsets[count] = start + PARCEL_HEADER_SIZE_BYTES
             sizes[count] = size_bytes
             count += 1
             payload_size_bytes += size_bytes
-            end_bytes += record_size_bytes
+            end_bytes += parcel_size_bytes
             if count == batch_count_max:
                 break
             start = end_bytes & mask
@@ -1011,7 +1011,7 @@ class Ring:
         self._pending_small_counts = (count, payload_size_bytes)
         types_view, offsets_view, sizes_view = self._small_views[count]
         # Positional: keyword arguments cost this call twice as much (fields in order).
-        return RecordBatch(
+        return ParcelBatch(
             count,
             types_view,
             offsets_view,
@@ -1022,12 +1022,12 @@ class Ring:
             end_bytes,
         )
 
-    def _drained_nothing(self, tail_bytes: int) -> RecordBatch:
+    def _drained_nothing(self, tail_bytes: int) -> ParcelBatch:
         """The empty batch at tail_bytes; made once per tail position (callers never change a
         batch)."""
         batch = self._empty_batch
         if batch is None or batch.start_bytes != tail_bytes:
-            batch = self._empty_batch = RecordBatch(
+            batch = self._empty_batch = ParcelBatch(
                 count=0,
                 types=self._small_types[:0],
                 offsets=self._small_offsets[:0],
@@ -1041,15 +1041,15 @@ class Ring:
 
     def _drain_scan(
         self, tail_bytes: int, batch_count_max: int, payload_budget_bytes: int
-    ) -> RecordBatch:
-        """The kernel path of _drain: scan_records over the chain from tail_bytes."""
+    ) -> ParcelBatch:
+        """The kernel path of _drain: scan_parcels over the chain from tail_bytes."""
         if self._scanned_types.size < batch_count_max:
             self._scanned_types = np.zeros(batch_count_max, dtype=np.int32)
             self._scanned_offsets = np.zeros(batch_count_max, dtype=np.int64)
             self._scanned_sizes = np.zeros(batch_count_max, dtype=np.int64)
             self._target_offsets = np.zeros(batch_count_max, dtype=np.int64)
         result = self._scanned
-        count = scan_records(
+        count = scan_parcels(
             self._words,
             tail_bytes,
             batch_count_max,
@@ -1067,8 +1067,8 @@ class Ring:
         )
         assert 0 <= count <= batch_count_max
         assert tail_bytes <= end_bytes <= tail_bytes + self.capacity_bytes
-        assert end_bytes % RECORD_ALIGNMENT_BYTES == 0
-        batch = RecordBatch(
+        assert end_bytes % PARCEL_ALIGNMENT_BYTES == 0
+        batch = ParcelBatch(
             count=count,
             types=self._scanned_types[:count],
             offsets=self._scanned_offsets[:count],
@@ -1092,7 +1092,7 @@ class Ring:
         header_view[_TAIL] = end_bytes
         small_counts = self._pending_small_counts
         if small_counts is not None:
-            header_view[_RECORD_COUNT_READ] += small_counts[0]
+            header_view[_PARCEL_COUNT_READ] += small_counts[0]
             header_view[_PAYLOAD_SIZE_READ] += small_counts[1]
             header_view[_BATCH_COUNT_READ] += 1
         else:
@@ -1102,12 +1102,12 @@ class Ring:
         self._pending_end_bytes = None
 
     def _claim_consumer(self) -> int:
-        """This handle's tail; on first use, start at the oldest unreleased record."""
+        """This handle's tail; on first use, start at the oldest unreleased parcel."""
         if self._tail_bytes is not None:
             return self._tail_bytes
         header = self._header
         tail_bytes = int(header[_TAIL])
-        assert tail_bytes % RECORD_ALIGNMENT_BYTES == 0
+        assert tail_bytes % PARCEL_ALIGNMENT_BYTES == 0
         sequence = int(header[_WAITING_SEQUENCE])
         if sequence % 2 == 1:
             header[_WAITING_SEQUENCE] = sequence + 1  # a consumer died asleep; nobody waits now
@@ -1115,13 +1115,13 @@ class Ring:
         self._tail_bytes = tail_bytes
         return tail_bytes
 
-    def record_count_read(self) -> int:
-        """Records this ring's consumers have released so far (the consumer line's counter)."""
-        count: int = self._header_view[_RECORD_COUNT_READ]
+    def parcel_count_read(self) -> int:
+        """Parcels this ring's consumers have released so far (the consumer line's counter)."""
+        count: int = self._header_view[_PARCEL_COUNT_READ]
         return count
 
     def readable(self) -> bool:
-        """True if a drain would find something now (a record, or padding to skip)."""
+        """True if a drain would find something now (a parcel, or padding to skip)."""
         tail_bytes = self._tail_bytes
         if tail_bytes is None:
             tail_bytes = self._claim_consumer()
@@ -1134,7 +1134,7 @@ class Ring:
 
     def arm_doorbell_nowait(self) -> bool:
         """Tell the producer this consumer is going to sleep. Returns False, and stays disarmed,
-        if a record is readable already (do not sleep); True if armed: sleep on the doorbell."""
+        if a parcel is readable already (do not sleep); True if armed: sleep on the doorbell."""
         return Ring.arm_doorbells_nowait((self,))
 
     @staticmethod
@@ -1182,8 +1182,8 @@ class Ring:
             self._doorbell.clear_nowait()
 
     def wait_readable(self, timeout_ms: int) -> bool:
-        """Sleep until a record is readable or timeout_ms passes (negative: no limit); True if
-        readable. Makes no system call when a record is readable already."""
+        """Sleep until a parcel is readable or timeout_ms passes (negative: no limit); True if
+        readable. Makes no system call when a parcel is readable already."""
         if self.readable():
             return True
         deadline_ns = None if timeout_ms < 0 else time.monotonic_ns() + timeout_ms * 1_000_000
@@ -1211,20 +1211,20 @@ def warm_up() -> None:
     data = np.zeros(capacity_bytes, dtype=np.uint8)
     words = data.view(np.int64)
     types = np.array([7, 8], dtype=np.int32)
-    payload_sizes = np.array([3, capacity_bytes // 2 - RECORD_HEADER_SIZE_BYTES], dtype=np.int64)
+    payload_sizes = np.array([3, capacity_bytes // 2 - PARCEL_HEADER_SIZE_BYTES], dtype=np.int64)
     payload_offsets = np.array([0, 3], dtype=np.int64)
     payloads = np.arange(int(payload_sizes.sum()), dtype=np.int64).astype(np.uint8)
     header_positions = np.zeros(3, dtype=np.int64)
     header_words = np.zeros(3, dtype=np.int64)
     staged = np.zeros(_STAGED_SIZE, dtype=np.int64)
     scanned = np.zeros(_SCANNED_SIZE, dtype=np.int64)
-    # The first record ends 8 bytes before the end, so the second wraps behind a padding record.
+    # The first parcel ends 8 bytes before the end, so the second wraps behind a padding parcel.
     head_bytes = capacity_bytes - 24
     tail_bytes = head_bytes
     payload_size_bytes_max = int(payload_sizes.max())
     for source in (payloads, np.frombuffer(payloads.tobytes(), dtype=np.uint8)):
         data[:] = 0
-        staged_count = stage_records(
+        staged_count = stage_parcels(
             data,
             words,
             head_bytes,
@@ -1245,15 +1245,15 @@ def warm_up() -> None:
         assert staged[_STAGED_PADDING_COUNT] == 1
         publish_headers(words, header_positions, header_words, 3)
     first_header = int(words[(head_bytes & (capacity_bytes - 1)) >> 3])
-    assert first_header == (7 << RECORD_TYPE_SHIFT) | (RECORD_HEADER_SIZE_BYTES + 3)
+    assert first_header == (7 << PARCEL_TYPE_SHIFT) | (PARCEL_HEADER_SIZE_BYTES + 3)
     padding_header = int(words[((head_bytes + 16) & (capacity_bytes - 1)) >> 3])
-    assert padding_header >> RECORD_TYPE_SHIFT == PADDING_RECORD_TYPE
+    assert padding_header >> PARCEL_TYPE_SHIFT == PADDING_PARCEL_TYPE
     end_bytes = int(staged[_STAGED_END_BYTES])
     assert find_chain_end(words, tail_bytes, tail_bytes + capacity_bytes) == end_bytes
     scanned_types = np.zeros(2, dtype=np.int32)
     scanned_offsets = np.zeros(2, dtype=np.int64)
     scanned_sizes = np.zeros(2, dtype=np.int64)
-    count = scan_records(
+    count = scan_parcels(
         words,
         tail_bytes,
         2,
@@ -1267,7 +1267,7 @@ def warm_up() -> None:
     assert count == 2
     assert scanned[_SCANNED_END_BYTES] == end_bytes
     assert scanned[_SCANNED_BAD_HEADER] == 0
-    assert scanned[_SCANNED_RECORD_COUNT] == 2
+    assert scanned[_SCANNED_PARCEL_COUNT] == 2
     target = np.zeros(int(payload_sizes.sum()), dtype=np.uint8)
     target_offsets = np.zeros(2, dtype=np.int64)
     copied_bytes = copy_payloads(data, scanned_offsets, scanned_sizes, 2, target, target_offsets)

@@ -27,11 +27,11 @@ before its generation, and the change sequence last, so under x86-64 store order
 saw the new sequence also sees the slot.
 
 The two handling words of a slot are written by the role's own process, not the supervisor: the
-ring record it is handling (runtime.py, "Quarantine"). The two quarantine words name the record
+ring parcel it is handling (runtime.py, "Quarantine"). The two quarantine words name the parcel
 the role's next process must skip.
 
 Why not a ring per role: a ring needs a producer that outlives its consumer's restarts and a
-record format; this is state, not a stream (a role that was asleep wants the latest state, not
+parcel format; this is state, not a stream (a role that was asleep wants the latest state, not
 every event), and one shared array answers "is send.1 up, and is it still the process I sent
 to?" with two loads.
 """
@@ -78,7 +78,7 @@ class ControlBlock:
     """The supervisor's shared words about every role (module docstring).
 
     Written only by the supervisor, except each role's two handling words, which its process
-    writes (RecordMarks); roles read. Created before the first fork and inherited, so a role
+    writes (ParcelMarks); roles read. Created before the first fork and inherited, so a role
     never attaches it by name.
     """
 
@@ -136,7 +136,7 @@ class ControlBlock:
         return int(self._words[self._word(role_id, _START_COUNT)])
 
     def handling(self, role_id: str) -> tuple[int, int] | None:
-        """(ring number, position) of the record the role's process was handling, or None."""
+        """(ring number, position) of the parcel the role's process was handling, or None."""
         ring_number = int(self._words[self._word(role_id, _HANDLING_RING)])
         position = int(self._words[self._word(role_id, _HANDLING_POSITION)])
         if ring_number == 0 or position < 0:  # between batches, or before a batch's first
@@ -144,7 +144,7 @@ class ControlBlock:
         return ring_number, position
 
     def quarantined(self, role_id: str) -> tuple[int, int] | None:
-        """(ring number, position) of the record the role's next process must skip, or None."""
+        """(ring number, position) of the parcel the role's next process must skip, or None."""
         ring_number = int(self._words[self._word(role_id, _QUARANTINE_RING)])
         if ring_number == 0:
             return None
@@ -189,9 +189,9 @@ class ControlBlock:
         self._words[self._word(role_id, _HANDLING_RING)] = 0
         self._words[self._word(role_id, _HANDLING_POSITION)] = 0
 
-    def quarantine(self, role_id: str, record: tuple[int, int] | None) -> None:
-        """The record (ring number, position) the role's next process must skip; None: none."""
-        ring_number, position = record if record is not None else (0, 0)
+    def quarantine(self, role_id: str, parcel: tuple[int, int] | None) -> None:
+        """The parcel (ring number, position) the role's next process must skip; None: none."""
+        ring_number, position = parcel if parcel is not None else (0, 0)
         assert ring_number >= 0
         self._words[self._word(role_id, _QUARANTINE_POSITION)] = position
         self._words[self._word(role_id, _QUARANTINE_RING)] = ring_number

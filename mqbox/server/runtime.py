@@ -2,9 +2,9 @@
 
 Owns: `RoleContext` (everything a role's main() gets from the supervisor), the process set-up a
 forked role gets before its main() (signals, parent-death signal, one rotated log file per
-role), attaching the role's rings by name, the role's side of quarantine (`RecordMarks`, below)
+role), attaching the role's rings by name, the role's side of quarantine (`ParcelMarks`, below)
 and `RoleLoop`, the drain-in-batches-then-sleep-on-doorbells main loop. Never:
-what a record means (server/records.py and the roles do), starting or restarting processes
+what a parcel means (server/parcels.py and the roles do), starting or restarting processes
 (supervisor.py does), or anything on the hot path beyond one counter read per loop turn.
 
 The contract of a role's main(ctx) (supervisor.py calls it in a forked child):
@@ -22,26 +22,26 @@ The contract of a role's main(ctx) (supervisor.py calls it in a forked child):
   Returning from main() or raising anything else is a bug: the process exits non-zero, the
   supervisor re-forks it (or stops the broker, for a critical role).
 
-Quarantine (issue 9: one record must never stop the broker). A ring delivers the records a dead
-consumer had drained but not released to its next process, so a record that kills its consumer
+Quarantine (issue 9: one parcel must never stop the broker). A ring delivers the parcels a dead
+consumer had drained but not released to its next process, so a parcel that kills its consumer
 would kill every restarted process until the restart budget stops the broker. Two words of each
 slot of the control block (control_block.py) are therefore written by the role itself, not the
-supervisor (`RecordMarks`, used by
-transport.Inbox): while it handles a record, the ring's number (1 + its index in the topology's
-rings) and the record's position in that ring (bytes since the ring was made; positions only
-grow, so one names one record for the life of the ring); ring 0 between batches, position -1
-from a batch's start to its first record. A SIGKILLed process
+supervisor (`ParcelMarks`, used by
+transport.Inbox): while it handles a parcel, the ring's number (1 + its index in the topology's
+rings) and the parcel's position in that ring (bytes since the ring was made; positions only
+grow, so one names one parcel for the life of the ring); ring 0 between batches, position -1
+from a batch's start to its first parcel. A SIGKILLed process
 has made every store it made, so the supervisor reads both words after it reaped the process. A
-process that died on the same record as the one before it (twice in a row) makes the supervisor
-write that record into the slot's quarantine words before it forks the next process, whose Inbox
-on that ring skips the record: it is answered SYSTEM_ERROR if it is a request (the role's
+process that died on the same parcel as the one before it (twice in a row) makes the supervisor
+write that parcel into the slot's quarantine words before it forks the next process, whose Inbox
+on that ring skips the parcel: it is answered SYSTEM_ERROR if it is a request (the role's
 `on_quarantined` hook), logged and counted, and never handled. The supervisor clears the
 handling words before each fork, and the quarantine words when it makes the rings anew.
 
 Test hook (tests only, never set in production): the environment variable
-MQBOX_TEST_DIE_ON_RECORD, "<role id>:<marker>[,<role id>:<marker>...]", makes that role SIGKILL
-itself while it handles a record whose payload holds the marker bytes (transport.Inbox), so tests
-can make a role die on a chosen record.
+MQBOX_TEST_DIE_ON_PARCEL, "<role id>:<marker>[,<role id>:<marker>...]", makes that role SIGKILL
+itself while it handles a parcel whose payload holds the marker bytes (transport.Inbox), so tests
+can make a role die on a chosen parcel.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 
 from mqbox.config import BrokerConfig
-from mqbox.ipc.ring import RecordBatch, Ring
+from mqbox.ipc.ring import ParcelBatch, Ring
 from mqbox.server.control_block import ControlBlock, ControlWatcher
 from mqbox.server.topology import RoleSpec, Topology
 
@@ -106,12 +106,12 @@ class RoleContext:
 # ---------------------------------------------------------------------------------------------
 
 
-TEST_DIE_ON_RECORD_ENV: Final = "MQBOX_TEST_DIE_ON_RECORD"  # the test hook (module docstring)
+TEST_DIE_ON_PARCEL_ENV: Final = "MQBOX_TEST_DIE_ON_PARCEL"  # the test hook (module docstring)
 
 
-class RecordMarks:
+class ParcelMarks:
     """One role process's side of quarantine (module docstring): the two handling words it
-    writes, the record its previous processes left it to skip, and the test hook's marker.
+    writes, the parcel its previous processes left it to skip, and the test hook's marker.
     transport.Inbox uses it; roles never do."""
 
     def __init__(
@@ -131,7 +131,7 @@ class RecordMarks:
         return self._ring_numbers.get(ring_name, 0)
 
     def skip_position(self, ring_number: int) -> int:
-        """The position of the quarantined record in ring `ring_number`, or -1."""
+        """The position of the quarantined parcel in ring `ring_number`, or -1."""
         skip = self._skip
         if skip is None or skip[0] != ring_number:
             return -1
@@ -139,7 +139,7 @@ class RecordMarks:
 
 
 def die_on_marker_of(role_id: str, setting: str) -> bytes | None:
-    """The marker TEST_DIE_ON_RECORD_ENV's `setting` names for `role_id`, or None."""
+    """The marker TEST_DIE_ON_PARCEL_ENV's `setting` names for `role_id`, or None."""
     for item in setting.split(","):
         target, _, marker = item.partition(":")
         if target == role_id and marker:
@@ -153,7 +153,7 @@ class _ProcessState:
     stop_requested: bool = False
     wakeup_read_fd: int = -1
     wakeup_write_fd: int = -1
-    record_marks: RecordMarks | None = None
+    parcel_marks: ParcelMarks | None = None
 
 
 _process = _ProcessState()
@@ -245,17 +245,17 @@ def enter_role_process(ctx: RoleContext, supervisor_pid: int) -> None:
     control = getattr(ctx, "control", None)
     if control is not None:
         ring_names = [spec.name for spec in ctx.topology.rings]
-        marker = die_on_marker_of(ctx.role.role_id, os.environ.get(TEST_DIE_ON_RECORD_ENV, ""))
+        marker = die_on_marker_of(ctx.role.role_id, os.environ.get(TEST_DIE_ON_PARCEL_ENV, ""))
         if marker is not None:
             log.warning(
-                "test hook %s: dying on records that hold %r", TEST_DIE_ON_RECORD_ENV, marker
+                "test hook %s: dying on parcels that hold %r", TEST_DIE_ON_PARCEL_ENV, marker
             )
-        _process.record_marks = RecordMarks(control, ctx.role.role_id, ring_names, marker)
+        _process.parcel_marks = ParcelMarks(control, ctx.role.role_id, ring_names, marker)
 
 
-def record_marks() -> RecordMarks | None:
-    """This role process's RecordMarks; None outside a role process (unit tests)."""
-    return _process.record_marks
+def parcel_marks() -> ParcelMarks | None:
+    """This role process's ParcelMarks; None outside a role process (unit tests)."""
+    return _process.parcel_marks
 
 
 def stop_requested() -> bool:
@@ -343,13 +343,13 @@ def attach_rings(ctx: RoleContext) -> RoleRings:
 # The main loop
 # ---------------------------------------------------------------------------------------------
 
-BatchHandler = Callable[[str, Ring, RecordBatch], None]
+BatchHandler = Callable[[str, Ring, ParcelBatch], None]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LoopStatistics:
     turn_count: int
-    record_count: int
+    parcel_count: int
     batch_count: int
     sleep_count: int
     tick_count: int
@@ -359,7 +359,7 @@ class LoopStatistics:
 class RoleLoop:
     """Drain every inbound ring in batches, then sleep on their doorbells; until stopped.
 
-    Each turn drains at most `batch_count_max` records per ring (docs/style.md section 9) and hands
+    Each turn drains at most `batch_count_max` parcels per ring (docs/style.md section 9) and hands
     each non-empty batch to `on_batch(producer_role_id, ring, batch)`; the loop releases the
     batch when the handler returns, so the handler must copy what it keeps. `on_tick()` runs
     every `tick_interval_ms` (timers, idle checks), `on_control(role_ids)` when the control
@@ -407,7 +407,7 @@ class RoleLoop:
         for fd in self._extra_fds:
             self._poller.register(fd, select.POLLIN)
         self._turn_count = 0
-        self._record_count = 0
+        self._parcel_count = 0
         self._batch_count = 0
         self._sleep_count = 0
         self._tick_count = 0
@@ -416,7 +416,7 @@ class RoleLoop:
     def statistics(self) -> LoopStatistics:
         return LoopStatistics(
             turn_count=self._turn_count,
-            record_count=self._record_count,
+            parcel_count=self._parcel_count,
             batch_count=self._batch_count,
             sleep_count=self._sleep_count,
             tick_count=self._tick_count,
@@ -461,12 +461,12 @@ class RoleLoop:
                 ring.release(batch)
             drained_count += batch.count
             self._batch_count += 1
-        self._record_count += drained_count
+        self._parcel_count += drained_count
         assert drained_count <= self._batch_count_max * len(self._inbound)
         return drained_count
 
     def _sleep(self, deadline_ns: int) -> None:
-        """Arm every doorbell, sleep, disarm. Does not sleep if a record is readable already or
+        """Arm every doorbell, sleep, disarm. Does not sleep if a parcel is readable already or
         a stop was requested between the check and the arming."""
         rings = self._inbound_rings
         if not Ring.arm_doorbells_nowait(rings):

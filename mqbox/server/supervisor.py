@@ -38,7 +38,7 @@ Rules:
    End-of-file first means it died; the start waits with a deadline per kind.
 4. A dead non-critical role is re-forked (its rings still exist and accept a restarted consumer
    or producer), with a growing delay (config.RestartConfig); if two processes in a row died on
-   the same ring record, that record is quarantined first (runtime.py). A dead critical role
+   the same ring parcel, that parcel is quarantined first (runtime.py). A dead critical role
    (store writer, dispatcher) restarts the broker: every other role stops in reverse order,
    `abort` is made so that the store writer's MessageStore.open runs the full recovery, the
    instance's shared memory is made anew (rings, counters, spill files: what was in flight
@@ -132,7 +132,7 @@ STALE_PROCESS_WAIT_S: Final = 10.0
 KILL_WAIT_S: Final = 10.0  # a process that outlives SIGKILL this long is stuck in the kernel
 _NEVER_NS: Final = 2**63 - 1
 BROKER_RESTART_KEY: Final = "broker"  # the broker restarts' history, beside the roles' deaths
-QUARANTINE_DEATH_COUNT: Final = 2  # deaths in a row on one record that quarantine it
+QUARANTINE_DEATH_COUNT: Final = 2  # deaths in a row on one parcel that quarantine it
 WATCH_INTERVAL_MS: Final = 1000
 WARM_UP_FUNCTION_NAMES: Final = ("warm_up", "warm_up_kernels")
 READY_LINE_SIZE_BYTES_MAX: Final = 4096  # one write of at most PIPE_BUF bytes is atomic
@@ -280,8 +280,8 @@ class Supervisor:
         self._processes: dict[str, _RoleProcess] = {}  # live or starting, by role id
         self._restart_due_ns: dict[str, int] = {}
         self._death_history: dict[str, collections.deque[int]] = {}
-        # role id -> (record its last process died handling, deaths in a row on it)
-        self._deaths_on_record: dict[str, tuple[tuple[int, int], int]] = {}
+        # role id -> (parcel its last process died handling, deaths in a row on it)
+        self._deaths_on_parcel: dict[str, tuple[tuple[int, int], int]] = {}
         self._quarantined_counts: dict[str, int] = {}
         self._restarts = RestartConfig()  # the broker's, once its configuration is loaded
         self._broker_restart_count = 0
@@ -958,7 +958,7 @@ class Supervisor:
                 continue
             spec = process.spec
             how = describe_wait_status(status)
-            self._note_death_record(spec)
+            self._note_death_parcel(spec)
             self._notify_roles()
             self._write_state()
             if spec.critical:
@@ -1057,7 +1057,7 @@ class Supervisor:
         self._create_rings()
         for role in self.topology.roles:
             self.control.quarantine(role.role_id, None)
-        self._deaths_on_record.clear()
+        self._deaths_on_parcel.clear()
 
     def _stop_after_failure(self, reason: str, *, role_failed: bool) -> int:
         """Stop everything for `reason`; keep the reason for `mqbox status` (rule 4)."""
@@ -1075,40 +1075,40 @@ class Supervisor:
             write_json_atomically(self.layout.last_stop_path, document)
         return EXIT_ROLE_FAILED
 
-    def _note_death_record(self, spec: RoleSpec) -> None:
-        """A process of `spec` died: if it died handling a record, and the process before it
-        died on the same one, quarantine that record (runtime.py) so the next one skips it. A
-        critical role's death makes the rings anew, so its record is only logged."""
+    def _note_death_parcel(self, spec: RoleSpec) -> None:
+        """A process of `spec` died: if it died handling a parcel, and the process before it
+        died on the same one, quarantine that parcel (runtime.py) so the next one skips it. A
+        critical role's death makes the rings anew, so its parcel is only logged."""
         assert self.control is not None
         assert self.topology is not None
         role_id = spec.role_id
-        record = self.control.handling(role_id)
-        if record is None:
-            self._deaths_on_record.pop(role_id, None)
+        parcel = self.control.handling(role_id)
+        if parcel is None:
+            self._deaths_on_parcel.pop(role_id, None)
             return
-        previous = self._deaths_on_record.get(role_id)
-        deaths = previous[1] + 1 if previous is not None and previous[0] == record else 1
-        self._deaths_on_record[role_id] = (record, deaths)
-        ring_number, position = record
+        previous = self._deaths_on_parcel.get(role_id)
+        deaths = previous[1] + 1 if previous is not None and previous[0] == parcel else 1
+        self._deaths_on_parcel[role_id] = (parcel, deaths)
+        ring_number, position = parcel
         rings = self.topology.rings
         ring_name = rings[ring_number - 1].name if ring_number <= len(rings) else str(ring_number)
         if spec.critical:
             log.error(
-                "%s died handling the record at position %d of %s", role_id, position, ring_name
+                "%s died handling the parcel at position %d of %s", role_id, position, ring_name
             )
             return
         if deaths < QUARANTINE_DEATH_COUNT:
             log.warning(
-                "%s died handling the record at position %d of %s; its next process gets it again",
+                "%s died handling the parcel at position %d of %s; its next process gets it again",
                 role_id,
                 position,
                 ring_name,
             )
             return
-        self.control.quarantine(role_id, record)
+        self.control.quarantine(role_id, parcel)
         self._quarantined_counts[role_id] = self._quarantined_counts.get(role_id, 0) + 1
         log.error(
-            "%s died %d times in a row handling the record at position %d of %s: quarantined, "
+            "%s died %d times in a row handling the parcel at position %d of %s: quarantined, "
             "its next process skips it",
             role_id,
             deaths,

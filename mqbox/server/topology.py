@@ -2,11 +2,11 @@
 
 Owns: `RoleSpec`, `RingSpec` and `broker_topology()`, the one function that turns a BrokerConfig
 into the list of processes and the rings between them. Never: starting anything (supervisor.py
-does), what a role is given (runtime.RoleContext), or what travels on a ring (server/records.py
+does), what a role is given (runtime.RoleContext), or what travels on a ring (server/parcels.py
 does). Imports nothing of mqbox.server.
 
 The graph, drawn here only (R reactors, C codecs, W workers, S send, P pull and A admin
-processors; each arrow names the records it carries, laid out in records.py and admin_records.py):
+processors; each arrow names the parcels it carries, laid out in parcels.py and admin_parcels.py):
 
     reactor.i --FRAME, CONNECTION_OPENED/CLOSED--> codec.(conn % C)
     codec.c --COMMAND, CONNECTION_OPENED/CLOSED, COMPLETED--> worker.(conn % W)

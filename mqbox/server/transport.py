@@ -1,16 +1,16 @@
-"""The ring transport: how a role moves records (records.py) over its rings.
+"""The ring transport: how a role moves parcels (parcels.py) over its rings.
 
 Owns: the two ends every role uses (an Outbox per ring it writes, which batches, spills and
-applies back-pressure; an Inbox per ring it drains, which quarantines a record that stopped its
+applies back-pressure; an Inbox per ring it drains, which quarantines a parcel that stopped its
 consumer twice; one Sleeper, which spins and then sleeps on the rings' doorbells), the spill files
 of payloads too big for a ring (SpillWriter, read_spill) and their budget (SpillBudget). Never:
-a record's layout (records.py), the ring protocol itself (mqbox/ipc/ring.py), or what a record
+a parcel's layout (parcels.py), the ring protocol itself (mqbox/ipc/ring.py), or what a parcel
 means (the roles).
 
-Spill budget (issue 9). Spill files are memory (/dev/shm), and a SPILLED record is a few dozen
+Spill budget (issue 9). Spill files are memory (/dev/shm), and a SPILLED parcel is a few dozen
 bytes in its ring, so the rings' back-pressure alone let 96 clients that never read push them
 past 1 GB. Two rules bound them:
-- An Outbox counts the file bytes of the SPILLED records it has staged in `pending_size_bytes`,
+- An Outbox counts the file bytes of the SPILLED parcels it has staged in `pending_size_bytes`,
   so a role stops reading its inputs while big payloads wait for a ring, as for inline ones.
 - `SpillBudget` holds the instance's spill files to mqboxSpillBytesMax. It is asked where new
   bytes would enter the pipeline as a spill file: the reactor, for a client's frame over the
@@ -42,11 +42,11 @@ from typing import Final, Protocol, TypeAlias
 import numpy as np
 
 from mqbox.ipc import names
-from mqbox.ipc.layout import RECORD_HEADER_SIZE_BYTES
-from mqbox.ipc.ring import SMALL_BATCH_COUNT_MAX, RecordBatch, Ring
+from mqbox.ipc.layout import PARCEL_HEADER_SIZE_BYTES
+from mqbox.ipc.ring import SMALL_BATCH_COUNT_MAX, ParcelBatch, Ring
 from mqbox.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from mqbox.server import runtime
-from mqbox.server.records import (
+from mqbox.server.parcels import (
     COMMAND,
     SPILL_HEAD_STRUCT,
     SPILLED_FLAG,
@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 
 QuarantineHook: TypeAlias = Callable[[int, Buffer, int, int], None]
 
-# Each role drains at most this many records per ring per turn (docs/style.md section 3).
+# Each role drains at most this many parcels per ring per turn (docs/style.md section 3).
 BATCH_COUNT_MAX: Final = 256
 
 # A spill file name's index runs 0..SPILL_INDEX_LIMIT - 1, then wraps (names.py allows 9 digits).
@@ -72,20 +72,20 @@ SPILL_ROLE_PREFIX: Final = "spill-"
 
 # The longest adaptive spin of a role before it sleeps (Sleeper). The roles on a request's round
 # trip (reactor, codec, worker, processors) spin up to about four round trips through the front,
-# so that with one request in flight each finds its next record while it spins. At 50 us (the
+# so that with one request in flight each finds its next parcel while it spins. At 50 us (the
 # earlier default for all) bench/hop.py --inflight 1 on 2 shared cores was bistable: while the
 # codec's and reactor's gaps stayed under 50 us they kept spinning, which also kept the CPUs from
 # halting, and a request took ~230 us; after one slow hop their spins missed, every hop paid a
 # wake-up through the FIFO on a halted CPU (30-50 us on this VM) and the p50 settled near 690 us
 # (docs/BENCHMARKS.md, issue 4). At 1 ms it stays at 220-300 us. An idle role gives up after
 # about 2 ms (the budget halves on each empty spin). The other roles (store writer, dispatcher,
-# schedule) keep 50 us: their records come in batches, where spinning costs CPU that
+# schedule) keep 50 us: their parcels come in batches, where spinning costs CPU that
 # bench/produce.py counts.
 SPIN_NS_MAX_DEFAULT: Final = 50_000
 
 REQUEST_SPIN_NS_MAX: Final = 1_000_000
 
-# A wait after more than this many records handled since the last one sleeps without spinning:
+# A wait after more than this many parcels handled since the last one sleeps without spinning:
 # the role is in batch mode, where the wake-up is shared by the batch and a spinner would only
 # keep a core from the roles that have work (it also stops the kernel from balancing them onto
 # a core that would otherwise be idle). bench/hop.py --inflight 64 lost 10-15 % to spinning
@@ -178,13 +178,13 @@ class SpillWriter:
 
 
 def quarantined_request_failed(
-    record_type: int, buffer: Buffer, offset: int, role_id: str
+    parcel_type: int, buffer: Buffer, offset: int, role_id: str
 ) -> RequestFailed | None:
-    """The SYSTEM_ERROR answer to a quarantined record (Inbox) if it is a COMMAND that wants a
+    """The SYSTEM_ERROR answer to a quarantined parcel (Inbox) if it is a COMMAND that wants a
     reply (not ONEWAY, not a client's response), else None."""
-    if record_type & ~SPILLED_FLAG != COMMAND:
+    if parcel_type & ~SPILLED_FLAG != COMMAND:
         return None
-    head_offset = command_head_offset(record_type, buffer, offset)
+    head_offset = command_head_offset(parcel_type, buffer, offset)
     conn_id, opaque, _code, flag, serialize_type = unpack_command_route(buffer, head_offset)
     if flag & (FLAG_RESPONSE | FLAG_ONEWAY):
         return None
@@ -200,9 +200,9 @@ def quarantine_remark(role_id: str) -> str:
 def read_spill(
     buffer: Buffer, offset: int, directory: Path = names.SHM_DIRECTORY
 ) -> tuple[bytes, Path]:
-    """The whole original payload of the SPILLED record at `offset` (head + file) and the file's
-    path, which the caller unlinks after releasing the record. FileNotFoundError if the file is
-    gone (a consumer died between unlinking and releasing: the record is lost)."""
+    """The whole original payload of the SPILLED parcel at `offset` (head + file) and the file's
+    path, which the caller unlinks after releasing the parcel. FileNotFoundError if the file is
+    gone (a consumer died between unlinking and releasing: the parcel is lost)."""
     head_size, name_size, file_size = SPILL_HEAD_STRUCT.unpack_from(buffer, offset)
     head_offset = offset + SPILL_HEAD_STRUCT.size
     head = bytes(buffer[head_offset : head_offset + head_size])
@@ -217,37 +217,37 @@ def read_spill(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class OutboxStatistics:
-    record_count_written: int
+    parcel_count_written: int
     batch_count_written: int
-    full_count: int  # flushes that left records behind
+    full_count: int  # flushes that left parcels behind
     spill_count: int
     spill_size_bytes: int
 
 
 class Outbox:
-    """Records for one out-ring, staged in one buffer and written as one batch per flush.
+    """Parcels for one out-ring, staged in one buffer and written as one batch per flush.
 
-    Not thread-safe; one per (role, out-ring). A record whose payload is longer than the ring's
-    inline maximum goes to a spill file (SpillWriter) and travels as a SPILLED record. What the
+    Not thread-safe; one per (role, out-ring). A parcel whose payload is longer than the ring's
+    inline maximum goes to a spill file (SpillWriter) and travels as a SPILLED parcel. What the
     ring cannot take now stays staged, in order, for the next flush: the caller stops reading its
     inputs while `pending_size_bytes` is above its high-water mark (back-pressure). That size
-    counts the files of staged SPILLED records too (module docstring, "Spill budget").
+    counts the files of staged SPILLED parcels too (module docstring, "Spill budget").
     """
 
     def __init__(self, ring: Ring, spill_writer: SpillWriter) -> None:
         self.ring = ring
         self.spill_writer = spill_writer
         self.payload_size_bytes_max = ring.payload_size_bytes_max
-        # Staged records: payloads back to back, and type, offset and size per record in arrays
+        # Staged parcels: payloads back to back, and type, offset and size per parcel in arrays
         # that numpy reads in place (np.frombuffer), so a flush converts nothing.
         self._buffer = bytearray()
         self._types = array.array("i")
         self._offsets = array.array("q")
         self._sizes = array.array("q")
-        # Staged SPILLED records as (index among the staged records, file bytes), in order.
+        # Staged SPILLED parcels as (index among the staged parcels, file bytes), in order.
         self._spilled: list[tuple[int, int]] = []
         self._spilled_size_bytes = 0
-        self._record_count_written = 0
+        self._parcel_count_written = 0
         self._batch_count_written = 0
         self._full_count = 0
         assert self._types.itemsize == 4
@@ -259,12 +259,12 @@ class Outbox:
 
     @property
     def pending_size_bytes(self) -> int:
-        """Bytes staged: inline payloads and the files of staged SPILLED records."""
+        """Bytes staged: inline payloads and the files of staged SPILLED parcels."""
         return len(self._buffer) + self._spilled_size_bytes
 
-    def append(self, record_type: int, head: Buffer, *tail: Buffer) -> None:
-        """Stage one record: `head` then each part of `tail`, back to back."""
-        assert 0 <= record_type < SPILLED_FLAG
+    def append(self, parcel_type: int, head: Buffer, *tail: Buffer) -> None:
+        """Stage one parcel: `head` then each part of `tail`, back to back."""
+        assert 0 <= parcel_type < SPILLED_FLAG
         buffer = self._buffer
         start = len(buffer)
         buffer += head
@@ -273,45 +273,45 @@ class Outbox:
         size_bytes = len(buffer) - start
         if size_bytes > self.payload_size_bytes_max:
             del buffer[start:]
-            self._append_spilled(record_type, head, tail)
+            self._append_spilled(parcel_type, head, tail)
             return
-        self._types.append(record_type)
+        self._types.append(parcel_type)
         self._offsets.append(start)
         self._sizes.append(size_bytes)
 
-    def append_spilled(self, record_type: int, payload: Buffer) -> None:
-        """Stage a SPILLED record received from another ring, unchanged: its file goes along."""
-        assert record_type & SPILLED_FLAG
+    def append_spilled(self, parcel_type: int, payload: Buffer) -> None:
+        """Stage a SPILLED parcel received from another ring, unchanged: its file goes along."""
+        assert parcel_type & SPILLED_FLAG
         assert len(payload) <= self.payload_size_bytes_max
         self._note_spilled(SPILL_HEAD_STRUCT.unpack_from(payload)[2])
-        self._append_raw(record_type, payload)
+        self._append_raw(parcel_type, payload)
 
-    def _append_spilled(self, record_type: int, head: Buffer, tail: Sequence[Buffer]) -> None:
+    def _append_spilled(self, parcel_type: int, head: Buffer, tail: Sequence[Buffer]) -> None:
         name = self.spill_writer.write(tail)
         file_size_bytes = sum(len(part) for part in tail)
         payload = pack_spill(head, name, file_size_bytes)
         assert len(payload) <= self.payload_size_bytes_max, "a fixed head never fills a ring"
         self._note_spilled(file_size_bytes)
-        self._append_raw(record_type | SPILLED_FLAG, payload)
+        self._append_raw(parcel_type | SPILLED_FLAG, payload)
 
     def _note_spilled(self, file_size_bytes: int) -> None:
-        """Count the file of the SPILLED record about to be staged in pending_size_bytes."""
+        """Count the file of the SPILLED parcel about to be staged in pending_size_bytes."""
         self._spilled.append((len(self._types), file_size_bytes))
         self._spilled_size_bytes += file_size_bytes
 
-    def _append_raw(self, record_type: int, payload: Buffer) -> None:
-        self._types.append(record_type)
+    def _append_raw(self, parcel_type: int, payload: Buffer) -> None:
+        self._types.append(parcel_type)
         self._offsets.append(len(self._buffer))
         self._sizes.append(len(payload))
         self._buffer += payload
 
     def flush_nowait(self) -> bool:
         """Write what the ring takes now; True when nothing is left staged."""
-        record_count = len(self._types)
-        if record_count == 0:
+        parcel_count = len(self._types)
+        if parcel_count == 0:
             return True
-        if record_count <= SMALL_BATCH_COUNT_MAX:
-            written = self._write_few_nowait(record_count)
+        if parcel_count <= SMALL_BATCH_COUNT_MAX:
+            written = self._write_few_nowait(parcel_count)
         else:
             types = np.frombuffer(self._types, dtype=np.int32)
             offsets = np.frombuffer(self._offsets, dtype=np.int64)
@@ -322,11 +322,11 @@ class Outbox:
             finally:
                 # The buffers cannot change size while numpy holds views of them.
                 del types, offsets, sizes, payloads
-        assert 0 <= written <= record_count
+        assert 0 <= written <= parcel_count
         if written > 0:
-            self._record_count_written += written
+            self._parcel_count_written += written
             self._batch_count_written += 1
-        if written == record_count:
+        if written == parcel_count:
             self._buffer.clear()
             del self._types[:]
             del self._offsets[:]
@@ -349,29 +349,29 @@ class Outbox:
                 self._spilled_size_bytes = sum(size for _index, size in self._spilled)
         return False
 
-    def _write_few_nowait(self, record_count: int) -> int:
-        """Write a few staged records one by one through the ring's single-record path (plain
+    def _write_few_nowait(self, parcel_count: int) -> int:
+        """Write a few staged parcels one by one through the ring's single-parcel path (plain
         Python: no kernel call, no numpy views; ring.py says why that is cheaper up to
-        SMALL_BATCH_COUNT_MAX records). Stops at the first that does not fit; returns how many
+        SMALL_BATCH_COUNT_MAX parcels). Stops at the first that does not fit; returns how many
         were written."""
         ring = self.ring
         buffer = self._buffer
-        if record_count == 1:
+        if parcel_count == 1:
             assert self._sizes[0] == len(buffer)
             return 1 if ring.try_write_nowait(self._types[0], buffer) else 0
         written = 0
         with memoryview(buffer) as view:
-            for record_type, offset, size_bytes in zip(
+            for parcel_type, offset, size_bytes in zip(
                 self._types, self._offsets, self._sizes, strict=True
             ):
-                if not ring.try_write_nowait(record_type, view[offset : offset + size_bytes]):
+                if not ring.try_write_nowait(parcel_type, view[offset : offset + size_bytes]):
                     break
                 written += 1
         return written
 
     def statistics(self) -> OutboxStatistics:
         return OutboxStatistics(
-            record_count_written=self._record_count_written,
+            parcel_count_written=self._parcel_count_written,
             batch_count_written=self._batch_count_written,
             full_count=self._full_count,
             spill_count=self.spill_writer.spill_count,
@@ -380,22 +380,22 @@ class Outbox:
 
 
 class Inbox:
-    """One in-ring of a role: drains batches and opens spilled records.
+    """One in-ring of a role: drains batches and opens spilled parcels.
 
-    Iterate a drained batch with `records(batch)`: it yields (type, buffer, offset, size) with the
+    Iterate a drained batch with `parcels(batch)`: it yields (type, buffer, offset, size) with the
     SPILLED flag resolved, so `buffer[offset : offset + size]` is always the whole payload. Spill
     files read during a batch are unlinked by `release(batch)`, after the ring's release.
 
-    In a role process it also keeps quarantine (runtime.py): before yielding a record it writes
-    the record's position into the role's handling words (the ring's number once per batch),
-    and clears them when the batch is done; the record the supervisor quarantined is not yielded
+    In a role process it also keeps quarantine (runtime.py): before yielding a parcel it writes
+    the parcel's position into the role's handling words (the ring's number once per batch),
+    and clears them when the batch is done; the parcel the supervisor quarantined is not yielded
     but given to `on_quarantined(type, buffer, offset, size)` (a role sets it to answer a
-    request with SYSTEM_ERROR; it gets the record as stored in the ring, SPILLED flag and all),
-    then logged and counted. That costs about 70 ns per record.
+    request with SYSTEM_ERROR; it gets the parcel as stored in the ring, SPILLED flag and all),
+    then logged and counted. That costs about 70 ns per parcel.
     """
 
-    def __init__(self, ring: Ring, producer: str, marks: runtime.RecordMarks | None = None) -> None:
-        """`marks`: the role process's (runtime.record_marks()) unless given (tests)."""
+    def __init__(self, ring: Ring, producer: str, marks: runtime.ParcelMarks | None = None) -> None:
+        """`marks`: the role process's (runtime.parcel_marks()) unless given (tests)."""
         self.ring = ring
         self.producer = producer  # role id of the producer, e.g. "codec.1"
         self._view: memoryview | None = None
@@ -404,7 +404,7 @@ class Inbox:
         self.on_quarantined: QuarantineHook | None = None
         self.quarantined_count = 0
         if marks is None:
-            marks = runtime.record_marks()
+            marks = runtime.parcel_marks()
         ring_number = marks.ring_number(ring.name) if marks is not None else 0
         self._mark_words = marks.words if marks is not None and ring_number else None
         self._ring_number = ring_number
@@ -412,13 +412,13 @@ class Inbox:
         self._die_on_marker = marks.die_on_marker if marks is not None else None
         self._position_mask = ring.capacity_bytes - 1
 
-    def drain_nowait(self, batch_count_max: int = BATCH_COUNT_MAX) -> RecordBatch:
+    def drain_nowait(self, batch_count_max: int = BATCH_COUNT_MAX) -> ParcelBatch:
         return self.ring.drain_nowait(batch_count_max)
 
-    def records(
-        self, batch: RecordBatch, keep_spilled: frozenset[int] = frozenset()
+    def parcels(
+        self, batch: ParcelBatch, keep_spilled: frozenset[int] = frozenset()
     ) -> Iterator[tuple[int, Buffer, int, int]]:
-        """(type, buffer, offset, size) of each record. A SPILLED record whose base type is in
+        """(type, buffer, offset, size) of each parcel. A SPILLED parcel whose base type is in
         `keep_spilled` comes as it is (type with SPILLED_FLAG, the inline spill payload): for a
         role that forwards it unread; every other one comes with its whole payload."""
         if batch.count == 0:
@@ -431,54 +431,54 @@ class Inbox:
         ring_number = self._ring_number
         mask = self._position_mask
         start_bytes = batch.start_bytes
-        # A record's position: the batch's start plus how far its header lies past the start's
-        # place in the data area, modulo the capacity (a padding record may lie between).
-        base = (start_bytes & mask) + RECORD_HEADER_SIZE_BYTES
+        # A parcel's position: the batch's start plus how far its header lies past the start's
+        # place in the data area, modulo the capacity (a padding parcel may lie between).
+        base = (start_bytes & mask) + PARCEL_HEADER_SIZE_BYTES
         if words is not None:
-            words[1] = -1  # no record yet (ControlBlock.handling)
+            words[1] = -1  # no parcel yet (ControlBlock.handling)
             words[0] = ring_number
-        for record_type, offset, size in zip(
+        for parcel_type, offset, size in zip(
             batch.types.tolist(), batch.offsets.tolist(), batch.sizes.tolist(), strict=True
         ):
             if words is not None:
                 position = start_bytes + ((offset - base) & mask)
                 words[1] = position
                 if position == self._skip_position:
-                    self._quarantine(record_type, view, offset, size, position)
+                    self._quarantine(parcel_type, view, offset, size, position)
                     continue
-            if record_type & SPILLED_FLAG and record_type & ~SPILLED_FLAG not in keep_spilled:
+            if parcel_type & SPILLED_FLAG and parcel_type & ~SPILLED_FLAG not in keep_spilled:
                 try:
                     payload, path = read_spill(view, offset)
                 except FileNotFoundError:
                     self.spill_missing_count += 1
                     continue
                 self._spill_paths.append(path)
-                record: tuple[int, Buffer, int, int] = (
-                    record_type & ~SPILLED_FLAG,
+                parcel: tuple[int, Buffer, int, int] = (
+                    parcel_type & ~SPILLED_FLAG,
                     payload,
                     0,
                     len(payload),
                 )
             else:
-                record = (record_type, view, offset, size)
+                parcel = (parcel_type, view, offset, size)
             if self._die_on_marker is not None:
-                self._die_if_marked(record)
-            yield record
+                self._die_if_marked(parcel)
+            yield parcel
         if words is not None:
             words[0] = 0
 
     def _quarantine(
-        self, record_type: int, buffer: Buffer, offset: int, size: int, position: int
+        self, parcel_type: int, buffer: Buffer, offset: int, size: int, position: int
     ) -> None:
         self.quarantined_count += 1
-        if record_type & SPILLED_FLAG:  # its file goes with the batch, as a read one would
+        if parcel_type & SPILLED_FLAG:  # its file goes with the batch, as a read one would
             _head_offset, _head_size, name_offset, name_size = spill_head_view(buffer, offset)
             name = bytes(buffer[name_offset : name_offset + name_size]).decode()
             self._spill_paths.append(names.SHM_DIRECTORY / name)
         log.error(
-            "quarantined record type %d (%d bytes) at position %d of %s: it stopped this role's "
+            "quarantined parcel type %d (%d bytes) at position %d of %s: it stopped this role's "
             "process twice; it is skipped",
-            record_type,
+            parcel_type,
             size,
             position,
             self.ring.name,
@@ -486,20 +486,20 @@ class Inbox:
         if self.on_quarantined is None:
             return
         try:
-            self.on_quarantined(record_type, buffer, offset, size)
+            self.on_quarantined(parcel_type, buffer, offset, size)
         except Exception:
-            log.exception("answering the quarantined record failed")
+            log.exception("answering the quarantined parcel failed")
 
-    def _die_if_marked(self, record: tuple[int, Buffer, int, int]) -> None:
-        """The test hook (runtime.py): SIGKILL this process on a record holding the marker."""
-        _record_type, buffer, offset, size = record
+    def _die_if_marked(self, parcel: tuple[int, Buffer, int, int]) -> None:
+        """The test hook (runtime.py): SIGKILL this process on a parcel holding the marker."""
+        _parcel_type, buffer, offset, size = parcel
         assert self._die_on_marker is not None
         if self._die_on_marker in bytes(memoryview(buffer)[offset : offset + size]):
-            log.warning("test hook: dying on a record that holds %r", self._die_on_marker)
+            log.warning("test hook: dying on a parcel that holds %r", self._die_on_marker)
             logging.shutdown()
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def release(self, batch: RecordBatch) -> None:
+    def release(self, batch: ParcelBatch) -> None:
         self.ring.release(batch)
         if self._mark_words is not None:
             self._mark_words[0] = 0
@@ -529,16 +529,16 @@ class Sleeper:
     `wait(timeout_ms)` may first spin: it polls the rings (and, for the reactor, the epoll with a
     zero timeout) and yields the core between polls, then arms each ring's doorbell and blocks in
     epoll. A producer rings only while its consumer is armed, so a spin that finds the next
-    record saves the producer's write(2), this role's wake-up (tens of microseconds on a VM) and
+    parcel saves the producer's write(2), this role's wake-up (tens of microseconds on a VM) and
     the arm/disarm round. The budget adapts, as an adaptive mutex's does (glibc's
     PTHREAD_MUTEX_ADAPTIVE_NP, HotSpot's spin-then-park): a spin that finds work doubles it, up
     to `spin_ns_max`; one that ends empty halves it, down to nothing; a sleep that ended sooner
     than `spin_ns_max` raises it to twice that sleep, so a role that stopped spinning starts
-    again when its records come close together. An idle role therefore spins for a few rounds
+    again when its parcels come close together. An idle role therefore spins for a few rounds
     and then blocks for free, and a pipeline under load keeps its roles awake. The yield matters
     with fewer cores than roles: a spinner gives its core to any role with work on it. A role
-    that drained more than SPIN_DRAINED_COUNT_MAX records since its last wait does not spin at
-    all: spinning pays where single records travel (a wake-up per record), not in batch mode.
+    that drained more than SPIN_DRAINED_COUNT_MAX parcels since its last wait does not spin at
+    all: spinning pays where single parcels travel (a wake-up per parcel), not in batch mode.
     """
 
     SPIN_NS_FLOOR: Final = 2_000  # below this, a spin is not worth its first system call
@@ -559,7 +559,7 @@ class Sleeper:
         self.poll_sockets_while_spinning = poll_sockets_while_spinning
         for ring in self.rings:
             epoll.register(ring.doorbell_fileno(), select.EPOLLIN)
-        self._read_count_seen = sum(ring.record_count_read() for ring in self.rings)
+        self._read_count_seen = sum(ring.parcel_count_read() for ring in self.rings)
         self._other_work_count = 0
         self.sleep_count = 0
         self.spin_hit_count = 0
@@ -572,7 +572,7 @@ class Sleeper:
         work finds its next batch this way). Timeout 0 always polls the epoll once: the reactor
         waits so after a turn of work, to look at its sockets. `other_work_count` is work the
         role did since its last wait that no ring of this Sleeper counts (frames the reactor
-        read from sockets): it counts toward SPIN_DRAINED_COUNT_MAX as drained records do."""
+        read from sockets): it counts toward SPIN_DRAINED_COUNT_MAX as drained parcels do."""
         self._other_work_count += other_work_count
         if timeout_ms == 0:
             return self.epoll.poll(0)
@@ -580,7 +580,7 @@ class Sleeper:
         for ring in self.rings:
             if ring.readable():
                 return []
-            read_count += ring.record_count_read()
+            read_count += ring.parcel_count_read()
         drained_count = read_count - self._read_count_seen + self._other_work_count
         self._read_count_seen = read_count
         self._other_work_count = 0
@@ -594,7 +594,7 @@ class Sleeper:
             self.spin_budget_ns //= 2
         rings = self.rings
         if not Ring.arm_doorbells_nowait(rings):
-            return self.epoll.poll(0)  # a record arrived meanwhile: do not sleep
+            return self.epoll.poll(0)  # a parcel arrived meanwhile: do not sleep
         events: list[tuple[int, int]] | None = None
         try:
             self.sleep_count += 1

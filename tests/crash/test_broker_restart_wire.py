@@ -11,7 +11,7 @@ after a failure), each message with a key of its own, and notes the keys answere
 failed call is retried with a new key, never the same one, so "exactly once" is exact. The test
 SIGKILLs the role by the PID run/state.json gives, waits until state.json reports the broker
 restarted and every role ready, and in the end pulls every queue and counts the keys. The
-second test starts the appliance with the test hook MQBOX_TEST_DIE_ON_RECORD (runtime.py) on the
+second test starts the appliance with the test hook MQBOX_TEST_DIE_ON_PARCEL (runtime.py) on the
 store writer and a poisoned body, and reads `mqbox status` with typer's CliRunner.
 """
 
@@ -35,7 +35,7 @@ from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.headers import SendMessageRequestHeader, UpdateAndCreateTopicRequestHeader
 from mqbox.server import supervisor
 from mqbox.server.home import read_state
-from mqbox.server.runtime import TEST_DIE_ON_RECORD_ENV
+from mqbox.server.runtime import TEST_DIE_ON_PARCEL_ENV
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
 from tests.support.pull_requests import pull_everything_header
 
@@ -170,7 +170,7 @@ def test_store_writer_that_dies_on_every_try_stops_the_broker_with_the_reason_in
 ) -> None:
     pids: list[int] = []
     conf = BROKER_CONF + "mqboxBrokerRestartCountMax=1\nmqboxRestartBackoffMs=10\n"
-    hook = {TEST_DIE_ON_RECORD_ENV: f"store_writer.0:{POISON}"}
+    hook = {TEST_DIE_ON_PARCEL_ENV: f"store_writer.0:{POISON}"}
     home = tmp_path_factory.mktemp("restart-loop")
     with running_appliance(home, pids, conf, environment=hook) as appliance:
         client = RemotingClient(appliance.broker_address, timeout_ms=2000)

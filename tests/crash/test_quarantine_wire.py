@@ -1,12 +1,12 @@
-"""Goal (issue 9, part 1): a ring record that kills its consumer is delivered once more, and when
+"""Goal (issue 9, part 1): a ring parcel that kills its consumer is delivered once more, and when
 it kills that process too it is quarantined: the next process skips it, answers it SYSTEM_ERROR
 when it is a request, and serves on; the broker keeps running, nothing else is lost, and the
 quarantined request is not stored. Shown for a processor (send.0, on a COMMAND from the worker)
 and for the codec (codec.0, on a FRAME from the reactor).
 
 Method: one real appliance (tests/support/appliance.py) started with the test hook
-MQBOX_TEST_DIE_ON_RECORD (runtime.py): send.0 SIGKILLs itself on a record holding one marker,
-codec.0 on a record holding another. A raw client sends a request carrying the marker; the test
+MQBOX_TEST_DIE_ON_PARCEL (runtime.py): send.0 SIGKILLs itself on a parcel holding one marker,
+codec.0 on a parcel holding another. A raw client sends a request carrying the marker; the test
 waits for the answer, then reads run/state.json (start count and quarantined count of the role)
 and the supervisor's log, and checks that ordinary requests on a new connection are served and
 that the poisoned message is not in the queue.
@@ -25,7 +25,7 @@ from mqbox.protocol.codes import FLAG_RESPONSE, RequestCode, ResponseCode
 from mqbox.protocol.headers import SendMessageRequestHeader
 from mqbox.protocol.mqbox_codes import MQBOX_NOOP
 from mqbox.server.home import read_state
-from mqbox.server.runtime import TEST_DIE_ON_RECORD_ENV
+from mqbox.server.runtime import TEST_DIE_ON_PARCEL_ENV
 from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient
 from tests.support.pull_requests import pull_everything_header
@@ -43,7 +43,7 @@ def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
     pids: list[int] = []
     hook = f"send.0:{SEND_MARKER},codec.0:{FRAME_MARKER}"
     home = tmp_path_factory.mktemp("quarantine")
-    with running_appliance(home, pids, environment={TEST_DIE_ON_RECORD_ENV: hook}) as running:
+    with running_appliance(home, pids, environment={TEST_DIE_ON_PARCEL_ENV: hook}) as running:
         yield running
 
 
@@ -84,13 +84,13 @@ def test_send_that_kills_its_processor_twice_is_quarantined_and_answered(
         state = role_state(appliance, "send.0")
         return state.get("quarantined") == 1 and state.get("state") == "ready"
 
-    wait_until(quarantined_and_ready, "send.0 to quarantine the record and serve again")
+    wait_until(quarantined_and_ready, "send.0 to quarantine the parcel and serve again")
     state = role_state(appliance, "send.0")
-    assert state["start_count"] == 3  # died on the record twice, the third process skipped it
+    assert state["start_count"] == 3  # died on the parcel twice, the third process skipped it
     assert state["pid"] != first_pid
     assert appliance.process.poll() is None
     assert "quarantined" in (appliance.home / "logs" / "supervisor.log").read_text()
-    assert "quarantined record" in (appliance.home / "logs" / "send.0.log").read_text()
+    assert "quarantined parcel" in (appliance.home / "logs" / "send.0.log").read_text()
 
     client = appliance.client()
     try:

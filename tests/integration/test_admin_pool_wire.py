@@ -4,7 +4,7 @@ connections all land in one consumer list (38) that every connection reads the s
 committed (15) on one connection is what every other one queries (14) and what the consumer
 progress view (10002) reports, a queue locked (41) from one connection is refused to the others
 until unlocked (42), and a closed connection leaves the list. Without the worker's routing of
-admin_records.MEMBER_ZERO_CODES to admin.0, about half of these connections get SYSTEM_ERROR.
+admin_parcels.MEMBER_ZERO_CODES to admin.0, about half of these connections get SYSTEM_ERROR.
 
 Method: `python -m mqbox.server.supervisor` with the broker's real topology and two admin
 processors, the real name server, both on port 0, in a fresh home (tests/support/appliance.py);

@@ -30,7 +30,7 @@ from mqbox.protocol import RemotingCommand
 from mqbox.protocol.codes import FLAG_RESPONSE, RequestCode, ResponseCode
 from mqbox.protocol.frame import FRAME_SIZE_BYTES_MAX_DEFAULT, encode_frame_prefix
 from mqbox.protocol.headers import SendMessageRequestHeader
-from mqbox.server.admin_records import subscriptions_path
+from mqbox.server.admin_parcels import subscriptions_path
 from mqbox.server.home import store_root_of
 from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient

@@ -4,7 +4,7 @@ Owns: the rings of one front topology (created here, unlinked by `close()`), one
 role (no control block, no supervisor), the listening socket on 127.0.0.1 port 0, and `pump()`,
 which turns every role's loop once without sleeping. Never: processes; tests that need real
 processes use broker_front.running_front. Deterministic: nothing runs between two pumps, so a
-test can stop the pipeline at any hop, read the rings, or inject records into them.
+test can stop the pipeline at any hop, read the rings, or inject parcels into them.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class FrontInProcess:
         ]
 
     def pump(self, rounds: int = 1) -> int:
-        """Turn every role's loop `rounds` times without sleeping; the records handled."""
+        """Turn every role's loop `rounds` times without sleeping; the parcels handled."""
         handled = 0
         for _ in range(rounds):
             handled += self.reactor.run_once(0)

@@ -5,7 +5,7 @@ the broker's roles, kinds, order and rings (`broker_topology`) but run the mains
 one extra pair of rings per role to and from a test "client" (`client.0`), so a test can talk to
 any role. Never: broker behaviour; these are doubles for testing process management only.
 
-The mains: `echo_main` attaches its rings, reports ready, then answers every record from the
+The mains: `echo_main` attaches its rings, reports ready, then answers every parcel from the
 client with a JSON line naming its role id, pid and generation, and writes events (start,
 ready, control changes, stop) to `<home>/events.log` with a CLOCK_MONOTONIC timestamp, so a
 test can check start order and the control channel. The others misbehave on purpose: never
@@ -29,7 +29,7 @@ from typing import Any, Final, NoReturn
 import mqbox.message_kernels  # noqa: F401  (loaded for its kernels, as the real roles load it)
 from mqbox.config import BrokerConfig
 from mqbox.ipc import names
-from mqbox.ipc.ring import RecordBatch, Ring
+from mqbox.ipc.ring import ParcelBatch, Ring
 from mqbox.server import control_block, runtime
 from mqbox.server.runtime import RoleContext
 from mqbox.server.topology import RingSpec, Topology, broker_topology
@@ -169,7 +169,7 @@ def echo_main(ctx: RoleContext) -> NoReturn:
     control = ctx.control
     assert control is not None
 
-    def on_batch(producer: str, ring: Ring, batch: RecordBatch) -> None:
+    def on_batch(producer: str, ring: Ring, batch: ParcelBatch) -> None:
         if producer != CLIENT_ROLE_ID or client_out is None:
             return
         for index in range(batch.count):
@@ -248,13 +248,13 @@ class RoleClient:
     def ask(self, payload: str, timeout_s: float) -> dict[str, Any]:
         """Send `payload`, return the answer to it. Answers to earlier payloads are skipped: a
         role killed after answering but before releasing the request answers it again once it
-        is re-forked (the ring delivers unreleased records again)."""
+        is re-forked (the ring delivers unreleased parcels again)."""
         assert self._requests.try_write_nowait(REQUEST_TYPE, payload.encode())
         deadline = time.monotonic() + timeout_s
         while True:
-            record = self._replies.read_nowait()
-            if record is not None:
-                document: dict[str, Any] = json.loads(record[1])
+            parcel = self._replies.read_nowait()
+            if parcel is not None:
+                document: dict[str, Any] = json.loads(parcel[1])
                 if document["payload"] == payload:
                     return document
                 continue

@@ -111,8 +111,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     },
     # The one starter of a supervisor child (CLI, tests, benches) knows only its command line.
     "mqbox.server.launch": ("mqbox.server.roles", "mqbox.server.supervisor", "mqbox.store"),
-    # Ring record layouts are data: no transport, no role, no plumbing.
-    "mqbox.server.records": ("mqbox.server", "mqbox.ipc", "mqbox.store"),
+    # Ring parcel layouts are data: no transport, no role, no plumbing.
+    "mqbox.server.parcels": ("mqbox.server", "mqbox.ipc", "mqbox.store"),
     # The ring transport moves records for every role and knows none of them.
     "mqbox.server.transport": (
         "mqbox.server.roles.processors",

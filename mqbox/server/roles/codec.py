@@ -1,9 +1,9 @@
 """The codec role: frames in, commands out; processor replies in, wire bytes out.
 
 Owns: decoding each frame's header with mqbox.protocol (decode_command) and answering a peer
-that broke the protocol; the COMMAND records toward worker.(conn % W); framing the processors'
-REPLY records (prefix from protocol.frame, header as the processor encoded it) into RESPONSE
-records toward reactor.(conn >> 56); the per-connection facts a processor needs and cannot get
+that broke the protocol; the COMMAND parcels toward worker.(conn % W); framing the processors'
+REPLY parcels (prefix from protocol.frame, header as the processor encoded it) into RESPONSE
+parcels toward reactor.(conn >> 56); the per-connection facts a processor needs and cannot get
 elsewhere (the peer's address, from CONNECTION_OPENED); and the lazy COMPLETED notices that let
 the worker stop tracking answered requests. RocketMQ's NettyServerCodecThread, as a process.
 Never: touches a socket, routes by request code (the worker does), or looks inside extFields or
@@ -17,7 +17,7 @@ Invariants:
 - Every REPLY becomes exactly one RESPONSE (or is dropped, counted, when its reactor index is
   unknown), and one COMPLETED entry toward the worker that routed the request.
 - Every frame that nobody will answer (flag ONEWAY, or a client's RESPONSE to a broker request)
-  is reported to its reactor in a NO_ANSWER record, at most one per connection and batch: the
+  is reported to its reactor in a NO_ANSWER parcel, at most one per connection and batch: the
   reactor counts each connection's requests in flight as frames forwarded minus answers and
   these (reactor.py, mqboxConnectionInFlightCountMax).
 - No frame stops the codec. A frame whose decoding raises anything but RemoteProtocolError (a
@@ -62,8 +62,8 @@ from mqbox.protocol.frame import (
     check_header_word,
     encode_frame_prefix,
 )
-from mqbox.server import records, runtime, transport
-from mqbox.server.records import Buffer
+from mqbox.server import parcels, runtime, transport
+from mqbox.server.parcels import Buffer
 from mqbox.server.runtime import RoleContext
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillWriter
@@ -71,10 +71,10 @@ from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillWriter
 STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
 BACKED_UP_RETRY_MS: Final = 1
 _NO_PEER: Final = (b"\0\0\0\0", 0)
-_REPLY_HEAD: Final = records.REPLY_HEAD_STRUCT
-_RESPONSE_HEAD: Final = records.RESPONSE_HEAD_STRUCT
-_COMMAND_HEAD: Final = records.COMMAND_HEAD_STRUCT
-_CONN_ID: Final = records.CONN_ID_STRUCT
+_REPLY_HEAD: Final = parcels.REPLY_HEAD_STRUCT
+_RESPONSE_HEAD: Final = parcels.RESPONSE_HEAD_STRUCT
+_COMMAND_HEAD: Final = parcels.COMMAND_HEAD_STRUCT
+_CONN_ID: Final = parcels.CONN_ID_STRUCT
 # Where the opaque sits in a ROCKETMQ binary header: after code i16, language i8, version i16.
 _BINARY_OPAQUE_OFFSET: Final = 5
 _FLAG_NO_ANSWER: Final = FLAG_RESPONSE | FLAG_ONEWAY  # frames nobody answers
@@ -162,7 +162,7 @@ class Codec:
     def run_once(self, timeout_ms: int) -> int:
         """One turn: replies to the reactors, frames to the workers, then a wait of up to
         timeout_ms (negative: no limit) for more, which returns at once while a ring is readable.
-        Returns the records handled.
+        Returns the parcels handled.
 
         Why wait in the same turn: a turn that did work used to return and come back for an
         idle turn (every ring looked at again, every outbox again) just to decide to sleep; at
@@ -190,7 +190,7 @@ class Codec:
         return work
 
     def _flush_all(self) -> bool:
-        """Write every staged record the rings take; True if nothing is left staged. Also notes
+        """Write every staged parcel the rings take; True if nothing is left staged. Also notes
         which side is backed up past the high-water mark, which the next turn does not read.
         Responses first: they are what a client waits for; a worker's COMPLETED notices can
         wait a few microseconds."""
@@ -218,20 +218,20 @@ class Codec:
     def _drain_frames(self, inbox: Inbox) -> int:
         batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
-        for record_type, buffer, offset, size in inbox.records(batch):
+        for parcel_type, buffer, offset, size in inbox.parcels(batch):
             handled += 1
-            if record_type == records.FRAME:
+            if parcel_type == parcels.FRAME:
                 self._on_frame(buffer, offset, size)
-            elif record_type == records.CONNECTION_OPENED:
+            elif parcel_type == parcels.CONNECTION_OPENED:
                 self._on_opened(buffer, offset, size)
-            elif record_type == records.CONNECTION_CLOSED:
-                conn_id = records.unpack_conn_id(buffer, offset)
+            elif parcel_type == parcels.CONNECTION_CLOSED:
+                conn_id = parcels.unpack_conn_id(buffer, offset)
                 self.peers.pop(conn_id, None)
                 self.failed.discard(conn_id)
                 outbox = self.worker_outboxes[conn_id % len(self.worker_outboxes)]
-                outbox.append(records.CONNECTION_CLOSED, memoryview(buffer)[offset : offset + size])
+                outbox.append(parcels.CONNECTION_CLOSED, memoryview(buffer)[offset : offset + size])
             else:
-                raise AssertionError(f"codec got record type {record_type} from a reactor")
+                raise AssertionError(f"codec got parcel type {parcel_type} from a reactor")
         inbox.release(batch)
         if self._no_answer_counts:
             self._send_no_answers()
@@ -240,24 +240,24 @@ class Codec:
     def _send_no_answers(self) -> None:
         """One NO_ANSWER per connection for the frames of this batch nobody will answer."""
         for conn_id, count in self._no_answer_counts.items():
-            reactor = self.reactor_outboxes.get(conn_id >> records.CONN_ID_REACTOR_SHIFT)
+            reactor = self.reactor_outboxes.get(conn_id >> parcels.CONN_ID_REACTOR_SHIFT)
             if reactor is not None:
-                reactor.append(records.NO_ANSWER, records.pack_no_answer(conn_id, count))
+                reactor.append(parcels.NO_ANSWER, parcels.pack_no_answer(conn_id, count))
         self._no_answer_counts.clear()
 
     def _on_opened(self, buffer: Buffer, offset: int, size: int) -> None:
-        event = records.unpack_connection_event(buffer, offset)
+        event = parcels.unpack_connection_event(buffer, offset)
         self.peers[event.conn_id] = (_ipv4_octets(event.peer_host), event.peer_port)
         self.failed.discard(event.conn_id)
         outbox = self.worker_outboxes[event.conn_id % len(self.worker_outboxes)]
-        outbox.append(records.CONNECTION_OPENED, memoryview(buffer)[offset : offset + size])
+        outbox.append(parcels.CONNECTION_OPENED, memoryview(buffer)[offset : offset + size])
 
     def _on_frame(self, buffer: Buffer, offset: int, size: int) -> None:
         (conn_id,) = _CONN_ID.unpack_from(buffer, offset)
         if conn_id in self.failed:
             self._frames_dropped += 1
             return
-        frame_start = offset + records.CONN_ID_SIZE_BYTES
+        frame_start = offset + parcels.CONN_ID_SIZE_BYTES
         frame_end = offset + size
         # The reactor's check_frame_length admits frame_length >= 4: the header word is there.
         assert frame_end - frame_start >= FRAME_PREFIX_SIZE_BYTES
@@ -297,7 +297,7 @@ class Codec:
             return
         self._frames_decoded += 1
         outbox = self.worker_outboxes[conn_id % len(self.worker_outboxes)]
-        outbox.append(records.COMMAND, head, view[header_start:frame_end])
+        outbox.append(parcels.COMMAND, head, view[header_start:frame_end])
         if command.flag & _FLAG_NO_ANSWER:
             self._no_answer_counts[conn_id] = self._no_answer_counts.get(conn_id, 0) + 1
 
@@ -309,23 +309,23 @@ class Codec:
         self.failed.add(conn_id)
         self._answer_frame(conn_id, serialize_type, header, error.response_code, str(error), True)
 
-    def _on_quarantined(self, record_type: int, buffer: Buffer, offset: int, size: int) -> None:
-        """A record that stopped this role twice (transport.Inbox): a frame is answered
+    def _on_quarantined(self, parcel_type: int, buffer: Buffer, offset: int, size: int) -> None:
+        """A parcel that stopped this role twice (transport.Inbox): a frame is answered
         SYSTEM_ERROR if it lies whole in the ring, else its connection is closed (the rest of a
         spilled frame is in a file this role does not read again)."""
-        if record_type & ~records.SPILLED_FLAG != records.FRAME:
+        if parcel_type & ~parcels.SPILLED_FLAG != parcels.FRAME:
             return
         remark = transport.quarantine_remark(self.role_id)
-        if record_type != records.FRAME:
-            head_offset = records.spill_head_view(buffer, offset)[0]
+        if parcel_type != parcels.FRAME:
+            head_offset = parcels.spill_head_view(buffer, offset)[0]
             (conn_id,) = _CONN_ID.unpack_from(buffer, head_offset)
-            outbox = self.reactor_outboxes.get(records.reactor_of(conn_id))
+            outbox = self.reactor_outboxes.get(parcels.reactor_of(conn_id))
             if outbox is not None:
-                close = records.pack_close_connection(conn_id, records.CLOSE_REASON_PROTOCOL)
-                outbox.append(records.CLOSE_CONNECTION, close)
+                close = parcels.pack_close_connection(conn_id, parcels.CLOSE_REASON_PROTOCOL)
+                outbox.append(parcels.CLOSE_CONNECTION, close)
             return
         (conn_id,) = _CONN_ID.unpack_from(buffer, offset)
-        frame_start = offset + records.CONN_ID_SIZE_BYTES
+        frame_start = offset + parcels.CONN_ID_SIZE_BYTES
         _frame_length, header_word = FRAME_PREFIX.unpack_from(buffer, frame_start)
         header_start = frame_start + FRAME_PREFIX_SIZE_BYTES
         header_end = min(header_start + (header_word & HEADER_LENGTH_MASK), offset + size)
@@ -359,14 +359,14 @@ class Codec:
         """Answer `code` and `remark` to a frame that is not passed on, if its header still
         gives an opaque; with `close`, close the connection afterwards (or at once, without)."""
         opaque = _salvage_opaque(serialize_type, header)
-        outbox = self.reactor_outboxes.get(records.reactor_of(conn_id))
+        outbox = self.reactor_outboxes.get(parcels.reactor_of(conn_id))
         if outbox is None:
             return
         if opaque is None:
             if close:
                 outbox.append(
-                    records.CLOSE_CONNECTION,
-                    records.pack_close_connection(conn_id, records.CLOSE_REASON_PROTOCOL),
+                    parcels.CLOSE_CONNECTION,
+                    parcels.pack_close_connection(conn_id, parcels.CLOSE_REASON_PROTOCOL),
                 )
             return
         response = RemotingCommand(
@@ -377,27 +377,27 @@ class Codec:
             serialize_type=SerializeType(serialize_type),
         )
         frame = encode_whole_command(response, self.frame_size_bytes_max)
-        flags = records.REPLY_FLAG_CLOSE_AFTER if close else 0
-        outbox.append(records.RESPONSE, records.pack_response_head(conn_id, 0, flags), frame)
+        flags = parcels.REPLY_FLAG_CLOSE_AFTER if close else 0
+        outbox.append(parcels.RESPONSE, parcels.pack_response_head(conn_id, 0, flags), frame)
 
     # -- responses --------------------------------------------------------------------------------
 
     def _drain_replies(self, inbox: Inbox) -> int:
         batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
-        for record_type, buffer, offset, size in inbox.records(batch):
+        for parcel_type, buffer, offset, size in inbox.parcels(batch):
             handled += 1
-            if record_type == records.REPLY:
+            if parcel_type == parcels.REPLY:
                 self._on_reply(buffer, offset, size)
-            elif record_type == records.CLOSE_CONNECTION:
-                conn_id, _reason = records.unpack_close_connection(buffer, offset)
-                outbox = self.reactor_outboxes.get(records.reactor_of(conn_id))
+            elif parcel_type == parcels.CLOSE_CONNECTION:
+                conn_id, _reason = parcels.unpack_close_connection(buffer, offset)
+                outbox = self.reactor_outboxes.get(parcels.reactor_of(conn_id))
                 if outbox is not None:
                     outbox.append(
-                        records.CLOSE_CONNECTION, memoryview(buffer)[offset : offset + size]
+                        parcels.CLOSE_CONNECTION, memoryview(buffer)[offset : offset + size]
                     )
             else:
-                raise AssertionError(f"codec got record type {record_type} from {inbox.producer}")
+                raise AssertionError(f"codec got parcel type {parcel_type} from {inbox.producer}")
         inbox.release(batch)
         return handled
 
@@ -405,15 +405,15 @@ class Codec:
         conn_id, opaque, serialize_type, flags, header_size, run_count, body_size = (
             _REPLY_HEAD.unpack_from(buffer, offset)
         )
-        runs_start = offset + records.REPLY_HEAD_SIZE_BYTES
-        header_start = runs_start + run_count * records.RUN_SIZE_BYTES
+        runs_start = offset + parcels.REPLY_HEAD_SIZE_BYTES
+        header_start = runs_start + run_count * parcels.RUN_SIZE_BYTES
         header_end = header_start + header_size
         end = offset + size
         if run_count == 0:
             assert end - header_end == body_size
         else:
             assert end == header_end
-        outbox = self.reactor_outboxes.get(conn_id >> records.CONN_ID_REACTOR_SHIFT)
+        outbox = self.reactor_outboxes.get(conn_id >> parcels.CONN_ID_REACTOR_SHIFT)
         worker = conn_id % len(self.worker_outboxes)
         completed = self._completed[worker]
         if not completed:
@@ -437,7 +437,7 @@ class Codec:
         view = memoryview(buffer)
         if run_count == 0:
             outbox.append(
-                records.RESPONSE,
+                parcels.RESPONSE,
                 _RESPONSE_HEAD.pack(conn_id, 0, flags),
                 prefix,
                 view[header_start:end],
@@ -445,7 +445,7 @@ class Codec:
             self._replies_encoded += 1
             return
         outbox.append(
-            records.RESPONSE,
+            parcels.RESPONSE,
             _RESPONSE_HEAD.pack(conn_id, run_count, flags),
             view[runs_start:header_start],
             prefix,
@@ -463,14 +463,14 @@ class Codec:
             age_ns = now_ns - self._completed_since_ns[worker]
             if (
                 outbox.pending_count
-                or len(completed) >= records.COMPLETED_FLUSH_COUNT
-                or age_ns >= records.COMPLETED_FLUSH_INTERVAL_NS
+                or len(completed) >= parcels.COMPLETED_FLUSH_COUNT
+                or age_ns >= parcels.COMPLETED_FLUSH_INTERVAL_NS
             ):
-                outbox.append(records.COMPLETED, records.pack_completed(completed))
+                outbox.append(parcels.COMPLETED, parcels.pack_completed(completed))
                 self._completed_notices += len(completed)
                 completed.clear()
                 continue
-            due_ms = -(-(records.COMPLETED_FLUSH_INTERVAL_NS - age_ns) // 1_000_000)
+            due_ms = -(-(parcels.COMPLETED_FLUSH_INTERVAL_NS - age_ns) // 1_000_000)
             wait_ms = due_ms if wait_ms < 0 else min(wait_ms, due_ms)
         return wait_ms
 

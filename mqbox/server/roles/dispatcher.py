@@ -13,11 +13,11 @@ CleanConsumeQueueService in one process.
 Never: writes the commit log (it maps it read-only), decides where dispatch starts (the store
 writer's recovery published it), answers a client, or touches a socket.
 
-How it follows the writer: each WRITTEN record (and, as a fallback, the write position in
+How it follows the writer: each WRITTEN parcel (and, as a fallback, the write position in
 StorePositions) says how far the commit log holds whole records; each loop turn dispatches up to
 the largest such position with store.dispatch.Dispatcher (the numba scan), then publishes, in
 this order: the new entry counts of the queues that grew, the dispatched position (which bumps
-the change sequence), and one QUEUES_GREW record per pull processor naming the queues that grew,
+the change sequence), and one QUEUES_GREW parcel per pull processor naming the queues that grew,
 or QUEUES_GREW_FLAG_MANY when more than `grew_key_count_max` did. A pull that reads a count
 therefore finds every entry below it written. The schedule role gets a QUEUES_GREW (of the
 schedule queues alone) only when a SCHEDULE_TOPIC_XXXX queue grew, at most one staged at a time.
@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mqbox.ipc.ring import Ring
-from mqbox.server import records, runtime, transport
+from mqbox.server import parcels, runtime, transport
 from mqbox.server.queue_counters import (
     QUEUE_CAPACITY_DEFAULT,
     QueueCounters,
@@ -171,8 +171,8 @@ class DispatcherRole:
         runtime.run_until_stopped(self.run_once, self.close)
 
     def run_once(self, timeout_ms: int) -> int:
-        """One turn: read WRITTEN records, dispatch, publish, flush when due. Returns the records
-        dispatched plus the WRITTEN records read; sleeps up to timeout_ms only when idle."""
+        """One turn: read WRITTEN parcels, dispatch, publish, flush when due. Returns the records
+        dispatched plus the WRITTEN parcels read; sleeps up to timeout_ms only when idle."""
         self._turn_count += 1
         work = 0
         for inbox in self.inboxes:
@@ -200,11 +200,11 @@ class DispatcherRole:
         batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         try:
-            for record_type, buffer, offset, _size in inbox.records(batch):
+            for parcel_type, buffer, offset, _size in inbox.parcels(batch):
                 handled += 1
-                if record_type != records.WRITTEN:
-                    raise AssertionError(f"dispatcher got record type {record_type}")
-                position_bytes, _appended_total = records.unpack_written(buffer, offset)
+                if parcel_type != parcels.WRITTEN:
+                    raise AssertionError(f"dispatcher got parcel type {parcel_type}")
+                position_bytes, _appended_total = parcels.unpack_written(buffer, offset)
                 self._target_log_offset_bytes = max(self._target_log_offset_bytes, position_bytes)
         finally:
             inbox.release(batch)
@@ -241,14 +241,14 @@ class DispatcherRole:
         if not grown.size or not self.pull_outboxes:
             return
         if grown.size > self.grew_key_count_max:
-            payload = records.pack_queues_grew(dispatched_bytes, b"", records.QUEUES_GREW_FLAG_MANY)
+            payload = parcels.pack_queues_grew(dispatched_bytes, b"", parcels.QUEUES_GREW_FLAG_MANY)
             self._many_wakeups_sent += 1
         else:
-            payload = records.pack_queues_grew(
+            payload = parcels.pack_queues_grew(
                 dispatched_bytes, self._queue_keys[grown].astype("<u8").tobytes()
             )
         for outbox in self.pull_outboxes:
-            outbox.append(records.QUEUES_GREW, payload)
+            outbox.append(parcels.QUEUES_GREW, payload)
         self._wakeups_sent += 1
 
     def _wake_schedule(self, dispatched_bytes: int, grown: NDArray[np.intp]) -> None:
@@ -257,12 +257,12 @@ class DispatcherRole:
         scheduled = grown[self._is_schedule_slot[grown]]
         if not scheduled.size:
             return
-        payload = records.pack_queues_grew(
+        payload = parcels.pack_queues_grew(
             dispatched_bytes, self._queue_keys[scheduled].astype("<u8").tobytes()
         )
         for outbox in self.schedule_outboxes:
             if outbox.pending_count == 0:
-                outbox.append(records.QUEUES_GREW, payload)
+                outbox.append(parcels.QUEUES_GREW, payload)
 
     def _register_queues(self, queue_count: int) -> None:
         """Give the queues the dispatcher met since the last turn their counters slots."""

@@ -1,7 +1,7 @@
 """The reactor role: owns every client socket of its share of the broker's connections.
 
 Owns: accepting on the shared listening socket (several reactors accept on it; EPOLLEXCLUSIVE
-wakes one of them per connection), the connection ids (records.py draws them), reading with a
+wakes one of them per connection), the connection ids (parcels.py draws them), reading with a
 bounded buffer per connection, cutting the byte stream into frames by their length prefix,
 forwarding each complete frame to codec.(conn % C), writing responses from the codecs (queued per
 connection, with a bound), and os.sendfile of PULL bodies from its own read-only descriptors of
@@ -24,7 +24,7 @@ Invariants:
   connections that sent most of a 12 MB frame and stopped grew the reactor by 193 MiB. Such a
   connection sends no request, so the worker's idle close ends it.
 - A connection has at most mqboxConnectionInFlightCountMax requests in flight: frames
-  forwarded minus answers (RESPONSE records not flagged REPLY_FLAG_REQUEST) minus the frames the
+  forwarded minus answers (RESPONSE parcels not flagged REPLY_FLAG_REQUEST) minus the frames the
   codec reported nobody answers (NO_ANSWER). At the limit the next frame stays in `pending` and
   the socket is not read (BLOCK_IN_FLIGHT); forwarding resumes once half of them are answered.
   So a client that pipelines without waiting has at most that many requests in the rings and
@@ -53,8 +53,8 @@ Invariants:
   core that serves nobody. The supervisor raised the soft descriptor limit to the hard one.
 
 Theory of operation: one loop; each turn drains the response rings (at most BATCH_COUNT_MAX
-records each), writes what it can, handles the epoll events of the sockets, then writes the
-staged FRAME records to the codec rings in one batch per ring. Sockets and ring doorbells share
+parcels each), writes what it can, handles the epoll events of the sockets, then writes the
+staged FRAME parcels to the codec rings in one batch per ring. Sockets and ring doorbells share
 the one epoll (transport.Sleeper), so a response wakes the reactor the same way a request does.
 Descriptor numbers of segments mean nothing in another process (docs/style.md section 9), so each
 reactor opens the segments itself, caches one descriptor per segment, and closes a descriptor
@@ -83,8 +83,8 @@ from mqbox.protocol.frame import (
     check_frame_length,
 )
 from mqbox.resources import AcceptBackoff, RateLimitedLog, accept_out_of_resources
-from mqbox.server import records, runtime, transport
-from mqbox.server.records import Buffer
+from mqbox.server import parcels, runtime, transport
+from mqbox.server.parcels import Buffer
 from mqbox.server.runtime import RoleContext
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillBudget, SpillWriter
@@ -149,7 +149,7 @@ class _Connection:
         self.sock = sock
         self.fd = sock.fileno()
         self.conn_id = conn_id
-        self.conn_id_bytes = records.pack_conn_id(conn_id)
+        self.conn_id_bytes = parcels.pack_conn_id(conn_id)
         self.peer_host = peer_host
         self.peer_port = peer_port
         self.outbox = outbox  # toward codec.(conn % C)
@@ -203,7 +203,7 @@ class Reactor:
         wakeup_fd: int | None = None,
     ) -> None:
         assert ctx.role.kind is RoleKind.REACTOR
-        assert ctx.role.index < records.REACTOR_COUNT_MAX
+        assert ctx.role.index < parcels.REACTOR_COUNT_MAX
         self.role_id = ctx.role.role_id
         self.index = ctx.role.index
         self.frame_size_bytes_max = frame_size_bytes_max
@@ -289,7 +289,7 @@ class Reactor:
 
     def run_once(self, timeout_ms: int) -> int:
         """One turn: responses out, socket events in, frames to the codecs. Returns how many
-        records and events it handled; waits up to timeout_ms (negative: no limit) only when
+        parcels and events it handled; waits up to timeout_ms (negative: no limit) only when
         there was nothing to do."""
         self._turn_count += 1
         work = self._drain_responses()
@@ -339,7 +339,7 @@ class Reactor:
                 if mask & _EPOLL_BROKEN:
                     # Hung up or failed while not being read: nothing more can be done for it,
                     # and a level-triggered hang-up would wake every turn.
-                    self._close(connection, records.CLOSE_REASON_PEER)
+                    self._close(connection, parcels.CLOSE_REASON_PEER)
                 continue
             if mask & (_EPOLL_READ | _EPOLL_BROKEN) and not backed_up:
                 self._read(connection)
@@ -378,16 +378,16 @@ class Reactor:
             peer_host, peer_port = (
                 (address[0], address[1]) if isinstance(address, tuple) else ("", 0)
             )
-            self._conn_counter = self._conn_counter % records.CONN_ID_COUNTER_MASK + 1
-            conn_id = records.make_conn_id(self.index, self.generation, self._conn_counter)
+            self._conn_counter = self._conn_counter % parcels.CONN_ID_COUNTER_MASK + 1
+            conn_id = parcels.make_conn_id(self.index, self.generation, self._conn_counter)
             outbox = self.outboxes[conn_id % len(self.outboxes)]
             connection = _Connection(sock, conn_id, peer_host, peer_port, outbox)
             self.connections[conn_id] = connection
             self._by_fd[connection.fd] = connection
             self.epoll.register(connection.fd, _EPOLL_READ)
             self._connections_accepted += 1
-            event = records.ConnectionEvent(conn_id, wall_clock_ms(), peer_host, peer_port)
-            outbox.append(records.CONNECTION_OPENED, records.pack_connection_event(event))
+            event = parcels.ConnectionEvent(conn_id, wall_clock_ms(), peer_host, peer_port)
+            outbox.append(parcels.CONNECTION_OPENED, parcels.pack_connection_event(event))
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -397,10 +397,10 @@ class Reactor:
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
-            self._close(connection, records.CLOSE_REASON_PEER)
+            self._close(connection, parcels.CLOSE_REASON_PEER)
             return
         if size_bytes == 0:
-            self._close(connection, records.CLOSE_REASON_PEER)
+            self._close(connection, parcels.CLOSE_REASON_PEER)
             return
         self._bytes_received += size_bytes
         pending = connection.pending
@@ -417,7 +417,7 @@ class Reactor:
                 pending += view[end:]
         if end < 0:
             self._protocol_closes += 1
-            self._close(connection, records.CLOSE_REASON_PROTOCOL)
+            self._close(connection, parcels.CLOSE_REASON_PROTOCOL)
             return
         self._reserve(connection)
         if connection.read_blocks:
@@ -479,7 +479,7 @@ class Reactor:
             end = self._forward_frames(connection, view)
         if end < 0:  # a bad length after the frame that waited
             self._protocol_closes += 1
-            self._close(connection, records.CLOSE_REASON_PROTOCOL)
+            self._close(connection, parcels.CLOSE_REASON_PROTOCOL)
             return
         del pending[:end]
         self._reserve(connection)
@@ -496,7 +496,7 @@ class Reactor:
             self._in_flight_ready[connection.conn_id] = connection
 
     def _forward_frames(self, connection: _Connection, view: memoryview) -> int:
-        """Stage a FRAME record for each complete frame at the start of `view`; returns the
+        """Stage a FRAME parcel for each complete frame at the start of `view`; returns the
         bytes consumed, or -1 if a length prefix is bad (the frames before it are staged). A
         frame that would spill waits for room in the spill budget: it is not consumed, and the
         connection is blocked (BLOCK_SPILL) until `_retry_spill_waiters` forwards it. Likewise
@@ -526,15 +526,15 @@ class Reactor:
                 connection.read_blocks |= BLOCK_IN_FLIGHT
                 self._in_flight_waits += 1
                 break
-            record_size_bytes = records.CONN_ID_SIZE_BYTES + end - position
-            if record_size_bytes > outbox.payload_size_bytes_max and not (
-                self.spill_budget.has_room_nowait(record_size_bytes)
+            parcel_size_bytes = parcels.CONN_ID_SIZE_BYTES + end - position
+            if parcel_size_bytes > outbox.payload_size_bytes_max and not (
+                self.spill_budget.has_room_nowait(parcel_size_bytes)
             ):
                 connection.read_blocks |= BLOCK_SPILL
                 self._spill_waiters[connection.conn_id] = connection
                 self._spill_waits += 1
                 break
-            outbox.append(records.FRAME, conn_id_bytes, view[position:end])
+            outbox.append(parcels.FRAME, conn_id_bytes, view[position:end])
             frame_count += 1
             position = end
         self._frames_received += frame_count
@@ -552,20 +552,20 @@ class Reactor:
             if not inbox.ring.readable():
                 continue
             batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
-            for record_type, buffer, offset, size in inbox.records(batch):
+            for parcel_type, buffer, offset, size in inbox.parcels(batch):
                 handled += 1
-                if record_type == records.RESPONSE:
+                if parcel_type == parcels.RESPONSE:
                     self._queue_response(buffer, offset, size, touched)
-                elif record_type == records.NO_ANSWER:
-                    conn_id, count = records.unpack_no_answer(buffer, offset)
+                elif parcel_type == parcels.NO_ANSWER:
+                    conn_id, count = parcels.unpack_no_answer(buffer, offset)
                     connection = self.connections.get(conn_id)
                     if connection is not None:
                         self._answered(connection, count)
-                elif record_type == records.CLOSE_CONNECTION:
-                    conn_id, reason = records.unpack_close_connection(buffer, offset)
+                elif parcel_type == parcels.CLOSE_CONNECTION:
+                    conn_id, reason = parcels.unpack_close_connection(buffer, offset)
                     self._close_requested(conn_id, reason, touched)
                 else:
-                    raise AssertionError(f"reactor got record type {record_type} from a codec")
+                    raise AssertionError(f"reactor got parcel type {parcel_type} from a codec")
             for connection in touched.values():
                 if connection.fd >= 0:
                     self._write(connection)
@@ -613,24 +613,24 @@ class Reactor:
                 self.response_buffer_size_bytes_max,
             )
             self._slow_reader_closes += 1
-            self._close(connection, records.CLOSE_REASON_SLOW_READER)
+            self._close(connection, parcels.CLOSE_REASON_SLOW_READER)
 
     def _queue_response(
         self, buffer: Buffer, offset: int, size: int, touched: dict[int, _Connection]
     ) -> None:
-        conn_id, run_count, flags = records.unpack_response_head(buffer, offset)
+        conn_id, run_count, flags = parcels.unpack_response_head(buffer, offset)
         connection = self.connections.get(conn_id)
         if connection is None or connection.close_reason is not None:
             self._responses_dropped += 1
             return
-        if not flags & records.REPLY_FLAG_REQUEST:
+        if not flags & parcels.REPLY_FLAG_REQUEST:
             # _answered(connection, 1), inline: once per response.
             in_flight_count = connection.in_flight_count - 1
             connection.in_flight_count = in_flight_count if in_flight_count > 0 else 0
             if connection.read_blocks & BLOCK_IN_FLIGHT:
                 self._answered(connection, 0)
-        runs_offset = offset + records.RESPONSE_HEAD_SIZE_BYTES
-        bytes_offset = runs_offset + run_count * records.RUN_SIZE_BYTES
+        runs_offset = offset + parcels.RESPONSE_HEAD_SIZE_BYTES
+        bytes_offset = runs_offset + run_count * parcels.RUN_SIZE_BYTES
         end = offset + size
         assert bytes_offset < end, "a response has at least a frame prefix"
         view = memoryview(buffer)[bytes_offset:end]
@@ -639,25 +639,25 @@ class Reactor:
         connection.output_inline_size_bytes += len(view)
         self._output_inline_size_bytes += len(view)
         if run_count:
-            for run in records.unpack_runs(buffer, runs_offset, run_count):
+            for run in parcels.unpack_runs(buffer, runs_offset, run_count):
                 connection.output.append(_FileRun(run.segment_start, run.file_offset, run.size))
                 connection.output_size_bytes += run.size
         self._responses_written += 1
-        if flags & records.REPLY_FLAG_CLOSE_AFTER:
-            connection.close_reason = records.CLOSE_REASON_REQUESTED
+        if flags & parcels.REPLY_FLAG_CLOSE_AFTER:
+            connection.close_reason = parcels.CLOSE_REASON_REQUESTED
         touched[conn_id] = connection
 
     def _close_requested(self, conn_id: int, reason: int, touched: dict[int, _Connection]) -> None:
         connection = self.connections.get(conn_id)
         if connection is None:
             # Not ours (any more): answer with a CLOSED anyway, so the tables upstream let go.
-            event = records.ConnectionEvent(
-                conn_id, wall_clock_ms(), "", 0, records.CLOSE_REASON_UNKNOWN
+            event = parcels.ConnectionEvent(
+                conn_id, wall_clock_ms(), "", 0, parcels.CLOSE_REASON_UNKNOWN
             )
             outbox = self.outboxes[conn_id % len(self.outboxes)]
-            outbox.append(records.CONNECTION_CLOSED, records.pack_connection_event(event))
+            outbox.append(parcels.CONNECTION_CLOSED, parcels.pack_connection_event(event))
             return
-        if reason == records.CLOSE_REASON_IDLE and connection.output:
+        if reason == parcels.CLOSE_REASON_IDLE and connection.output:
             self._close(connection, reason)  # idle that long, it will not read (module docstring)
             return
         if connection.close_reason is None:
@@ -686,7 +686,7 @@ class Reactor:
                 self._want_write(connection)
                 return
             except OSError:
-                self._close(connection, records.CLOSE_REASON_PEER)
+                self._close(connection, parcels.CLOSE_REASON_PEER)
                 return
             self._bytes_written += sent
             connection.output_size_bytes -= sent
@@ -743,7 +743,7 @@ class Reactor:
         """Send what the socket takes of `run`; True when it is all sent."""
         segment_fd = self._segment_fd(run.segment_start)
         if segment_fd < 0:
-            self._close(connection, records.CLOSE_REASON_READ_PLAN_GONE)
+            self._close(connection, parcels.CLOSE_REASON_READ_PLAN_GONE)
             return False
         while run.size:
             try:
@@ -752,11 +752,11 @@ class Reactor:
                 self._want_write(connection)
                 return False
             except OSError:
-                self._close(connection, records.CLOSE_REASON_PEER)
+                self._close(connection, parcels.CLOSE_REASON_PEER)
                 return False
             if sent == 0:
                 # The segment is shorter than the plan said: the frame cannot be completed.
-                self._close(connection, records.CLOSE_REASON_READ_PLAN_GONE)
+                self._close(connection, parcels.CLOSE_REASON_READ_PLAN_GONE)
                 return False
             run.file_offset += sent
             run.size -= sent
@@ -809,14 +809,14 @@ class Reactor:
             connection.reserved_size_bytes = 0
             self._grant_reservations()
         self._connections_closed += 1
-        event = records.ConnectionEvent(
+        event = parcels.ConnectionEvent(
             connection.conn_id,
             wall_clock_ms(),
             connection.peer_host,
             connection.peer_port,
             reason,
         )
-        connection.outbox.append(records.CONNECTION_CLOSED, records.pack_connection_event(event))
+        connection.outbox.append(parcels.CONNECTION_CLOSED, parcels.pack_connection_event(event))
 
     # -- rings ------------------------------------------------------------------------------------
 
@@ -825,7 +825,7 @@ class Reactor:
         self._flush_outboxes()
 
     def _flush_outboxes(self) -> bool:
-        """Write the staged records; True if some ring is backed up past the high-water mark."""
+        """Write the staged parcels; True if some ring is backed up past the high-water mark."""
         backed_up = False
         for outbox in self.outboxes:
             if outbox.pending_count and not outbox.flush_nowait():
@@ -835,7 +835,7 @@ class Reactor:
     def close(self) -> None:
         """Close every socket and descriptor this object opened (tests; a role just exits)."""
         for connection in list(self.connections.values()):
-            self._close(connection, records.CLOSE_REASON_REQUESTED)
+            self._close(connection, parcels.CLOSE_REASON_REQUESTED)
         for fd in self._segment_fds.values():
             os.close(fd)
         self._segment_fds.clear()

@@ -59,7 +59,7 @@ from mqbox.errors import MessageIllegalError, MqboxError
 from mqbox.ipc.ring import Ring
 from mqbox.message import decode_record, encode_record, encode_topic
 from mqbox.protocol.codes import ResponseCode
-from mqbox.server import records, runtime, transport
+from mqbox.server import parcels, runtime, transport
 from mqbox.server.queue_counters import (
     QueueCounters,
     StorePositions,
@@ -90,7 +90,7 @@ STOP_POLL_MS: Final = 10
 BACKED_UP_RETRY_MS: Final = 1
 CQ_MAP_COUNT_MAX: Final = 64
 SCHEDULE_TOPIC_BYTES: Final = SCHEDULE_TOPIC.encode()
-_SIZE: Final = struct.Struct("<i4x")  # one record size, padded to 8 bytes (records.APPEND)
+_SIZE: Final = struct.Struct("<i4x")  # one record size, padded to 8 bytes (parcels.APPEND)
 _OK_CODES: Final = frozenset({int(ResponseCode.SUCCESS), int(ResponseCode.FLUSH_DISK_TIMEOUT)})
 _MESSAGE_ILLEGAL: Final = int(ResponseCode.MESSAGE_ILLEGAL)
 
@@ -144,7 +144,7 @@ class ScheduleStatistics:
     skipped: int  # entries that could not be delivered (logged)
     refused: int  # appends the store refused (tried again later)
     in_flight: int
-    wakeups: int  # QUEUES_GREW records from the dispatcher
+    wakeups: int  # QUEUES_GREW parcels from the dispatcher
     saves: int  # writes of delayOffset.json
     offsets: dict[int, int]  # level -> saved offset
     sleep_count: int
@@ -239,7 +239,7 @@ class ScheduleRole:
 
     def run_once(self, timeout_ms: int) -> int:
         """One turn: acks and wake-ups in, due entries out, offsets saved when due. Returns the
-        records handled plus the appends made; sleeps up to timeout_ms (negative: until the next
+        parcels handled plus the appends made; sleeps up to timeout_ms (negative: until the next
         due time, at most IDLE_WAIT_MS) only when idle."""
         self._turn_count += 1
         work = 0
@@ -284,14 +284,14 @@ class ScheduleRole:
         batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         try:
-            for record_type, buffer, offset, size in inbox.records(batch):
+            for parcel_type, buffer, offset, size in inbox.parcels(batch):
                 handled += 1
-                if record_type == records.APPEND_ACK:
-                    self._on_ack(records.unpack_append_ack(buffer, offset, size))
-                elif record_type == records.QUEUES_GREW:
+                if parcel_type == parcels.APPEND_ACK:
+                    self._on_ack(parcels.unpack_append_ack(buffer, offset, size))
+                elif parcel_type == parcels.QUEUES_GREW:
                     self._wakeups += 1  # the counts are read afresh in deliver_due
                 else:
-                    raise AssertionError(f"{self.role_id} got record type {record_type}")
+                    raise AssertionError(f"{self.role_id} got parcel type {parcel_type}")
         finally:
             inbox.release(batch)
         return handled
@@ -383,8 +383,8 @@ class ScheduleRole:
             return 0
         request_id = next(self._request_ids)
         topic = encode_topic(message.topic)
-        head = records.pack_append_head(request_id, 1, message.queue_id, 0, topic, len(delivered))
-        self.writer_outbox.append(records.APPEND, head, _SIZE.pack(len(delivered)), delivered)
+        head = parcels.pack_append_head(request_id, 1, message.queue_id, 0, topic, len(delivered))
+        self.writer_outbox.append(parcels.APPEND, head, _SIZE.pack(len(delivered)), delivered)
         entry.state = SENT
         entry.delivered_size_bytes = len(delivered)
         self._requests[request_id] = (level, entry)
@@ -399,7 +399,7 @@ class ScheduleRole:
         self._advance(level)
         return appended
 
-    def _on_ack(self, ack: records.AppendAck) -> None:
+    def _on_ack(self, ack: parcels.AppendAck) -> None:
         found = self._requests.pop(ack.request_id, None)
         if found is None:
             return  # meant for this role's previous process

@@ -27,7 +27,7 @@ from typing import Final, NoReturn
 
 from mqbox.client.registration import BrokerRegistrar
 from mqbox.errors import MqboxError
-from mqbox.ipc.ring import RecordBatch, Ring
+from mqbox.ipc.ring import ParcelBatch, Ring
 from mqbox.protocol.headers import (
     DataVersion,
     RegisterBrokerBody,
@@ -118,7 +118,7 @@ def main(ctx: RoleContext) -> NoReturn:
     ctx.report_ready({"namesrv_addr": ctx.broker.namesrv_addr})
     log.info("ready: registering %s with %s", ctx.broker_address, ctx.broker.namesrv_addr)
 
-    def on_batch(producer: str, ring: Ring, batch: RecordBatch) -> None:
+    def on_batch(producer: str, ring: Ring, batch: ParcelBatch) -> None:
         raise AssertionError(f"services drains no ring, but {producer} sent {batch.count}")
 
     def on_tick() -> None:

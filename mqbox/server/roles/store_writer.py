@@ -2,13 +2,13 @@
 
 Owns: opening the store for writing (the abort marker, recovery, the re-dispatch of what the
 derived files lack) before anything else of the broker runs; the system topics of a new store
-(topics.py); the APPEND records from every send processor, appended batch by batch
+(topics.py); the APPEND parcels from every send processor, appended batch by batch
 (CommitLog.append_batch assigns queue indexes and log offsets, and patches the store fields);
 the APPEND_ACK back to each sender; the flush schedule (ASYNC_FLUSH: a thread flushes every
 flushIntervalCommitLog ms and acks go out after the page-cache write; SYNC_FLUSH: acks wait
 until a group-commit flush covers them, and only a flush that truly took longer than
 syncFlushTimeout answers FLUSH_DISK_TIMEOUT); the published write and flushed positions
-(queue_counters.StorePositions) and the WRITTEN records that wake the dispatcher; the disk
+(queue_counters.StorePositions) and the WRITTEN parcels that wake the dispatcher; the disk
 guard (cleanup.DiskSpaceGuard: appends are refused with SERVICE_NOT_AVAILABLE on a nearly full
 disk); commit-log retention and the checkpoint file, its only writer while the broker runs
 (store_housekeeper.py, a thread); the idempotent produce window (store/idempotence.py: rebuilt at
@@ -68,13 +68,13 @@ from mqbox.errors import (
 from mqbox.ipc.ring import Ring
 from mqbox.message import pack_host
 from mqbox.protocol.codes import ResponseCode
-from mqbox.server import records, runtime, transport
+from mqbox.server import parcels, runtime, transport
+from mqbox.server.parcels import AppendAck, Buffer
 from mqbox.server.queue_counters import (
     StorePositions,
     queue_counters_name,
     store_positions_name,
 )
-from mqbox.server.records import AppendAck, Buffer
 from mqbox.server.roles.processors.topics import TopicConfigStore
 from mqbox.server.roles.store_housekeeper import StoreHousekeeper
 from mqbox.server.runtime import RoleContext
@@ -270,7 +270,7 @@ class StoreWriter:
 
     def run_once(self, timeout_ms: int) -> int:
         """One turn: drain every sender's ring once, publish, release flushed acks. Returns the
-        records handled; sleeps up to timeout_ms (negative: until work) only when idle."""
+        parcels handled; sleeps up to timeout_ms (negative: until work) only when idle."""
         self._turn_count += 1
         work = 0
         backed_up = any(
@@ -319,17 +319,17 @@ class StoreWriter:
         batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         try:
-            for record_type, buffer, offset, size in inbox.records(batch):
+            for parcel_type, buffer, offset, size in inbox.parcels(batch):
                 handled += 1
-                if record_type != records.APPEND:
-                    raise AssertionError(f"store writer got record type {record_type}")
+                if parcel_type != parcels.APPEND:
+                    raise AssertionError(f"store writer got parcel type {parcel_type}")
                 self._append(inbox.producer, buffer, offset, size)
         finally:
             inbox.release(batch)
         return handled
 
     def _append(self, sender: str, buffer: Buffer, offset: int, size: int) -> None:
-        view = records.unpack_append(buffer, offset, size)
+        view = parcels.unpack_append(buffer, offset, size)
         topic = self._topic_names.get(view.topic)
         if topic is None:
             topic = view.topic.decode("utf-8", "surrogateescape")
@@ -341,7 +341,7 @@ class StoreWriter:
             buffer, dtype=np.uint8, count=view.records_size, offset=view.records_offset
         )
         self._append_requests += 1
-        if view.flags & records.APPEND_FLAG_IDEMPOTENT:
+        if view.flags & parcels.APPEND_FLAG_IDEMPOTENT:
             self._append_idempotent(sender, view, topic, source, sizes_bytes)
             return
         result = self._append_checked(sender, view.request_id, source, sizes_bytes, topic, view)
@@ -365,7 +365,7 @@ class StoreWriter:
         source: NDArray[np.uint8],
         sizes_bytes: NDArray[np.int32],
         topic: str,
-        view: records.AppendView,
+        view: parcels.AppendView,
     ) -> AppendResult | None:
         """Append the records, or refuse the request with the store's reason (None)."""
         try:
@@ -391,13 +391,13 @@ class StoreWriter:
         return result
 
     def _ack_when_durable(
-        self, sender: str, view: records.AppendView, end_log_offset_bytes: int, ack: AppendAck
+        self, sender: str, view: parcels.AppendView, end_log_offset_bytes: int, ack: AppendAck
     ) -> None:
         """Send the ack now, or under SYNC_FLUSH with the WAIT flag once a flush covers
         `end_log_offset_bytes`."""
         if (
             self.flush_disk_type is FlushDiskType.SYNC_FLUSH
-            and view.flags & records.APPEND_FLAG_WAIT_FLUSH
+            and view.flags & parcels.APPEND_FLAG_WAIT_FLUSH
             and end_log_offset_bytes > self._ack_covered_log_offset_bytes()
         ):
             self._sync_wait_count += 1
@@ -418,13 +418,13 @@ class StoreWriter:
     def _append_idempotent(
         self,
         sender: str,
-        view: records.AppendView,
+        view: parcels.AppendView,
         topic: str,
         source: NDArray[np.uint8],
         sizes_bytes: NDArray[np.int32],
     ) -> None:
         """Store the records of an idempotent APPEND that the window does not hold, and answer
-        for all of them (records.py, APPEND_ACK: a duplicate's offset is the first record's)."""
+        for all of them (parcels.py, APPEND_ACK: a duplicate's offset is the first record's)."""
         self._idempotent_requests += 1
         if topic not in self.idempotent_topics:
             # Named before the first record is stored, so a rebuild after any crash finds it.
@@ -541,7 +541,7 @@ class StoreWriter:
     def _send_ack(self, sender: str, ack: AppendAck) -> None:
         outbox = self.ack_outboxes.get(sender)
         assert outbox is not None, f"no ack ring to {sender}"
-        outbox.append(records.APPEND_ACK, records.pack_append_ack(ack))
+        outbox.append(parcels.APPEND_ACK, parcels.pack_append_ack(ack))
 
     def _publish_written(self) -> None:
         position_bytes = self.commit_log.write_log_offset_bytes
@@ -550,9 +550,9 @@ class StoreWriter:
         assert position_bytes > self._published_log_offset_bytes
         self.positions.publish_write(position_bytes, self._append_records)
         self._published_log_offset_bytes = position_bytes
-        written = records.pack_written(position_bytes, self._append_records)
+        written = parcels.pack_written(position_bytes, self._append_records)
         for outbox in self.dispatcher_outboxes:
-            outbox.append(records.WRITTEN, written)
+            outbox.append(parcels.WRITTEN, written)
 
     def _ack_covered_log_offset_bytes(self) -> int:
         """Where a SYNC_FLUSH ack may go out below: the least of the positions such an ack waits

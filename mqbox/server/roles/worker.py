@@ -33,11 +33,11 @@ removes a connection's entries. The supervisor's control block (runtime.py) tell
 when a processor's generation changes: a request sent while generation g was current is served
 by process g (odd) or, if the role was down, by the next process g + 1; once the generation
 moves past that, the process that held the request is gone, and the worker asks an admin
-processor to answer it with SYSTEM_ERROR. Records still in the ring are delivered again to the
+processor to answer it with SYSTEM_ERROR. Parcels still in the ring are delivered again to the
 restarted process (ring.py); the worker stamps each tracked COMMAND with its serving generation
-(records.py), and a processor drops a COMMAND stamped older than its own generation, since that
+(parcels.py), and a processor drops a COMMAND stamped older than its own generation, since that
 request has its answer already (a failed send served again would be stored twice). Spilled
-records go on unstamped and are served again; clients match responses by opaque and drop a
+parcels go on unstamped and are served again; clients match responses by opaque and drop a
 second one. The codec and the worker themselves never forward a request twice: each releases a
 drained batch before it flushes what it staged from it, so one that dies in between loses those
 requests (their clients time out and retry) rather than delivering them again.
@@ -63,8 +63,8 @@ from typing import Final, NoReturn
 from mqbox import resources
 from mqbox.ipc.ring import Ring
 from mqbox.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
-from mqbox.server import control_block, records, runtime, transport
-from mqbox.server.records import Buffer
+from mqbox.server import control_block, parcels, runtime, transport
+from mqbox.server.parcels import Buffer
 from mqbox.server.routing import CLIENT_RESPONSE_ROUTE, DEFAULT_ROUTE, ROUTES
 from mqbox.server.runtime import RoleContext
 from mqbox.server.topology import RoleKind
@@ -77,9 +77,9 @@ HOUSEKEEPING_INTERVAL_NS: Final = 1_000_000_000
 STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
 BACKED_UP_RETRY_MS: Final = 1
 _FLAG_UNTRACKED: Final = FLAG_RESPONSE | FLAG_ONEWAY
-# A large COMMAND is forwarded as its SPILLED record: the processor reads the file, not the worker.
-_FORWARDED_UNREAD: Final = frozenset({records.COMMAND})
-_COMMAND_TYPES: Final = frozenset({records.COMMAND, records.COMMAND | records.SPILLED_FLAG})
+# A large COMMAND is forwarded as its SPILLED parcel: the processor reads the file, not the worker.
+_FORWARDED_UNREAD: Final = frozenset({parcels.COMMAND})
+_COMMAND_TYPES: Final = frozenset({parcels.COMMAND, parcels.COMMAND | parcels.SPILLED_FLAG})
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ class Worker:
     def run_once(self, timeout_ms: int) -> int:
         """One turn: control changes, every in-ring once, housekeeping when due, then a wait of
         up to timeout_ms (negative: no limit) for more, which returns at once while a ring is
-        readable (codec.py's run_once says why in the same turn). Returns the records handled."""
+        readable (codec.py's run_once says why in the same turn). Returns the parcels handled."""
         self._turn_count += 1
         if self.watcher is not None:
             for role_id in self.watcher.changed_nowait():
@@ -257,34 +257,34 @@ class Worker:
         batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         now_ns = time.monotonic_ns()
-        for record_type, buffer, offset, size in inbox.records(batch, _FORWARDED_UNREAD):
+        for parcel_type, buffer, offset, size in inbox.parcels(batch, _FORWARDED_UNREAD):
             handled += 1
-            if record_type in _COMMAND_TYPES:
-                head_offset = records.command_head_offset(record_type, buffer, offset)
+            if parcel_type in _COMMAND_TYPES:
+                head_offset = parcels.command_head_offset(parcel_type, buffer, offset)
                 try:
-                    self._route(record_type, buffer, head_offset, offset, size, now_ns)
+                    self._route(parcel_type, buffer, head_offset, offset, size, now_ns)
                 except Exception as error:  # the boundary of the module docstring
                     self._on_route_failed(buffer, head_offset, error)
-            elif record_type == records.COMPLETED:
+            elif parcel_type == parcels.COMPLETED:
                 in_flight = self.in_flight
-                for conn_id, opaque in records.unpack_completed(buffer, offset, size):
+                for conn_id, opaque in parcels.unpack_completed(buffer, offset, size):
                     requests = in_flight.get(conn_id)
                     if requests is not None:
                         requests.pop(opaque, None)
-            elif record_type == records.CONNECTION_OPENED:
+            elif parcel_type == parcels.CONNECTION_OPENED:
                 self._on_opened(buffer, offset, size, now_ns)
-            elif record_type == records.CONNECTION_CLOSED:
+            elif parcel_type == parcels.CONNECTION_CLOSED:
                 self._on_closed(buffer, offset, size)
             else:
-                raise AssertionError(f"worker got record type {record_type} from {inbox.producer}")
+                raise AssertionError(f"worker got parcel type {parcel_type} from {inbox.producer}")
         inbox.release(batch)
         return handled
 
     # -- routing ----------------------------------------------------------------------------------
 
-    def _on_quarantined(self, record_type: int, buffer: Buffer, offset: int, size: int) -> None:
-        """A record that stopped this role twice (transport.Inbox): answer it if a request."""
-        failed = transport.quarantined_request_failed(record_type, buffer, offset, self.role_id)
+    def _on_quarantined(self, parcel_type: int, buffer: Buffer, offset: int, size: int) -> None:
+        """A parcel that stopped this role twice (transport.Inbox): answer it if a request."""
+        failed = transport.quarantined_request_failed(parcel_type, buffer, offset, self.role_id)
         if failed is not None:
             self._send_request_failed(
                 failed.conn_id, failed.opaque, failed.serialize_type, failed.remark
@@ -294,7 +294,7 @@ class Worker:
         """Routing the command at `head_offset` raised `error`: count, log, answer it."""
         self._unexpected_errors += 1
         self.failures.record("routing a command", error)
-        conn_id, opaque, _code, flag, serialize_type = records.unpack_command_route(
+        conn_id, opaque, _code, flag, serialize_type = parcels.unpack_command_route(
             buffer, head_offset
         )
         if not flag & _FLAG_UNTRACKED:
@@ -303,16 +303,16 @@ class Worker:
 
     def _route(
         self,
-        record_type: int,
+        parcel_type: int,
         buffer: Buffer,
         head_offset: int,
         offset: int,
         size: int,
         now_ns: int,
     ) -> None:
-        """Forward the COMMAND record at `offset` (its fixed head at `head_offset`: inside the
+        """Forward the COMMAND parcel at `offset` (its fixed head at `head_offset`: inside the
         spill payload for a SPILLED one, which goes on unread with its file)."""
-        conn_id, opaque, code, flag, serialize_type = records.unpack_command_route(
+        conn_id, opaque, code, flag, serialize_type = parcels.unpack_command_route(
             buffer, head_offset
         )
         if flag & FLAG_RESPONSE:
@@ -324,15 +324,15 @@ class Worker:
         payload = memoryview(buffer)[offset : offset + size]
         tracked = not flag & _FLAG_UNTRACKED
         serving_generation = self._serving_generation(slot) if tracked else 0
-        if record_type == records.COMMAND:
+        if parcel_type == parcels.COMMAND:
             if serving_generation:
-                head_end = records.COMMAND_HEAD_SIZE_BYTES
-                stamped = records.stamped_command_head(payload[:head_end], serving_generation)
-                pool.outboxes[index].append(records.COMMAND, stamped, payload[head_end:])
+                head_end = parcels.COMMAND_HEAD_SIZE_BYTES
+                stamped = parcels.stamped_command_head(payload[:head_end], serving_generation)
+                pool.outboxes[index].append(parcels.COMMAND, stamped, payload[head_end:])
             else:
-                pool.outboxes[index].append(records.COMMAND, payload)
+                pool.outboxes[index].append(parcels.COMMAND, payload)
         else:
-            pool.outboxes[index].append_spilled(record_type, payload)
+            pool.outboxes[index].append_spilled(parcel_type, payload)
         self._commands_routed += 1
         self._commands_by_slot[slot] += 1
         connection = self.connections.get(conn_id)
@@ -357,26 +357,26 @@ class Worker:
     # -- connections ------------------------------------------------------------------------------
 
     def _on_opened(self, buffer: Buffer, offset: int, size: int, now_ns: int) -> None:
-        event = records.unpack_connection_event(buffer, offset)
+        event = parcels.unpack_connection_event(buffer, offset)
         self.connections[event.conn_id] = ConnectionInfo(
             event.conn_id, event.peer_host, event.peer_port, event.time_ms, now_ns
         )
         self._connections_opened += 1
         self.admin_zero_pool.outboxes[0].append(
-            records.CONNECTION_OPENED, memoryview(buffer)[offset : offset + size]
+            parcels.CONNECTION_OPENED, memoryview(buffer)[offset : offset + size]
         )
 
     def _on_closed(self, buffer: Buffer, offset: int, size: int) -> None:
-        conn_id = records.unpack_conn_id(buffer, offset)
+        conn_id = parcels.unpack_conn_id(buffer, offset)
         if self.connections.pop(conn_id, None) is not None:
             self._connections_closed += 1
         self.in_flight.pop(conn_id, None)
         payload = memoryview(buffer)[offset : offset + size]
-        self.admin_zero_pool.outboxes[0].append(records.CONNECTION_CLOSED, payload)
+        self.admin_zero_pool.outboxes[0].append(parcels.CONNECTION_CLOSED, payload)
         pull_outboxes = self.pull_pool.outboxes
         if pull_outboxes:
             # The pull processor that got this connection's pulls drops the ones it holds.
-            pull_outboxes[conn_id % len(pull_outboxes)].append(records.CONNECTION_CLOSED, payload)
+            pull_outboxes[conn_id % len(pull_outboxes)].append(parcels.CONNECTION_CLOSED, payload)
 
     def close_idle_connections(self, now_ns: int) -> int:
         """Ask (through an admin processor, codec and reactor) to close every connection idle for
@@ -390,8 +390,8 @@ class Worker:
             connection.last_activity_ns = now_ns  # ask again after another idle period
             outbox = self.admin_pool.outboxes[connection.conn_id % len(self.admin_pool.outboxes)]
             outbox.append(
-                records.CLOSE_CONNECTION,
-                records.pack_close_connection(connection.conn_id, records.CLOSE_REASON_IDLE),
+                parcels.CLOSE_CONNECTION,
+                parcels.pack_close_connection(connection.conn_id, parcels.CLOSE_REASON_IDLE),
             )
             closing += 1
         self._idle_closes += closing
@@ -438,10 +438,10 @@ class Worker:
     ) -> None:
         """Ask an admin processor to answer (conn_id, opaque) SYSTEM_ERROR with `remark`."""
         outbox = self.admin_pool.outboxes[conn_id % len(self.admin_pool.outboxes)]
-        failed = records.RequestFailed(
+        failed = parcels.RequestFailed(
             conn_id, opaque, ResponseCode.SYSTEM_ERROR, serialize_type, remark
         )
-        outbox.append(records.REQUEST_FAILED, records.pack_request_failed(failed))
+        outbox.append(parcels.REQUEST_FAILED, parcels.pack_request_failed(failed))
 
     def statistics(self) -> WorkerStatistics:
         by_kind: dict[str, int] = {}

@@ -9,7 +9,7 @@ dead-letters the rest; both RESET_CONSUMER_CLIENT_OFFSET bodies the broker write
 same table, and damaged ones are refused.
 
 Method: worked tables. The reset bodies come from the broker's own encoders
-(mqbox/server/admin_records.py), so the client reads exactly what the broker sends.
+(mqbox/server/admin_parcels.py), so the client reads exactly what the broker sends.
 """
 
 from __future__ import annotations

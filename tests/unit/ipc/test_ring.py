@@ -1,10 +1,10 @@
-"""Goal: a ring delivers exactly the records written, in order, across wrap-arounds and padding,
+"""Goal: a ring delivers exactly the parcels written, in order, across wrap-arounds and padding,
 refuses what does not fit, and survives a producer that dies between a payload and its header;
-the Python paths for one record (write) and small batches (drain) leave the segment exactly as
+the Python paths for one parcel (write) and small batches (drain) leave the segment exactly as
 the kernels do.
 
 Method: one process holds both ends of a real shared-memory ring. A plain-Python twin of the
-record format (struct.unpack_from over a copy of the data area, sharing no helper with the
+parcel format (struct.unpack_from over a copy of the data area, sharing no helper with the
 kernels) parses the ring after every step of a hypothesis-chosen sequence of batch writes and
 drains, and must agree with a deque model and with what drain returns; a plain-Python twin of the
 placement rule predicts where head ends up. Two rings driven by the same hypothesis-chosen steps,
@@ -55,56 +55,56 @@ def payload_of(number: int, size_bytes: int) -> bytes:
 
 
 def batch_arrays(
-    records: list[tuple[int, bytes]],
+    parcels: list[tuple[int, bytes]],
 ) -> tuple[NDArray[np.int32], NDArray[np.uint8], NDArray[np.int64], NDArray[np.int64]]:
-    types = np.array([record_type for record_type, _ in records], dtype=np.int32)
-    sizes = np.array([len(payload) for _, payload in records], dtype=np.int64)
-    offsets = np.zeros(len(records), dtype=np.int64)
-    if len(records) > 1:
+    types = np.array([parcel_type for parcel_type, _ in parcels], dtype=np.int32)
+    sizes = np.array([len(payload) for _, payload in parcels], dtype=np.int64)
+    offsets = np.zeros(len(parcels), dtype=np.int64)
+    if len(parcels) > 1:
         offsets[1:] = np.cumsum(sizes)[:-1]
-    flat = np.frombuffer(b"".join(payload for _, payload in records), dtype=np.uint8).copy()
+    flat = np.frombuffer(b"".join(payload for _, payload in parcels), dtype=np.uint8).copy()
     return types, flat, offsets, sizes
 
 
-# The plain-Python twin of the record format and of the producer's placement rule.
+# The plain-Python twin of the parcel format and of the producer's placement rule.
 
 
 def parse_reference(ring: Ring) -> list[tuple[int, bytes]]:
-    """Every published record from the consumer's tail on, read with struct alone."""
+    """Every published parcel from the consumer's tail on, read with struct alone."""
     statistics = ring.statistics()
     data = bytes(ring._data)
     capacity_bytes = len(data)
     position = statistics.tail_bytes
-    records: list[tuple[int, bytes]] = []
+    parcels: list[tuple[int, bytes]] = []
     while position < statistics.tail_bytes + capacity_bytes:
         start = position % capacity_bytes
-        length, record_type = struct.unpack_from("<ii", data, start)
+        length, parcel_type = struct.unpack_from("<ii", data, start)
         if length == 0:
             break
-        if record_type == -1:
+        if parcel_type == -1:
             assert start + length == capacity_bytes
             position += length
             continue
-        records.append((record_type, data[start + 8 : start + length]))
+        parcels.append((parcel_type, data[start + 8 : start + length]))
         position += (length + 7) // 8 * 8
-    return records
+    return parcels
 
 
 def place_reference(
     head_bytes: int, tail_bytes: int, capacity_bytes: int, payload_sizes: list[int]
 ) -> tuple[int, int]:
-    """(records that fit, head afterwards) for a batch written at head_bytes."""
+    """(parcels that fit, head afterwards) for a batch written at head_bytes."""
     written = 0
     for size_bytes in payload_sizes:
-        record_bytes = (8 + size_bytes + 7) // 8 * 8
+        parcel_bytes = (8 + size_bytes + 7) // 8 * 8
         to_end_bytes = capacity_bytes - head_bytes % capacity_bytes
-        if record_bytes > to_end_bytes:
+        if parcel_bytes > to_end_bytes:
             if head_bytes + to_end_bytes + 8 > tail_bytes + capacity_bytes:
                 break
             head_bytes += to_end_bytes
-        if head_bytes + record_bytes + 8 > tail_bytes + capacity_bytes:
+        if head_bytes + parcel_bytes + 8 > tail_bytes + capacity_bytes:
             break
-        head_bytes += record_bytes
+        head_bytes += parcel_bytes
         written += 1
     return written, head_bytes
 
@@ -112,7 +112,7 @@ def place_reference(
 # Round trips.
 
 
-def test_single_records_round_trip_with_every_bytes_like(instance: str) -> None:
+def test_single_parcels_round_trip_with_every_bytes_like(instance: str) -> None:
     ring = new_ring(instance)
     try:
         payloads: list[bytes | bytearray | memoryview] = [
@@ -122,13 +122,13 @@ def test_single_records_round_trip_with_every_bytes_like(instance: str) -> None:
             memoryview(b"eight by"),
             payload_of(1, 1000),
         ]
-        for record_type, payload in enumerate(payloads):
-            assert ring.try_write_nowait(record_type, payload)
-        for record_type, payload in enumerate(payloads):
-            assert ring.read_nowait() == (record_type, bytes(payload))
+        for parcel_type, payload in enumerate(payloads):
+            assert ring.try_write_nowait(parcel_type, payload)
+        for parcel_type, payload in enumerate(payloads):
+            assert ring.read_nowait() == (parcel_type, bytes(payload))
         assert ring.read_nowait() is None
         statistics = ring.statistics()
-        assert statistics.record_count_written == statistics.record_count_read == len(payloads)
+        assert statistics.parcel_count_written == statistics.parcel_count_read == len(payloads)
         assert statistics.used_bytes == 0
     finally:
         ring.close()
@@ -138,17 +138,17 @@ def test_single_records_round_trip_with_every_bytes_like(instance: str) -> None:
 def test_batch_write_and_drain_views_round_trip(instance: str) -> None:
     ring = new_ring(instance, 1 << 16)
     try:
-        records = [(number % 5, payload_of(number, number % 40)) for number in range(300)]
-        assert ring.try_write_batch_nowait(*batch_arrays(records)) == len(records)
+        parcels = [(number % 5, payload_of(number, number % 40)) for number in range(300)]
+        assert ring.try_write_batch_nowait(*batch_arrays(parcels)) == len(parcels)
         received: list[tuple[int, bytes]] = []
-        while len(received) < len(records):
+        while len(received) < len(parcels):
             batch = ring.drain_nowait(64)
             assert 0 < batch.count <= 64
             received += [
                 (int(batch.types[i]), batch.payload(i).tobytes()) for i in range(batch.count)
             ]
             ring.release(batch)
-        assert received == records
+        assert received == parcels
         assert ring.drain_nowait(64).count == 0
     finally:
         ring.close()
@@ -158,13 +158,13 @@ def test_batch_write_and_drain_views_round_trip(instance: str) -> None:
 def test_drain_into_copies_and_releases(instance: str) -> None:
     ring = new_ring(instance, 1 << 16)
     try:
-        records = [(7, payload_of(number, 24 + number)) for number in range(50)]
-        assert ring.try_write_batch_nowait(*batch_arrays(records)) == len(records)
+        parcels = [(7, payload_of(number, 24 + number)) for number in range(50)]
+        assert ring.try_write_batch_nowait(*batch_arrays(parcels)) == len(parcels)
         target = np.zeros(ring.payload_size_bytes_max, dtype=np.uint8)
         batch = ring.drain_into_nowait(target, 1000)
-        assert batch.count == len(records)
+        assert batch.count == len(parcels)
         assert batch.data is target
-        assert [batch.payload(i).tobytes() for i in range(batch.count)] == [p for _, p in records]
+        assert [batch.payload(i).tobytes() for i in range(batch.count)] == [p for _, p in parcels]
         assert ring.statistics().used_bytes == 0  # released already
     finally:
         ring.close()
@@ -178,7 +178,7 @@ def test_attached_handle_sees_the_same_ring(instance: str) -> None:
         assert other.capacity_bytes == ring.capacity_bytes
         assert other.try_write_nowait(3, b"from the other handle")
         assert ring.read_nowait() == (3, b"from the other handle")
-        assert other.statistics().record_count_read == 1
+        assert other.statistics().parcel_count_read == 1
     finally:
         other.close()
         ring.close()
@@ -191,7 +191,7 @@ def test_attached_handle_sees_the_same_ring(instance: str) -> None:
 def test_full_ring_refuses_then_accepts_after_a_drain(instance: str) -> None:
     ring = new_ring(instance)
     try:
-        # 128-byte records: 32 would fill the data area, but the zero word after the last one
+        # 128-byte parcels: 32 would fill the data area, but the zero word after the last one
         # must stay free, so 31 fit.
         written = 0
         while ring.try_write_nowait(1, payload_of(written, 120)):
@@ -210,21 +210,21 @@ def test_full_ring_refuses_then_accepts_after_a_drain(instance: str) -> None:
         ring.unlink()
 
 
-def test_batch_write_stops_at_the_first_record_that_does_not_fit(instance: str) -> None:
+def test_batch_write_stops_at_the_first_parcel_that_does_not_fit(instance: str) -> None:
     ring = new_ring(instance)
     try:
-        records = [(0, payload_of(number, 500)) for number in range(20)]
-        written = ring.try_write_batch_nowait(*batch_arrays(records))
+        parcels = [(0, payload_of(number, 500)) for number in range(20)]
+        written = ring.try_write_batch_nowait(*batch_arrays(parcels))
         expected, _ = place_reference(0, 0, CAPACITY_BYTES, [500] * 20)
         assert written == expected
-        assert [ring.read_nowait() for _ in range(written)] == records[:written]
+        assert [ring.read_nowait() for _ in range(written)] == parcels[:written]
         assert ring.read_nowait() is None
     finally:
         ring.close()
         ring.unlink()
 
 
-def test_oversized_record_is_refused_and_nothing_of_its_batch_is_written(instance: str) -> None:
+def test_oversized_parcel_is_refused_and_nothing_of_its_batch_is_written(instance: str) -> None:
     ring = new_ring(instance)
     try:
         largest = ring.payload_size_bytes_max
@@ -233,9 +233,9 @@ def test_oversized_record_is_refused_and_nothing_of_its_batch_is_written(instanc
         assert ring.read_nowait() == (0, b"z" * largest)
         with pytest.raises(MessageTooLargeError, match="payload_size_bytes_max"):
             ring.try_write_nowait(0, b"z" * (largest + 1))
-        records = [(0, b"small"), (0, b"z" * (largest + 1))]
+        parcels = [(0, b"small"), (0, b"z" * (largest + 1))]
         with pytest.raises(MessageTooLargeError):
-            ring.try_write_batch_nowait(*batch_arrays(records))
+            ring.try_write_batch_nowait(*batch_arrays(parcels))
         assert ring.read_nowait() is None
     finally:
         ring.close()
@@ -307,32 +307,32 @@ def test_attach_refuses_memory_that_is_not_a_ring(instance: str) -> None:
 # Wrap-around and padding.
 
 
-def test_padding_record_fills_the_end_and_the_consumer_skips_it(instance: str) -> None:
+def test_padding_parcel_fills_the_end_and_the_consumer_skips_it(instance: str) -> None:
     ring = new_ring(instance)
     try:
-        # 3 records of 1000 payload bytes (1008 in the ring) leave 1072 bytes before the end.
+        # 3 parcels of 1000 payload bytes (1008 in the ring) leave 1072 bytes before the end.
         first = [(1, payload_of(number, 1000)) for number in range(3)]
         assert ring.try_write_batch_nowait(*batch_arrays(first)) == 3
         assert [ring.read_nowait() for _ in range(3)] == first
-        # 1500 bytes do not fit in the remaining 1072: padding, then the record at offset 0.
+        # 1500 bytes do not fit in the remaining 1072: padding, then the parcel at offset 0.
         assert ring.try_write_nowait(2, payload_of(9, 1500))
         statistics = ring.statistics()
         assert statistics.padding_count_written == 1
-        assert statistics.head_bytes == CAPACITY_BYTES + layout.record_size_bytes(1500)
+        assert statistics.head_bytes == CAPACITY_BYTES + layout.parcel_size_bytes(1500)
         assert ring.read_nowait() == (2, payload_of(9, 1500))
     finally:
         ring.close()
         ring.unlink()
 
 
-def test_padding_alone_is_published_when_the_record_must_wait(instance: str) -> None:
+def test_padding_alone_is_published_when_the_parcel_must_wait(instance: str) -> None:
     ring = new_ring(instance)
     try:
         assert ring.try_write_nowait(0, b"p" * 2000)  # 2008 bytes
         assert ring.read_nowait() == (0, b"p" * 2000)  # tail at 2008
         assert ring.try_write_nowait(0, b"q" * 1000)  # 1008 bytes; head at 3016, 1080 to the end
-        # 2000 bytes do not fit before the end, and after a padding record they would run into
-        # the tail: only the padding is written, so the record fits once the consumer has moved
+        # 2000 bytes do not fit before the end, and after a padding parcel they would run into
+        # the tail: only the padding is written, so the parcel fits once the consumer has moved
         # past it (waiting to write both at once could wait forever).
         assert not ring.try_write_nowait(0, b"r" * 2000)
         statistics = ring.statistics()
@@ -364,15 +364,15 @@ def test_wrap_around_with_varied_sizes_matches_the_model(
         for step in steps:
             before = ring.statistics()
             if isinstance(step, list):
-                records = [(n % 3, payload_of(number + n, size)) for n, size in enumerate(step)]
-                written = ring.try_write_batch_nowait(*batch_arrays(records))
+                parcels = [(n % 3, payload_of(number + n, size)) for n, size in enumerate(step)]
+                written = ring.try_write_batch_nowait(*batch_arrays(parcels))
                 expected = place_reference(
                     before.head_bytes, before.tail_bytes, CAPACITY_BYTES, step
                 )
                 assert written == expected[0]
-                # head also moves over a padding record written alone
+                # head also moves over a padding parcel written alone
                 assert ring.statistics().head_bytes == expected[1]
-                model.extend(records[:written])
+                model.extend(parcels[:written])
                 number += len(step)
             else:
                 batch = ring.drain_nowait(step)
@@ -380,8 +380,8 @@ def test_wrap_around_with_varied_sizes_matches_the_model(
                     (int(batch.types[i]), batch.payload(i).tobytes()) for i in range(batch.count)
                 ]
                 ring.release(batch)
-                expected_records = [model.popleft() for _ in range(min(step, len(model)))]
-                assert drained == expected_records
+                expected_parcels = [model.popleft() for _ in range(min(step, len(model)))]
+                assert drained == expected_parcels
             assert parse_reference(ring) == list(model)
         statistics = ring.statistics()
         assert statistics.head_bytes - statistics.tail_bytes <= CAPACITY_BYTES - 8
@@ -399,20 +399,20 @@ def segment_bytes(ring: Ring) -> bytes:
     return header + ring._data.tobytes()
 
 
-def write_through_kernel(ring: Ring, record_type: int, payload: bytes) -> bool:
-    """try_write_nowait's contract, through stage_records and publish_headers (a batch of 1)."""
-    types, flat, offsets, sizes = batch_arrays([(record_type, payload)])
+def write_through_kernel(ring: Ring, parcel_type: int, payload: bytes) -> bool:
+    """try_write_nowait's contract, through stage_parcels and publish_headers (a batch of 1)."""
+    types, flat, offsets, sizes = batch_arrays([(parcel_type, payload)])
     return ring.try_write_batch_nowait(types, flat, offsets, sizes) == 1
 
 
-def drain_through_kernel(ring: Ring, batch_count_max: int) -> ring_module.RecordBatch:
-    """drain_nowait's contract, through scan_records whatever the batch."""
+def drain_through_kernel(ring: Ring, batch_count_max: int) -> ring_module.ParcelBatch:
+    """drain_nowait's contract, through scan_parcels whatever the batch."""
     assert ring._pending_end_bytes is None
     tail_bytes = ring._tail_bytes if ring._tail_bytes is not None else ring._claim_consumer()
     return ring._drain_scan(tail_bytes, batch_count_max, ring_module._UNLIMITED_BYTES)
 
 
-def batch_contents(batch: ring_module.RecordBatch) -> tuple[object, ...]:
+def batch_contents(batch: ring_module.ParcelBatch) -> tuple[object, ...]:
     return (
         batch.count,
         batch.types.tolist(),
@@ -426,9 +426,9 @@ def batch_contents(batch: ring_module.RecordBatch) -> tuple[object, ...]:
 
 
 # A write is (type, payload size); a drain is a batch_count_max. Sizes up to half the ring make
-# padding records, padding written alone, wrap-arounds and full rings all common.
+# padding parcels, padding written alone, wrap-arounds and full rings all common.
 single_steps = st.one_of(
-    st.tuples(st.integers(0, layout.RECORD_TYPE_MAX), st.integers(0, CAPACITY_BYTES // 2 - 8)),
+    st.tuples(st.integers(0, layout.PARCEL_TYPE_MAX), st.integers(0, CAPACITY_BYTES // 2 - 8)),
     st.tuples(st.integers(0, 9), st.integers(0, 64)),
     st.integers(1, 6),
 )
@@ -454,11 +454,11 @@ def test_python_paths_and_kernels_leave_byte_identical_rings(
     try:
         for step in steps:
             if isinstance(step, tuple):
-                record_type, size_bytes = step
+                parcel_type, size_bytes = step
                 payload = payload_of(number, size_bytes)
                 number += 1
-                written = python_ring.try_write_nowait(record_type, payload)
-                assert written == write_through_kernel(kernel_ring, record_type, payload)
+                written = python_ring.try_write_nowait(parcel_type, payload)
+                assert written == write_through_kernel(kernel_ring, parcel_type, payload)
                 assert staged["python"] == staged["kernel"]
             else:
                 python_batch = python_ring.drain_nowait(step)
@@ -484,15 +484,15 @@ def test_small_batches_are_drained_in_python_and_larger_ones_by_the_kernel(
 
     def counting_scan(
         tail_bytes: int, batch_count_max: int, payload_budget_bytes: int
-    ) -> ring_module.RecordBatch:
+    ) -> ring_module.ParcelBatch:
         scans.append(batch_count_max)
         return original(tail_bytes, batch_count_max, payload_budget_bytes)
 
     monkeypatch.setattr(ring, "_drain_scan", counting_scan)
     try:
         small = [(number, payload_of(number, number * 3)) for number in range(4)]
-        for record_type, payload in small:
-            assert ring.try_write_nowait(record_type, payload)
+        for parcel_type, payload in small:
+            assert ring.try_write_nowait(parcel_type, payload)
         batch = ring.drain_nowait(64)
         assert [(int(t), batch.payload(i).tobytes()) for i, t in enumerate(batch.types)] == small
         ring.release(batch)
@@ -500,8 +500,8 @@ def test_small_batches_are_drained_in_python_and_larger_ones_by_the_kernel(
         larger = [
             (7, payload_of(number, 16)) for number in range(ring_module.SMALL_BATCH_COUNT_MAX + 1)
         ]
-        for record_type, payload in larger:
-            assert ring.try_write_nowait(record_type, payload)
+        for parcel_type, payload in larger:
+            assert ring.try_write_nowait(parcel_type, payload)
         batch = ring.drain_nowait(64)
         assert batch.count == len(larger)
         ring.release(batch)
@@ -509,8 +509,8 @@ def test_small_batches_are_drained_in_python_and_larger_ones_by_the_kernel(
         # Small batches into the caller's buffer too, before any scan sized the offsets.
         fresh = new_ring(instance)
         try:
-            for record_type, payload in small:
-                assert fresh.try_write_nowait(record_type, payload)
+            for parcel_type, payload in small:
+                assert fresh.try_write_nowait(parcel_type, payload)
             target = np.zeros(fresh.payload_size_bytes_max, dtype=np.uint8)
             copied = fresh.drain_into_nowait(target, 16)
             assert [copied.payload(i).tobytes() for i in range(copied.count)] == [
@@ -520,7 +520,7 @@ def test_small_batches_are_drained_in_python_and_larger_ones_by_the_kernel(
         finally:
             fresh.close()
             fresh.unlink()
-        assert ring.statistics().record_count_read == len(small) + len(larger)
+        assert ring.statistics().parcel_count_read == len(small) + len(larger)
     finally:
         ring.close()
         ring.unlink()
@@ -555,7 +555,7 @@ def test_producer_dead_after_staging_leaves_the_ring_readable(instance: str) -> 
         assert parse_reference(ring) == published
         assert [ring.read_nowait() for _ in range(5)] == published
         assert ring.read_nowait() is None
-        # A restarted producer writes over the unpublished record.
+        # A restarted producer writes over the unpublished parcel.
         restarted = Ring.attach(ring.name)
         assert restarted.try_write_nowait(3, b"after")
         assert ring.read_nowait() == (3, b"after")
@@ -583,21 +583,21 @@ def test_producer_dead_mid_publish_is_continued_after_the_last_header(
             original(words, header_positions, header_words, min(3, header_count))
             raise ProducerDiedError
 
-        records = [(4, payload_of(number, 30)) for number in range(6)]
+        parcels = [(4, payload_of(number, 30)) for number in range(6)]
         monkeypatch.setattr(ring_module, "publish_headers", publish_three_then_die)
         with pytest.raises(ProducerDiedError):
-            producer.try_write_batch_nowait(*batch_arrays(records))
+            producer.try_write_batch_nowait(*batch_arrays(parcels))
         monkeypatch.undo()
         producer.close()
         assert ring.statistics().head_bytes == 0  # the head was never stored
-        assert parse_reference(ring) == records[:3]
+        assert parse_reference(ring) == parcels[:3]
         if consumer_reads_first:  # the tail passes the stored head
-            assert [ring.read_nowait() for _ in range(3)] == records[:3]
+            assert [ring.read_nowait() for _ in range(3)] == parcels[:3]
         restarted = Ring.attach(ring.name)
         assert restarted.try_write_nowait(5, b"next")
-        assert restarted.statistics().head_bytes == 3 * layout.record_size_bytes(30) + 16
+        assert restarted.statistics().head_bytes == 3 * layout.parcel_size_bytes(30) + 16
         restarted.close()
-        expected = [(5, b"next")] if consumer_reads_first else [*records[:3], (5, b"next")]
+        expected = [(5, b"next")] if consumer_reads_first else [*parcels[:3], (5, b"next")]
         assert [ring.read_nowait() for _ in expected] == expected
         assert ring.read_nowait() is None
     finally:
@@ -637,7 +637,7 @@ def test_drain_requires_release_of_the_previous_batch(instance: str) -> None:
         ring.unlink()
 
 
-def test_restarted_consumer_gets_unreleased_records_again(instance: str) -> None:
+def test_restarted_consumer_gets_unreleased_parcels_again(instance: str) -> None:
     ring = new_ring(instance)
     try:
         for number in range(4):
@@ -695,7 +695,7 @@ def test_arming_reports_a_readable_ring_and_a_write_rings_an_armed_bell(instance
         assert ring._doorbell.wait_rung(0)
         ring.disarm_doorbell()
         assert not ring._doorbell.wait_rung(0)
-        assert not ring.arm_doorbell_nowait()  # records are readable: do not sleep
+        assert not ring.arm_doorbell_nowait()  # parcels are readable: do not sleep
         assert ring.try_write_nowait(0, b"unarmed")
         assert ring.statistics().doorbell_count_rung == 1
     finally:

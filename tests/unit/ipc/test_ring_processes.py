@@ -1,13 +1,13 @@
-"""Goal: a ring carries records between two real processes without loss, reorder or corruption;
+"""Goal: a ring carries parcels between two real processes without loss, reorder or corruption;
 a producer SIGKILLed between a payload and its header leaves everything published before it
 readable; a consumer asleep on the doorbell is woken by a producer in another process, and never
 misses a wake-up, also when it sleeps on several rings at once (one fence for all, FIFOs read
 only when epoll says they fired, as the broker's roles sleep).
 
 Method: this file is also the child program (`python test_ring_processes.py <command> ...`); the
-test process creates the ring, starts the child with subprocess, and is the consumer. Records
-carry their sequence number, a per-record check word and filler derived from both, so the
-consumer rebuilds the expected bytes of every record and compares them all. The crash test stops
+test process creates the ring, starts the child with subprocess, and is the consumer. Parcels
+carry their sequence number, a per-parcel check word and filler derived from both, so the
+consumer rebuilds the expected bytes of every parcel and compares them all. The crash test stops
 the child inside a real write, after the payload is staged and before its header is stored (the
 ring's test hook), and SIGKILLs it there. Every child is killed by PID in `finally` (and by the
 `reap_pids` fixture); every shared-memory object is unlinked by the test that made it.
@@ -33,22 +33,22 @@ from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
 
 MIX = np.uint64(0x9E37_79B9_7F4A_7C15)
-RECORD_COUNT = 2_000_000
+PARCEL_COUNT = 2_000_000
 BATCH_COUNT = 512
 LINE_TIMEOUT_SECS = 60.0
 
 
-def record_sizes(sequences: NDArray[np.uint64]) -> NDArray[np.int64]:
+def parcel_sizes(sequences: NDArray[np.uint64]) -> NDArray[np.int64]:
     """16 to 48 payload bytes, varying with the sequence number."""
     return (16 + 8 * (sequences % np.uint64(5))).astype(np.int64)
 
 
-def record_types(sequences: NDArray[np.uint64]) -> NDArray[np.int32]:
+def parcel_types(sequences: NDArray[np.uint64]) -> NDArray[np.int32]:
     return (sequences % np.uint64(7)).astype(np.int32)
 
 
-def record_words(sequences: NDArray[np.uint64], sizes: NDArray[np.int64]) -> NDArray[np.uint64]:
-    """The payloads of these records back to back as uint64 words: word 0 is the sequence
+def parcel_words(sequences: NDArray[np.uint64], sizes: NDArray[np.int64]) -> NDArray[np.uint64]:
+    """The payloads of these parcels back to back as uint64 words: word 0 is the sequence
     number, word 1 its check word, word j > 1 the check word plus j."""
     word_counts = sizes // 8
     owners = np.repeat(sequences, word_counts)
@@ -76,10 +76,10 @@ def child_produce(name: str, count: int) -> None:
     sent = 0
     while sent < count:
         sequences = np.arange(sent, min(sent + BATCH_COUNT, count), dtype=np.uint64)
-        sizes = record_sizes(sequences)
+        sizes = parcel_sizes(sequences)
         offsets = np.cumsum(sizes) - sizes
-        payloads = record_words(sequences, sizes).view(np.uint8)
-        types = record_types(sequences)
+        payloads = parcel_words(sequences, sizes).view(np.uint8)
+        types = parcel_types(sequences)
         done = 0
         while done < sequences.size:
             written = ring.try_write_batch_nowait(
@@ -192,42 +192,42 @@ def read_line(child: subprocess.Popen[str]) -> str:
 
 
 # About 1.2 s here (3.5 s with the box busy): below the ~2 s that earns the integration mark.
-def test_two_processes_pass_millions_of_records_without_loss_or_reorder(
+def test_two_processes_pass_millions_of_parcels_without_loss_or_reorder(
     ring: Ring, reap_pids: list[int]
 ) -> None:
-    child = spawn(reap_pids, "produce", ring.name, str(RECORD_COUNT))
+    child = spawn(reap_pids, "produce", ring.name, str(PARCEL_COUNT))
     try:
         assert read_line(child) == "attached"
         target = np.zeros(ring.payload_size_bytes_max, dtype=np.uint8)
         received = 0
         deadline_ns = time.monotonic_ns() + 60 * 10**9
-        while received < RECORD_COUNT:
+        while received < PARCEL_COUNT:
             batch = ring.drain_into_nowait(target, 4096)
             if batch.count == 0:
-                assert time.monotonic_ns() < deadline_ns, f"stuck after {received} records"
+                assert time.monotonic_ns() < deadline_ns, f"stuck after {received} parcels"
                 assert child.poll() is None, f"producer exited with {child.returncode}"
                 ring.wait_readable(100)
                 continue
             sequences = np.arange(received, received + batch.count, dtype=np.uint64)
-            sizes = record_sizes(sequences)
+            sizes = parcel_sizes(sequences)
             assert np.array_equal(batch.sizes, sizes)
-            assert np.array_equal(batch.types, record_types(sequences))
+            assert np.array_equal(batch.types, parcel_types(sequences))
             assert np.array_equal(batch.offsets, np.cumsum(sizes) - sizes)
             words = target[: batch.payload_size_bytes].view(np.uint64)
-            assert np.array_equal(words, record_words(sequences, sizes))
+            assert np.array_equal(words, parcel_words(sequences, sizes))
             received += batch.count
         assert read_line(child) == "done"
         assert child.wait(timeout=30) == 0
         assert ring.drain_nowait(1).count == 0
         statistics = ring.statistics()
-        assert statistics.record_count_written == statistics.record_count_read == RECORD_COUNT
+        assert statistics.parcel_count_written == statistics.parcel_count_read == PARCEL_COUNT
         assert statistics.head_bytes == statistics.tail_bytes
     finally:
         kill(child)
 
 
 @pytest.mark.crash
-def test_producer_killed_before_publishing_leaves_earlier_records_readable(
+def test_producer_killed_before_publishing_leaves_earlier_parcels_readable(
     ring: Ring, reap_pids: list[int]
 ) -> None:
     published_count = 100
@@ -239,7 +239,7 @@ def test_producer_killed_before_publishing_leaves_earlier_records_readable(
     finally:
         kill(child)
     statistics = ring.statistics()
-    assert statistics.record_count_written == published_count
+    assert statistics.parcel_count_written == published_count
     start = statistics.head_bytes % ring.capacity_bytes
     assert bytes(ring._data[start + 8 : start + 48]) == b"S" * 40  # the payload got there
     assert ring._words[start // 8] == 0  # its header did not
@@ -302,9 +302,9 @@ def test_no_wake_up_is_lost_while_a_producer_trickles(ring: Ring, reap_pids: lis
         received: list[int] = []
         while len(received) < count:
             # A lost wake-up would leave this asleep on a readable ring until the timeout.
-            assert ring.wait_readable(5_000), f"no wake-up after {len(received)} records"
-            while (record := ring.read_nowait()) is not None:
-                received.append(int.from_bytes(record[1], "little"))
+            assert ring.wait_readable(5_000), f"no wake-up after {len(received)} parcels"
+            while (parcel := ring.read_nowait()) is not None:
+                received.append(int.from_bytes(parcel[1], "little"))
         assert child.wait(timeout=30) == 0
     finally:
         kill(child)
@@ -329,19 +329,19 @@ def test_no_wake_up_is_lost_while_sleeping_on_two_rings(
         sleep_count = 0
         while len(received) < count:
             for each in rings:
-                while (record := each.read_nowait()) is not None:
-                    received.append(int.from_bytes(record[1], "little"))
-                    assert acks.try_write_nowait(0, record[1])
+                while (parcel := each.read_nowait()) is not None:
+                    received.append(int.from_bytes(parcel[1], "little"))
+                    assert acks.try_write_nowait(0, parcel[1])
             if len(received) == count or not Ring.arm_doorbells_nowait(rings):
                 continue
             sleep_count += 1
-            # The producer waits for an acknowledgement of every record, so a lost wake-up
-            # leaves both asleep: this poll then times out with the record unread.
+            # The producer waits for an acknowledgement of every parcel, so a lost wake-up
+            # leaves both asleep: this poll then times out with the parcel unread.
             events = poller.poll(10.0)
             fired = {fd for fd, _ in events}
             for each in rings:
                 each.disarm_doorbell(rung=each.doorbell_fileno() in fired)
-            assert events, f"no wake-up after {len(received)} records"
+            assert events, f"no wake-up after {len(received)} parcels"
         assert child.wait(timeout=30) == 0
     finally:
         kill(child)
@@ -350,7 +350,7 @@ def test_no_wake_up_is_lost_while_sleeping_on_two_rings(
             each.close()
             each.unlink()
     assert received == list(range(count))
-    assert sleep_count > count // 2  # the consumer really slept between most records
+    assert sleep_count > count // 2  # the consumer really slept between most parcels
 
 
 def main(arguments: list[str]) -> None:

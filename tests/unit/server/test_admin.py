@@ -2,7 +2,7 @@
 docs/protocol.md sections 4.3-4.5 and mqbox's own admin views: heartbeats fill the consumer
 list (38), membership changes reach every member as NOTIFY_CONSUMER_IDS_CHANGED (40, a oneway
 broker request with ext consumerGroup), 15 then 14 returns the offset and a new group starts by
-rule 7, pulls' COMMIT_OFFSET records count as commits, the offsets reach consumerOffset.json on
+rule 7, pulls' COMMIT_OFFSET parcels count as commits, the offsets reach consumerOffset.json on
 stop, locks are exclusive per group, topics are created, listed and deleted, store queries answer
 from the store the send path wrote, and bad input gets 1 (field named) or 17, never a crash;
 with two admin processors every connection reaches admin.0's tables (the worker routes them);
@@ -14,7 +14,7 @@ codec, worker and admin over real rings, clients on real sockets) carries everyt
 no store, so replies and broker requests travel the whole way to a socket. The store graph of
 test_send.py (store writer, dispatcher, send and pull processors over a real store in tmp_path)
 gets an admin processor of its own; requests are handed to its `handle` and replies read from its
-ring to the codec, and COMMIT_OFFSET records are written into the pull processor's ring to it.
+ring to the codec, and COMMIT_OFFSET parcels are written into the pull processor's ring to it.
 Time is a fake monotonic clock where expiry matters.
 """
 
@@ -55,8 +55,8 @@ from mqbox.protocol.mqbox_codes import (
     MQBOX_RESET_CONSUMER_OFFSET,
     MQBOX_TOPIC_STATUS,
 )
-from mqbox.server import admin_records, records
-from mqbox.server.admin_records import GroupSubscriptionsReader
+from mqbox.server import admin_parcels, parcels
+from mqbox.server.admin_parcels import GroupSubscriptionsReader
 from mqbox.server.roles.processors.admin import AdminProcessor
 from mqbox.server.roles.processors.client_manager import Subscription
 from mqbox.server.topology import RoleKind
@@ -519,22 +519,22 @@ class AdminOnStore:
     def ask(
         self, code: int, ext: dict[str, str] | None = None, body: bytes = b""
     ) -> RemotingCommand:
-        """Send one request the way the worker does (a COMMAND record on its ring) and return
+        """Send one request the way the worker does (a COMMAND parcel on its ring) and return
         the admin's one reply."""
         self._opaque += 1
         command = make_request(code, self._opaque, ext or {}, body=body)
         header = encode_header(command)
-        head = records.pack_command_head(
+        head = parcels.pack_command_head(
             1, command.opaque, code, command.flag, command.version, b"\x7f\0\0\1", 40_001, 0,
             int(command.language), len(header), 0,
         )  # fmt: skip
-        self.requests.append(records.COMMAND, head, header, body)
+        self.requests.append(parcels.COMMAND, head, header, body)
         assert self.requests.flush_nowait()
         self.admin.run_once(0)
         batch = self.replies.drain_nowait()
         found: list[RemotingCommand] = []
-        for record_type, buffer, offset, size in self.replies.records(batch):
-            assert record_type == records.REPLY
+        for parcel_type, buffer, offset, size in self.replies.parcels(batch):
+            assert parcel_type == parcels.REPLY
             # Bodies of stored records come as commit-log runs (sendfile); the graph reads them.
             found.append(self.graph._decode_reply(buffer, offset, size).command)
         self.replies.release(batch)
@@ -637,19 +637,19 @@ def test_view_by_offset_and_query_by_key_return_stored_records(stored: AdminOnSt
     assert unknown.code == ResponseCode.TOPIC_NOT_EXIST
 
 
-def test_commit_records_from_pulls_count_as_commits(stored: AdminOnStore) -> None:
+def test_commit_parcels_from_pulls_count_as_commits(stored: AdminOnStore) -> None:
     stored.commits.append(
-        admin_records.COMMIT_OFFSET, admin_records.pack_commit_offset("CG", "Q", 1, 7)
+        admin_parcels.COMMIT_OFFSET, admin_parcels.pack_commit_offset("CG", "Q", 1, 7)
     )
     stored.commits.append(
-        admin_records.COMMIT_OFFSET, admin_records.pack_commit_offset("bad@group", "Q", 1, 7)
+        admin_parcels.COMMIT_OFFSET, admin_parcels.pack_commit_offset("bad@group", "Q", 1, 7)
     )
     assert stored.commits.flush_nowait()
     stored.admin.run_once(0)
     query = {"consumerGroup": "CG", "topic": "Q", "queueId": "1"}
     assert offset_of(stored.ask(RequestCode.QUERY_CONSUMER_OFFSET, query)) == 7
     statistics = stored.admin.statistics_admin()
-    assert (statistics.commit_records, statistics.commit_records_refused) == (2, 1)
+    assert (statistics.commit_parcels, statistics.commit_parcels_refused) == (2, 1)
 
 
 def test_topic_status_progress_and_reset(stored: AdminOnStore) -> None:
@@ -698,13 +698,13 @@ def test_topic_status_progress_and_reset(stored: AdminOnStore) -> None:
     assert bad_to.code == ResponseCode.SYSTEM_ERROR
 
 
-# --- admin_records: the COMMIT_OFFSET record and the group-subscriptions file --------------------
+# --- admin_parcels: the COMMIT_OFFSET parcel and the group-subscriptions file --------------------
 
 
-def test_commit_offset_records_round_trip_any_names() -> None:
+def test_commit_offset_parcels_round_trip_any_names() -> None:
     for group, topic in (("CG", "T"), ("组", "%RETRY%组"), ("g\udc80", "t")):
-        payload = admin_records.pack_commit_offset(group, topic, 3, 2**40)
-        assert admin_records.unpack_commit_offset(payload, 0, len(payload)) == (
+        payload = admin_parcels.pack_commit_offset(group, topic, 3, 2**40)
+        assert admin_parcels.unpack_commit_offset(payload, 0, len(payload)) == (
             group.replace("\udc80", "?"),  # wire text (message.py): a lone surrogate is '?'
             topic,
             3,
@@ -723,15 +723,15 @@ def test_the_subscriptions_reader_follows_the_file_and_keeps_the_last_good_table
             "T": Subscription("T", "TagA || TagB", ("TagA", "TagB"), (1, 2), 9),
         }
     }
-    admin_records.write_group_subscriptions(tmp_path, manager_table, 1, 0)
+    admin_parcels.write_group_subscriptions(tmp_path, manager_table, 1, 0)
     assert reader.get("CG", "T") is None  # looked 0 ns ago: not yet
     subscription = reader.get_fresh("CG", "T")
     assert subscription == manager_table["CG"]["T"]
-    clock.now_ns += admin_records.RELOAD_CHECK_INTERVAL_NS
-    admin_records.write_group_subscriptions(tmp_path, {}, 2, 0)
+    clock.now_ns += admin_parcels.RELOAD_CHECK_INTERVAL_NS
+    admin_parcels.write_group_subscriptions(tmp_path, {}, 2, 0)
     assert reader.get("CG", "T") is None  # the group left
-    admin_records.subscriptions_path(tmp_path).write_text('{"groups": 5}')
+    admin_parcels.subscriptions_path(tmp_path).write_text('{"groups": 5}')
     assert reader.get_fresh("CG", "T") is None  # a bad file leaves the last good (empty) table
     assert reader.bad_file_count == 1
-    admin_records.subscriptions_path(tmp_path).unlink()
+    admin_parcels.subscriptions_path(tmp_path).unlink()
     assert reader.get_fresh("CG", "T") is None

@@ -34,7 +34,7 @@ from mqbox.protocol.codes import (
 )
 from mqbox.protocol.headers import PullMessageRequestHeader
 from mqbox.protocol.mqbox_codes import MQBOX_PULL_STATUS
-from mqbox.server.records import ConnectionEvent
+from mqbox.server.parcels import ConnectionEvent
 from mqbox.server.roles.processors.pull import PullProcessor, tag_hashes_of
 from mqbox.server.roles.processors.topics import TopicConfigStore
 from mqbox.store.config_files import TopicConfig

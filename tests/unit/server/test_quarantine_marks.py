@@ -1,13 +1,13 @@
-"""Goal: the quarantine bookkeeping of transport.Inbox and runtime.RecordMarks (runtime.py's
-module docstring). While a record is handled, the role's handling words hold its ring's number
+"""Goal: the quarantine bookkeeping of transport.Inbox and runtime.ParcelMarks (runtime.py's
+module docstring). While a parcel is handled, the role's handling words hold its ring's number
 and its position, the byte count since the ring was made, also past a wrap of the ring with its
-padding record; between batches they say "nothing". The record the control block quarantined is
-not yielded: it goes to the on_quarantined hook, once, and the records around it are yielded.
+padding parcel; between batches they say "nothing". The parcel the control block quarantined is
+not yielded: it goes to the on_quarantined hook, once, and the parcels around it are yielded.
 
 Method: a real 4 KiB ring in /dev/shm and a real ControlBlock (anonymous shared memory, as the
-supervisor makes it), with RecordMarks given to the Inbox directly instead of through a role
-process. Records of several sizes are written and drained one at a time, so the ring wraps
-several times; each record's expected position is the batch's end minus the record's size
+supervisor makes it), with ParcelMarks given to the Inbox directly instead of through a role
+process. Parcels of several sizes are written and drained one at a time, so the ring wraps
+several times; each parcel's expected position is the batch's end minus the parcel's size
 rounded up to the ring's 8-byte alignment, which holds with or without padding before it.
 """
 
@@ -18,10 +18,10 @@ from collections.abc import Iterator
 import pytest
 
 from mqbox.ipc import names
-from mqbox.ipc.layout import RECORD_ALIGNMENT_BYTES, RECORD_HEADER_SIZE_BYTES
+from mqbox.ipc.layout import PARCEL_ALIGNMENT_BYTES, PARCEL_HEADER_SIZE_BYTES
 from mqbox.ipc.ring import Ring
 from mqbox.server import control_block, runtime, transport
-from mqbox.server.records import Buffer
+from mqbox.server.parcels import Buffer
 
 ROLE_ID = "admin.0"
 
@@ -37,20 +37,20 @@ def ring(shm_instance: str) -> Iterator[Ring]:
 
 
 def aligned_size_bytes(payload_size_bytes: int) -> int:
-    length = RECORD_HEADER_SIZE_BYTES + payload_size_bytes
-    return -(-length // RECORD_ALIGNMENT_BYTES) * RECORD_ALIGNMENT_BYTES
+    length = PARCEL_HEADER_SIZE_BYTES + payload_size_bytes
+    return -(-length // PARCEL_ALIGNMENT_BYTES) * PARCEL_ALIGNMENT_BYTES
 
 
-def test_handling_words_name_each_record_by_its_position_across_wraps(ring: Ring) -> None:
+def test_handling_words_name_each_parcel_by_its_position_across_wraps(ring: Ring) -> None:
     control = control_block.ControlBlock.create([ROLE_ID])
-    marks = runtime.RecordMarks(control, ROLE_ID, ["other ring", ring.name])
+    marks = runtime.ParcelMarks(control, ROLE_ID, ["other ring", ring.name])
     inbox = transport.Inbox(ring, "producer", marks)
     positions = []
     for number in range(60):  # about 15 KiB through a 4 KiB ring
         payload = bytes([number]) * (100 + 37 * (number % 9))
         assert ring.try_write_nowait(1, payload)
         batch = inbox.drain_nowait(1)
-        for _type, buffer, offset, size in inbox.records(batch):
+        for _type, buffer, offset, size in inbox.parcels(batch):
             assert bytes(memoryview(buffer)[offset : offset + size]) == payload
             position = batch.end_bytes - aligned_size_bytes(len(payload))
             assert control.handling(ROLE_ID) == (2, position)
@@ -61,27 +61,27 @@ def test_handling_words_name_each_record_by_its_position_across_wraps(ring: Ring
     assert positions[-1] > 3 * ring.capacity_bytes
 
 
-def test_the_quarantined_record_goes_to_the_hook_and_the_others_are_yielded(ring: Ring) -> None:
+def test_the_quarantined_parcel_goes_to_the_hook_and_the_others_are_yielded(ring: Ring) -> None:
     control = control_block.ControlBlock.create([ROLE_ID])
     for number in range(3):
-        assert ring.try_write_nowait(1, f"record {number}".encode())
-    second_position = aligned_size_bytes(len(b"record 0"))
+        assert ring.try_write_nowait(1, f"parcel {number}".encode())
+    second_position = aligned_size_bytes(len(b"parcel 0"))
     control.quarantine(ROLE_ID, (1, second_position))
-    inbox = transport.Inbox(ring, "producer", runtime.RecordMarks(control, ROLE_ID, [ring.name]))
+    inbox = transport.Inbox(ring, "producer", runtime.ParcelMarks(control, ROLE_ID, [ring.name]))
     skipped: list[bytes] = []
 
-    def on_quarantined(record_type: int, buffer: Buffer, offset: int, size: int) -> None:
+    def on_quarantined(parcel_type: int, buffer: Buffer, offset: int, size: int) -> None:
         skipped.append(bytes(memoryview(buffer)[offset : offset + size]))
 
     inbox.on_quarantined = on_quarantined
     batch = inbox.drain_nowait()
     yielded = [
         bytes(memoryview(buffer)[offset : offset + size])
-        for _type, buffer, offset, size in inbox.records(batch)
+        for _type, buffer, offset, size in inbox.parcels(batch)
     ]
     inbox.release(batch)
-    assert yielded == [b"record 0", b"record 2"]
-    assert skipped == [b"record 1"]
+    assert yielded == [b"parcel 0", b"parcel 2"]
+    assert skipped == [b"parcel 1"]
     assert inbox.quarantined_count == 1
 
 

@@ -7,7 +7,7 @@ Method: every role as an object in this process (tests/support/front_in_process.
 rings and a listening socket on 127.0.0.1 port 0; the client is a plain socket with the
 protocol's client codec, and every wait pumps the roles' loops (`run_once(0)`), so each step is
 deterministic and a test can stop the pipeline at any hop, drain a ring by hand or inject a
-record. Rings, spill files and sockets are released in the fixture's `finally`.
+parcel. Rings, spill files and sockets are released in the fixture's `finally`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from mqbox.protocol import FLAG_RESPONSE, RemotingCommand, SerializeType, make_r
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import encode_command, encode_command_head
 from mqbox.protocol.mqbox_codes import MQBOX_NOOP
-from mqbox.server import records, transport
+from mqbox.server import parcels, transport
 from mqbox.server.roles.processors import Request
 from mqbox.server.roles.worker import ConnectionInfo
 from mqbox.store import layout as store_layout
@@ -302,9 +302,9 @@ def inject_response(
     """What a codec writes for a REPLY with a read plan, written through codec.0's own outbox."""
     outbox = front.codecs[0].reactor_outboxes[0]
     outbox.append(
-        records.RESPONSE,
-        records.pack_response_head(conn_id, len(runs), 0),
-        records.pack_runs(runs),
+        parcels.RESPONSE,
+        parcels.pack_response_head(conn_id, len(runs), 0),
+        parcels.pack_runs(runs),
         frame_head,
     )
     assert outbox.flush_nowait()
@@ -451,7 +451,7 @@ def test_a_peer_that_stops_reading_is_closed_when_its_output_passes_the_limit(
         # Responses for a client that reads nothing, until the kernel's socket buffers are full
         # and the reactor's queue passes its limit.
         for _ in range(1000):
-            outbox.append(records.RESPONSE, records.pack_response_head(conn_id, 0, 0), frame)
+            outbox.append(parcels.RESPONSE, parcels.pack_response_head(conn_id, 0, 0), frame)
             outbox.flush_nowait()
             front.pump()
             if front.reactor.statistics().slow_reader_closes:
@@ -521,7 +521,7 @@ def test_answered_requests_leave_the_in_flight_table(front: FrontInProcess) -> N
         for _ in range(5):
             assert client.call(MQBOX_NOOP).code == 0
         worker = front.workers[0]
-        time.sleep(records.COMPLETED_FLUSH_INTERVAL_NS / 1e9)
+        time.sleep(parcels.COMPLETED_FLUSH_INTERVAL_NS / 1e9)
         front.pump_until(lambda: worker.statistics().in_flight == 0)
         assert worker.on_processor_restarted("admin.0") == 0
     finally:
@@ -545,11 +545,11 @@ def test_close_connection_for_an_unknown_id_still_reports_it_closed(
     front: FrontInProcess,
 ) -> None:
     """A reactor's predecessor left this id in the tables: the CLOSED lets them forget it."""
-    stale_conn_id = records.make_conn_id(0, 1, 12345)
+    stale_conn_id = parcels.make_conn_id(0, 1, 12345)
     worker = front.workers[0]
     worker.connections[stale_conn_id] = ConnectionInfo(stale_conn_id, "10.0.0.1", 1, 0, 0)
     outbox = front.codecs[stale_conn_id % 2].reactor_outboxes[0]
-    outbox.append(records.CLOSE_CONNECTION, records.pack_close_connection(stale_conn_id, 0))
+    outbox.append(parcels.CLOSE_CONNECTION, parcels.pack_close_connection(stale_conn_id, 0))
     assert outbox.flush_nowait()
     front.pump_until(lambda: stale_conn_id not in worker.connections)
     assert worker.statistics().connections_closed == 1
@@ -582,7 +582,7 @@ def test_client_socket_is_served_by_codec_conn_mod_c(front: FrontInProcess) -> N
         decoded = [codec.statistics().frames_decoded for codec in front.codecs]
         assert decoded == [2, 2]
         for conn_id in front.reactor.connections:
-            assert records.reactor_of(conn_id) == 0
+            assert parcels.reactor_of(conn_id) == 0
     finally:
         for client in clients:
             client.close()

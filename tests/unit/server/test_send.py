@@ -8,7 +8,7 @@ that truly timed out. The batch kernel makes byte for byte what message.encode_r
 
 Method: the store writer, the dispatcher and the send and pull processors run as objects in this
 process (`StoreGraph`) over real rings and a real store in tmp_path; a test hands a Request to a
-processor's `handle`, turns every role's loop once per `pump()` and reads the REPLY records the
+processor's `handle`, turns every role's loop once per `pump()` and reads the REPLY parcels the
 processors write toward the codec, reading sendfile runs straight from the commit-log files.
 Records are read back with message.decode_record (CRC checked). test_pull.py uses the harness too.
 """
@@ -48,7 +48,7 @@ from mqbox.protocol import RemotingCommand, make_request
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import decode_command
 from mqbox.protocol.headers import SendMessageRequestHeader
-from mqbox.server import records, transport
+from mqbox.server import parcels, transport
 from mqbox.server.roles.dispatcher import DispatcherRole
 from mqbox.server.roles.processors import Request
 from mqbox.server.roles.processors.pull import PullProcessor
@@ -178,16 +178,16 @@ class StoreGraph:
     def collect(self) -> None:
         for inbox in self.reply_inboxes:
             batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
-            for record_type, buffer, offset, size in inbox.records(batch):
-                assert record_type == records.REPLY
+            for parcel_type, buffer, offset, size in inbox.parcels(batch):
+                assert parcel_type == parcels.REPLY
                 self.replies.append(self._decode_reply(buffer, offset, size))
             inbox.release(batch)
 
-    def _decode_reply(self, buffer: records.Buffer, offset: int, size: int) -> Reply:
-        head = records.unpack_reply_head(buffer, offset)
-        at = offset + records.REPLY_HEAD_SIZE_BYTES
-        runs = records.unpack_runs(buffer, at, head.run_count)
-        at += head.run_count * records.RUN_SIZE_BYTES
+    def _decode_reply(self, buffer: parcels.Buffer, offset: int, size: int) -> Reply:
+        head = parcels.unpack_reply_head(buffer, offset)
+        at = offset + parcels.REPLY_HEAD_SIZE_BYTES
+        runs = parcels.unpack_runs(buffer, at, head.run_count)
+        at += head.run_count * parcels.RUN_SIZE_BYTES
         header = bytes(buffer[at : at + head.header_size])
         at += head.header_size
         if runs:
@@ -198,7 +198,7 @@ class StoreGraph:
         command = decode_command(head.serialize_type, header, body)
         return Reply(head.conn_id, command, head.run_count)
 
-    def read_run(self, run: records.Run) -> bytes:
+    def read_run(self, run: parcels.Run) -> bytes:
         path = commit_log_dir(self.store_root) / segment_name(run.segment_start)
         with path.open("rb") as file:
             file.seek(run.file_offset)

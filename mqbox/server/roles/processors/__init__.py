@@ -3,7 +3,7 @@ business logic; this module holds the loop they run in.
 
 Owns: `Request` (one decoded request and where it came from), `Processor` (the base class of a
 processor role: drains its rings from the workers and from anyone else, decodes each COMMAND
-record into a RemotingCommand with protocol.decode_command, writes REPLY records to
+parcel into a RemotingCommand with protocol.decode_command, writes REPLY parcels to
 codec.(conn % C), forwards the workers' CLOSE_CONNECTION, answers their REQUEST_FAILED), and the
 rule that a reply never exceeds the frame size limit. Never: a socket, a frame prefix (the codec
 adds it), or routing (the worker chose this processor).
@@ -28,7 +28,7 @@ handlers must serve exactly the codes routed to it (tests/unit/server/test_routi
 
 - `handle` is called once per request, in ring order. A handler may answer at once (return the
   response, or call `reply()`), or keep the Request and answer later (a held PULL, a SEND
-  waiting for the store writer's ack), from `on_record` (records from rings that are not a
+  waiting for the store writer's ack), from `on_parcel` (parcels from rings that are not a
   worker's: the store writer's acks, the dispatcher's wake-ups) or from `on_tick`. Every
   request gets exactly one reply, except a client's response to a broker request (flag RESPONSE)
   and a request with flag ONEWAY, which get none: `reply()` drops those. The worker tracks each
@@ -49,7 +49,7 @@ handlers must serve exactly the codes routed to it (tests/unit/server/test_routi
   its own request tables and read-only store views, so what dying would protect is little, and a
   request that reaches the bug would be replayed to every restarted process until the broker
   stops (issue 9). The commit log's writer catches nothing (store_writer.py). BaseException
-  (SystemExit of an orderly stop, KeyboardInterrupt) passes. A record that kills the process
+  (SystemExit of an orderly stop, KeyboardInterrupt) passes. A parcel that kills the process
   anyway is delivered once more and then quarantined (runtime.py, supervisor.py).
 - `next_deadline_ns()` tells the loop when `on_tick` must run next (held pulls time out); the
   loop also runs it once a second.
@@ -84,14 +84,14 @@ from mqbox.protocol.command import (
 )
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.frame import FRAME_PREFIX_SIZE_BYTES, FRAME_SIZE_BYTES_MAX_DEFAULT
-from mqbox.server import records, runtime, transport
-from mqbox.server.records import Buffer, ConnectionEvent, Run
+from mqbox.server import parcels, runtime, transport
+from mqbox.server.parcels import Buffer, ConnectionEvent, Run
 from mqbox.server.runtime import RoleContext
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillBudget, SpillWriter
 
 TICK_INTERVAL_NS: Final = 1_000_000_000
-_COMMAND_HEAD: Final = records.COMMAND_HEAD_STRUCT
+_COMMAND_HEAD: Final = parcels.COMMAND_HEAD_STRUCT
 _SERIALIZE_TYPES: Final = (SerializeType.JSON, SerializeType.ROCKETMQ)
 assert all(serialize_type.value == index for index, serialize_type in enumerate(_SERIALIZE_TYPES))
 STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
@@ -119,7 +119,7 @@ def handles(*codes: int) -> Callable[[_HandlerMethod], _HandlerMethod]:
 class Request:
     """One request as a processor receives it.
 
-    The fixed fields come from the COMMAND record's head. `command` decodes the header (with
+    The fixed fields come from the COMMAND parcel's head. `command` decodes the header (with
     protocol.decode_command) on first use, so a handler that needs neither extFields nor the
     body (MQBOX_NOOP, a heartbeat acknowledgement) pays for neither; `make_response` builds the
     answer from the head alone. The header and body bytes are copied out of the ring, so a
@@ -357,10 +357,10 @@ class Processor:
         """A client's connection is gone: drop what is held for it (replies to it are dropped
         by the reactor anyway)."""
 
-    def on_record(self, producer: str, record_type: int, payload: memoryview) -> None:
-        """A record from a ring that is not a worker's (store writer, dispatcher). `payload` is
+    def on_parcel(self, producer: str, parcel_type: int, payload: memoryview) -> None:
+        """A parcel from a ring that is not a worker's (store writer, dispatcher). `payload` is
         valid only during the call."""
-        raise AssertionError(f"{self.role_id} got record type {record_type} from {producer}")
+        raise AssertionError(f"{self.role_id} got parcel type {parcel_type} from {producer}")
 
     def on_tick(self, now_ns: int) -> None:
         """Timers: runs once a second and when next_deadline_ns() is due."""
@@ -381,15 +381,15 @@ class Processor:
         if FRAME_PREFIX_SIZE_BYTES + len(header) + len(body) > self.frame_size_bytes_max:
             self._reply_too_large(request, len(header) + len(body))
             return
-        record_size_bytes = records.REPLY_HEAD_SIZE_BYTES + len(header) + len(body)
-        if record_size_bytes > self.inline_size_bytes_max and not (
-            self.spill_budget.has_room_nowait(record_size_bytes)
+        parcel_size_bytes = parcels.REPLY_HEAD_SIZE_BYTES + len(header) + len(body)
+        if parcel_size_bytes > self.inline_size_bytes_max and not (
+            self.spill_budget.has_room_nowait(parcel_size_bytes)
         ):
             self._reply_refused(
                 request,
                 ResponseCode.SYSTEM_BUSY,
                 f"mqbox: [OVERLOAD] the broker's spill files are full (mqboxSpillBytesMax="
-                f"{self.spill_budget.size_bytes_max}) for a response of {record_size_bytes} "
+                f"{self.spill_budget.size_bytes_max}) for a response of {parcel_size_bytes} "
                 f"bytes; try again later",
             )
             return
@@ -408,7 +408,7 @@ class Processor:
         if not request.wants_reply:
             self._replies_dropped += 1
             return
-        packed = records.pack_runs(runs)
+        packed = parcels.pack_runs(runs)
         body_size = sum(run.size if isinstance(run, Run) else run[2] for run in runs)
         header = encode_header(response)
         if FRAME_PREFIX_SIZE_BYTES + len(header) + body_size > self.frame_size_bytes_max:
@@ -416,10 +416,10 @@ class Processor:
             return
         self._append_reply(request.conn_id, response, header, packed, body_size, b"")
 
-    def close_connection(self, conn_id: int, reason: int = records.CLOSE_REASON_REQUESTED) -> None:
+    def close_connection(self, conn_id: int, reason: int = parcels.CLOSE_REASON_REQUESTED) -> None:
         """Ask the reactor to close `conn_id` once its queued output is written."""
         outbox = self.codec_outboxes[conn_id % len(self.codec_outboxes)]
-        outbox.append(records.CLOSE_CONNECTION, records.pack_close_connection(conn_id, reason))
+        outbox.append(parcels.CLOSE_CONNECTION, parcels.pack_close_connection(conn_id, reason))
 
     def reply_fields(
         self,
@@ -470,13 +470,13 @@ class Processor:
         body: bytes,
         flags: int = 0,
     ) -> None:
-        """Stage one REPLY; `flags`: records.REPLY_FLAG_* (REQUEST for a broker request)."""
-        run_count = len(runs) // records.RUN_SIZE_BYTES
-        head = records.pack_reply_head(
+        """Stage one REPLY; `flags`: parcels.REPLY_FLAG_* (REQUEST for a broker request)."""
+        run_count = len(runs) // parcels.RUN_SIZE_BYTES
+        head = parcels.pack_reply_head(
             conn_id, opaque, serialize_type, flags, len(header), run_count, body_size
         )
         outbox = self.codec_outboxes[conn_id % len(self.codec_outboxes)]
-        outbox.append(records.REPLY, head, runs, header, body)
+        outbox.append(parcels.REPLY, head, runs, header, body)
         self._replies += 1
 
     def _reply_too_large(self, request: Request, size_bytes: int) -> None:
@@ -504,7 +504,7 @@ class Processor:
     def run_once(self, timeout_ms: int) -> int:
         """One turn: every in-ring once, timers when due, replies out, then a wait of up to
         timeout_ms (negative: no limit) for more, which returns at once while a ring is readable
-        (codec.py's run_once says why in the same turn). Returns the records handled."""
+        (codec.py's run_once says why in the same turn). Returns the parcels handled."""
         self._turn_count += 1
         work = 0
         if not self._replies_backed_up:
@@ -559,31 +559,31 @@ class Processor:
         batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
         now_ns = time.monotonic_ns()
-        for record_type, buffer, offset, size in inbox.records(batch):
+        for parcel_type, buffer, offset, size in inbox.parcels(batch):
             handled += 1
-            if record_type == records.COMMAND:
+            if parcel_type == parcels.COMMAND:
                 self._on_command(buffer, offset, size, now_ns)
-            elif record_type == records.CONNECTION_OPENED:
-                self.on_connection_opened(records.unpack_connection_event(buffer, offset))
-            elif record_type == records.CONNECTION_CLOSED:
-                self.on_connection_closed(records.unpack_connection_event(buffer, offset))
-            elif record_type == records.CLOSE_CONNECTION:
-                conn_id, reason = records.unpack_close_connection(buffer, offset)
+            elif parcel_type == parcels.CONNECTION_OPENED:
+                self.on_connection_opened(parcels.unpack_connection_event(buffer, offset))
+            elif parcel_type == parcels.CONNECTION_CLOSED:
+                self.on_connection_closed(parcels.unpack_connection_event(buffer, offset))
+            elif parcel_type == parcels.CLOSE_CONNECTION:
+                conn_id, reason = parcels.unpack_close_connection(buffer, offset)
                 self.close_connection(conn_id, reason)
                 self._closes_forwarded += 1
-            elif record_type == records.REQUEST_FAILED:
-                self._on_request_failed(records.unpack_request_failed(buffer, offset, size))
+            elif parcel_type == parcels.REQUEST_FAILED:
+                self._on_request_failed(parcels.unpack_request_failed(buffer, offset, size))
             else:
-                raise AssertionError(f"{self.role_id} got record type {record_type} from a worker")
+                raise AssertionError(f"{self.role_id} got parcel type {parcel_type} from a worker")
         inbox.release(batch)
         return handled
 
     def _drain_other(self, inbox: Inbox) -> int:
         batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
         handled = 0
-        for record_type, buffer, offset, size in inbox.records(batch):
+        for parcel_type, buffer, offset, size in inbox.parcels(batch):
             handled += 1
-            self.on_record(inbox.producer, record_type, memoryview(buffer)[offset : offset + size])
+            self.on_parcel(inbox.producer, parcel_type, memoryview(buffer)[offset : offset + size])
         inbox.release(batch)
         return handled
 
@@ -604,7 +604,7 @@ class Processor:
             # serving it now would store a failed send once more.
             self._stale_requests_dropped += 1
             return
-        header_start = offset + records.COMMAND_HEAD_SIZE_BYTES
+        header_start = offset + parcels.COMMAND_HEAD_SIZE_BYTES
         body_start = header_start + header_size
         assert body_start <= offset + size
         request = Request(
@@ -653,13 +653,13 @@ class Processor:
         )
         self.reply(request, request.make_response(ResponseCode.SYSTEM_ERROR, {}, remark=remark))
 
-    def _on_quarantined(self, record_type: int, buffer: Buffer, offset: int, size: int) -> None:
-        """A record that stopped this role twice (transport.Inbox): SYSTEM_ERROR if a request."""
-        failed = transport.quarantined_request_failed(record_type, buffer, offset, self.role_id)
+    def _on_quarantined(self, parcel_type: int, buffer: Buffer, offset: int, size: int) -> None:
+        """A parcel that stopped this role twice (transport.Inbox): SYSTEM_ERROR if a request."""
+        failed = transport.quarantined_request_failed(parcel_type, buffer, offset, self.role_id)
         if failed is not None:
             self._on_request_failed(failed)
 
-    def _on_request_failed(self, failed: records.RequestFailed) -> None:
+    def _on_request_failed(self, failed: parcels.RequestFailed) -> None:
         response = RemotingCommand(
             failed.response_code,
             opaque=failed.opaque,

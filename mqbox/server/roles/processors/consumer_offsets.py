@@ -2,7 +2,7 @@
 
 Owns: `ConsumerOffsets`, the table the admin processor keeps (RocketMQ's ConsumerOffsetManager):
 commits from UPDATE_CONSUMER_OFFSET (15) and from pulls (the commitOffset piggyback, which the
-pull processors send to admin.0 as COMMIT_OFFSET records), answers to QUERY_CONSUMER_OFFSET (14)
+pull processors send to admin.0 as COMMIT_OFFSET parcels), answers to QUERY_CONSUMER_OFFSET (14)
 through `starting_queue_index` (checklist rule 7), and the save schedule of
 config/consumerOffset.json: at most every `persist_interval_ns` (5 s) while something changed,
 and once more at an orderly stop. Never: a second writer of the file (admin.0 is the only one),

@@ -28,7 +28,7 @@ so a client asking for big batches gets them (the first message is always sent w
 
 Subscriptions: with the SUBSCRIPTION bit clear (the Java push consumer's default), the group's
 subscription comes from its heartbeat, which admin.0 writes to config/mqboxSubscriptions.json
-(admin_records.GroupSubscriptionsReader); none gives 24, an older one 25. The commitOffset
+(admin_parcels.GroupSubscriptionsReader); none gives 24, an older one 25. The commitOffset
 piggyback (bit 0) goes to admin.0, the offsets' one owner, on the pull's first run only.
 
 Closed connections: the worker sends CONNECTION_CLOSED to pull.(conn % P), the processor that
@@ -71,8 +71,9 @@ from mqbox.protocol.headers import (
     validate_topic,
 )
 from mqbox.protocol.mqbox_codes import MQBOX_PULL_STATUS
-from mqbox.server import admin_records, records
-from mqbox.server.admin_records import GroupSubscriptionsReader
+from mqbox.server import admin_parcels, parcels
+from mqbox.server.admin_parcels import GroupSubscriptionsReader
+from mqbox.server.parcels import ConnectionEvent
 from mqbox.server.queue_counters import (
     QueueCounters,
     StorePositions,
@@ -80,7 +81,6 @@ from mqbox.server.queue_counters import (
     queue_key,
     store_positions_name,
 )
-from mqbox.server.records import ConnectionEvent
 from mqbox.server.roles.processors import Processor, Request, handles, run_processor
 from mqbox.server.roles.processors.client_manager import group_name_problem
 from mqbox.server.roles.processors.topics import (
@@ -277,8 +277,8 @@ class PullProcessor(Processor):
         ):
             # Only on the first run of a pull (not the re-run after a hold), as Java does.
             self.commit_outbox.append(
-                admin_records.COMMIT_OFFSET,
-                admin_records.pack_commit_offset(
+                admin_parcels.COMMIT_OFFSET,
+                admin_parcels.pack_commit_offset(
                     header.consumer_group, topic, queue_id, header.commit_queue_index
                 ),
             )
@@ -474,14 +474,14 @@ class PullProcessor(Processor):
                     if not queue_waiting:
                         del self._held[held.queue.key]
 
-    def on_record(self, producer: str, record_type: int, payload: memoryview) -> None:
-        if record_type != records.QUEUES_GREW:
-            super().on_record(producer, record_type, payload)
+    def on_parcel(self, producer: str, parcel_type: int, payload: memoryview) -> None:
+        if parcel_type != parcels.QUEUES_GREW:
+            super().on_parcel(producer, parcel_type, payload)
             return
-        _dispatched, flags, keys = records.unpack_queues_grew(payload, 0, len(payload))
+        _dispatched, flags, keys = parcels.unpack_queues_grew(payload, 0, len(payload))
         if not self._held:
             return
-        if flags & records.QUEUES_GREW_FLAG_MANY:
+        if flags & parcels.QUEUES_GREW_FLAG_MANY:
             keys = list(self._held)
         for key in keys:
             waiting = self._held.get(key)

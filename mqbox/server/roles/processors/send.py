@@ -4,7 +4,7 @@ CONSUMER_SEND_MSG_BACK (36).
 Owns: the checks of a send (topic name, topic existence and auto-creation, write permission,
 queue id, body and properties sizes, batch rules), the stored records built from it (one
 message with message.encode_record; a batch with the `encode_batch_records` kernel, which writes
-every element's record with its BODYCRC in one call), the APPEND record to the store writer and
+every element's record with its BODYCRC in one call), the APPEND parcel to the store writer and
 the answer once its APPEND_ACK arrives (SendMessageResponseHeader: the offset msgId of every
 record, the queue id, the first queue index; every value a string).
 
@@ -137,9 +137,9 @@ from mqbox.protocol.headers import (
     SendMessageResponseHeader,
 )
 from mqbox.protocol.headers import validate_topic as validate_topic_name
-from mqbox.server import records
+from mqbox.server import parcels
+from mqbox.server.parcels import AppendAck
 from mqbox.server.queue_counters import StorePositions, store_positions_name
-from mqbox.server.records import AppendAck
 from mqbox.server.roles.processors import Processor, Request, delivery, handles, run_processor
 from mqbox.server.roles.processors.topics import (
     PERM_READ_WRITE,
@@ -447,7 +447,7 @@ class SendProcessor(Processor):
         self._record_sizes = np.zeros(1024, dtype=np.int32)
         self._payload = np.zeros(1 << 16, dtype=np.uint8)
         self._payload_size = 0
-        self._one_type = np.array([records.APPEND], dtype=np.int32)
+        self._one_type = np.array([parcels.APPEND], dtype=np.int32)
         self._one_offset = np.zeros(1, dtype=np.int64)
         self._one_size = np.zeros(1, dtype=np.int64)
         self._direct_appends = 0
@@ -888,13 +888,13 @@ class SendProcessor(Processor):
         area zeroed: (buffer, where the sizes go, where the records go). The caller writes the
         records and sizes there; `_append` adds the head and sends it. Building the record in
         place saves a copy of every byte (the Outbox would stage it once more)."""
-        sizes_at = records.APPEND_HEAD_STRUCT.size + records.padded_size_bytes(len(topic_bytes))
-        records_at = sizes_at + records.padded_size_bytes(4 * record_count)
+        sizes_at = parcels.APPEND_HEAD_STRUCT.size + parcels.padded_size_bytes(len(topic_bytes))
+        records_at = sizes_at + parcels.padded_size_bytes(4 * record_count)
         size = records_at + records_size_bytes
         if self._payload.size < size:
             self._payload = np.zeros(max(size, 2 * self._payload.size), dtype=np.uint8)
         payload = self._payload
-        topic_at = records.APPEND_HEAD_STRUCT.size
+        topic_at = parcels.APPEND_HEAD_STRUCT.size
         payload[topic_at:records_at] = 0
         payload[topic_at : topic_at + len(topic_bytes)] = np.frombuffer(topic_bytes, np.uint8)
         self._payload_size = size
@@ -918,13 +918,13 @@ class SendProcessor(Processor):
         Outbox, which keeps the order and spills what the ring can never hold. The answer names
         `reply_queue_id` if given, else `queue_id`."""
         request_id = next(self._request_ids)
-        flags = 0 if _PROPERTY_WAIT_FALSE in "\x02" + properties else records.APPEND_FLAG_WAIT_FLUSH
+        flags = 0 if _PROPERTY_WAIT_FALSE in "\x02" + properties else parcels.APPEND_FLAG_WAIT_FLUSH
         if self._idempotent and not send_back:
-            flags |= records.APPEND_FLAG_IDEMPOTENT
+            flags |= parcels.APPEND_FLAG_IDEMPOTENT
         payload = self._payload
         size = self._payload_size
         head = (request_id, record_count, queue_id, flags, len(topic_bytes), records_size_bytes)
-        records.APPEND_HEAD_STRUCT.pack_into(payload.data, 0, *head)
+        parcels.APPEND_HEAD_STRUCT.pack_into(payload.data, 0, *head)
         self._pending[request_id] = _PendingSend(
             request,
             queue_id if reply_queue_id is None else reply_queue_id,
@@ -941,16 +941,16 @@ class SendProcessor(Processor):
             ):
                 self._direct_appends += 1
                 return
-        head_size = records.APPEND_HEAD_STRUCT.size  # what stays inline if the rest spills
-        outbox.append(records.APPEND, payload[:head_size].data, payload[head_size:size].data)
+        head_size = parcels.APPEND_HEAD_STRUCT.size  # what stays inline if the rest spills
+        outbox.append(parcels.APPEND, payload[:head_size].data, payload[head_size:size].data)
 
     # -- acks -------------------------------------------------------------------------------------
 
-    def on_record(self, producer: str, record_type: int, payload: memoryview) -> None:
-        if record_type != records.APPEND_ACK:
-            super().on_record(producer, record_type, payload)
+    def on_parcel(self, producer: str, parcel_type: int, payload: memoryview) -> None:
+        if parcel_type != parcels.APPEND_ACK:
+            super().on_parcel(producer, parcel_type, payload)
             return
-        ack = records.unpack_append_ack(payload, 0, len(payload))
+        ack = parcels.unpack_append_ack(payload, 0, len(payload))
         pending = self._pending.pop(ack.request_id, None)
         if pending is None:
             return  # meant for this role's previous process

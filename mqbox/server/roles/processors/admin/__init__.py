@@ -32,8 +32,8 @@ from typing import NoReturn
 
 from mqbox.protocol.codes import FLAG_RESPONSE, ResponseCode
 from mqbox.protocol.headers import validate_topic
-from mqbox.server import admin_records
-from mqbox.server.records import ConnectionEvent
+from mqbox.server import admin_parcels
+from mqbox.server.parcels import ConnectionEvent
 from mqbox.server.roles.processors import Request, run_processor
 from mqbox.server.roles.processors.admin.base import (
     HOUSEKEEPING_INTERVAL_NS,
@@ -96,13 +96,13 @@ class AdminProcessor(ClientManagement, ConsumerOffsetHandlers, StoreQueries, Top
                 call = self._client_calls.pop(key)
                 self._fail_client_call(call, ResponseCode.SYSTEM_ERROR, "its connection closed")
 
-    def on_record(self, producer: str, record_type: int, payload: memoryview) -> None:
-        if record_type != admin_records.COMMIT_OFFSET:
-            super().on_record(producer, record_type, payload)
+    def on_parcel(self, producer: str, parcel_type: int, payload: memoryview) -> None:
+        if parcel_type != admin_parcels.COMMIT_OFFSET:
+            super().on_parcel(producer, parcel_type, payload)
             return
         assert self.owns_state, "COMMIT_OFFSET reaches admin.0 only (topology.py)"
-        commit = admin_records.unpack_commit_offset(payload, 0, len(payload))
-        self._commit_records += 1
+        commit = admin_parcels.unpack_commit_offset(payload, 0, len(payload))
+        self._commit_parcels += 1
         if (
             group_name_problem(commit.group) is not None
             or validate_topic(commit.topic) is not None
@@ -110,7 +110,7 @@ class AdminProcessor(ClientManagement, ConsumerOffsetHandlers, StoreQueries, Top
                 commit.group, commit.topic, commit.queue_id, commit.queue_index, self.clock_ns()
             )
         ):
-            self._commit_records_refused += 1
+            self._commit_parcels_refused += 1
 
     def on_tick(self, now_ns: int) -> None:
         self._send_notifications()
@@ -141,8 +141,8 @@ class AdminProcessor(ClientManagement, ConsumerOffsetHandlers, StoreQueries, Top
             client_responses=self.client_responses,
             unsupported_requests=self.unsupported_requests,
             notifications_sent=self._notifications_sent,
-            commit_records=self._commit_records,
-            commit_records_refused=self._commit_records_refused,
+            commit_parcels=self._commit_parcels,
+            commit_parcels_refused=self._commit_parcels_refused,
             subscriptions_file_writes=self._subscriptions_file_writes,
             consumer_count=clients.consumer_count,
             producer_count=clients.producer_count,

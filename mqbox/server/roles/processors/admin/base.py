@@ -27,7 +27,7 @@ from mqbox.protocol.command import (
     encode_header,
 )
 from mqbox.protocol.errors import RemoteProtocolError
-from mqbox.server import records
+from mqbox.server import parcels
 from mqbox.server.queue_counters import (
     QueueCounters,
     StorePositions,
@@ -208,8 +208,8 @@ class AdminStatistics:
     client_responses: int  # clients' answers to broker requests, dropped
     unsupported_requests: int
     notifications_sent: int  # NOTIFY_CONSUMER_IDS_CHANGED requests
-    commit_records: int  # COMMIT_OFFSET records from pull processors
-    commit_records_refused: int  # with a bad group or topic name
+    commit_parcels: int  # COMMIT_OFFSET parcels from pull processors
+    commit_parcels_refused: int  # with a bad group or topic name
     subscriptions_file_writes: int
     consumer_count: int
     producer_count: int
@@ -280,8 +280,8 @@ class AdminBase(Processor):
         self.client_responses = 0
         self.unsupported_requests = 0
         self._notifications_sent = 0
-        self._commit_records = 0
-        self._commit_records_refused = 0
+        self._commit_parcels = 0
+        self._commit_parcels_refused = 0
         self._subscriptions_file_writes = 0
         self._client_calls_relayed = 0
         self._client_calls_failed = 0
@@ -291,7 +291,7 @@ class AdminBase(Processor):
         """Send a broker request to a client on its connection: oneway (40, 220), or a call
         (307) whose answer comes back through handle() with the same opaque.
 
-        Broker requests travel as REPLY records: the codec frames whatever command a REPLY
+        Broker requests travel as REPLY parcels: the codec frames whatever command a REPLY
         holds, so a request with an opaque from this process's counter goes out on the client's
         connection like a response. The counter starts at 2**30, far above the opaques clients
         use (both the C++ and the Java client count theirs up from 0), because the codec tells
@@ -308,7 +308,7 @@ class AdminBase(Processor):
             b"",
             len(command.body),
             command.body,
-            records.REPLY_FLAG_REQUEST,
+            parcels.REPLY_FLAG_REQUEST,
         )
 
     @staticmethod

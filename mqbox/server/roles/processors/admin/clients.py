@@ -4,7 +4,7 @@ Owns the handlers of HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_
 CHECK_CLIENT_CONFIG (46) and GET_CONSUMER_RUNNING_INFO (307); what a change of the client tables
 (client_manager.py: heartbeats, closed connections, 120 s of silence) sets off:
 NOTIFY_CONSUMER_IDS_CHANGED (40) on each member's connection when a group's membership changes,
-and the group-subscriptions file the pull processors read (admin_records.py). Every code here but
+and the group-subscriptions file the pull processors read (admin_parcels.py). Every code here but
 46 is served by admin.0 alone (routing.py).
 """
 
@@ -29,7 +29,7 @@ from mqbox.protocol.headers import (
     UnregisterClientRequestHeader,
     validate_topic,
 )
-from mqbox.server import admin_records
+from mqbox.server import admin_parcels
 from mqbox.server.roles.processors import Request, handles
 from mqbox.server.roles.processors.admin.base import (
     CLIENT_CALL_COUNT_MAX,
@@ -234,7 +234,7 @@ class ClientManagement(AdminBase):
         """Act on what a client table change did: the pulls' file, then notices at turn end."""
         if change.subscriptions_changed:
             self._subscriptions_version += 1
-            admin_records.write_group_subscriptions(
+            admin_parcels.write_group_subscriptions(
                 self.ctx.store_root,
                 self.clients.group_subscriptions(),
                 self._subscriptions_version,

@@ -27,7 +27,7 @@ from mqbox.protocol.headers import (
     ViewMessageRequestHeader,
 )
 from mqbox.protocol.mqbox_codes import MQBOX_TOPIC_STATUS
-from mqbox.server.records import Run
+from mqbox.server.parcels import Run
 from mqbox.server.roles.processors import Request, handles
 from mqbox.server.roles.processors.admin.base import (
     _STORE_TIMESTAMP,

@@ -1,6 +1,6 @@
-"""Goal: every ring record of the broker packs and unpacks to the same fields, its numpy dtype
+"""Goal: every ring parcel of the broker packs and unpacks to the same fields, its numpy dtype
 and its struct twin describe the same bytes, connection ids keep the reactor index in the top
-byte, and the Outbox/Inbox pair carries records through a real ring in order, spilling payloads
+byte, and the Outbox/Inbox pair carries parcels through a real ring in order, spilling payloads
 above the ring's inline maximum to files that the consumer reads and removes.
 
 Method: hypothesis-chosen field values through each pack/unpack pair, read back a second time
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
-from mqbox.server import records, transport
+from mqbox.server import parcels, transport
 
 U64 = st.integers(0, 2**64 - 1)
 I32 = st.integers(-(2**31), 2**31 - 1)
@@ -35,11 +35,11 @@ I64_NON_NEGATIVE = st.integers(0, 2**63 - 1)
 def test_connection_event_round_trips(
     conn_id: int, time_ms: int, port: int, reason: int, host: str
 ) -> None:
-    event = records.ConnectionEvent(conn_id, time_ms, host, port, reason)
-    packed = records.pack_connection_event(event)
-    assert len(packed) == records.CONNECTION_EVENT.itemsize
-    assert records.unpack_connection_event(packed) == event
-    view = np.frombuffer(packed, dtype=records.CONNECTION_EVENT)[0]
+    event = parcels.ConnectionEvent(conn_id, time_ms, host, port, reason)
+    packed = parcels.pack_connection_event(event)
+    assert len(packed) == parcels.CONNECTION_EVENT.itemsize
+    assert parcels.unpack_connection_event(packed) == event
+    view = np.frombuffer(packed, dtype=parcels.CONNECTION_EVENT)[0]
     assert int(view["conn_id"]) == conn_id
     assert int(view["peer_port"]) == port
     assert bytes(view["peer_host"]).rstrip(b"\0") == host.encode()
@@ -72,17 +72,17 @@ def test_command_head_round_trips(
         header_size,
         0,
     )
-    packed = records.pack_command_head(*fields)
-    assert len(packed) == records.COMMAND_HEAD_SIZE_BYTES
-    assert tuple(records.unpack_command_head(packed + b"tail")) == fields
-    assert records.unpack_command_route(packed) == (conn_id, opaque, code, flag, serialize_type)
-    view = np.frombuffer(packed, dtype=records.COMMAND_HEAD)[0]
+    packed = parcels.pack_command_head(*fields)
+    assert len(packed) == parcels.COMMAND_HEAD_SIZE_BYTES
+    assert tuple(parcels.unpack_command_head(packed + b"tail")) == fields
+    assert parcels.unpack_command_route(packed) == (conn_id, opaque, code, flag, serialize_type)
+    view = np.frombuffer(packed, dtype=parcels.COMMAND_HEAD)[0]
     assert int(view["code"]) == code
     assert int(view["header_size"]) == header_size
-    assert records.command_serving_generation(packed) == 0
-    stamped = records.stamped_command_head(packed, serving_generation)
-    assert tuple(records.unpack_command_head(stamped)) == (*fields[:-1], serving_generation)
-    assert records.command_serving_generation(b"x" + stamped, 1) == serving_generation
+    assert parcels.command_serving_generation(packed) == 0
+    stamped = parcels.stamped_command_head(packed, serving_generation)
+    assert tuple(parcels.unpack_command_head(stamped)) == (*fields[:-1], serving_generation)
+    assert parcels.command_serving_generation(b"x" + stamped, 1) == serving_generation
 
 
 @given(U64, I32, U8, U8, U32, U32, I64_NON_NEGATIVE)
@@ -96,16 +96,16 @@ def test_reply_head_round_trips(
     body_size: int,
 ) -> None:
     fields = (conn_id, opaque, serialize_type, flags, header_size, run_count, body_size)
-    packed = records.pack_reply_head(*fields)
-    assert len(packed) == records.REPLY_HEAD_SIZE_BYTES
-    assert tuple(records.unpack_reply_head(packed)) == fields
-    assert int(np.frombuffer(packed, dtype=records.REPLY_HEAD)[0]["body_size"]) == body_size
+    packed = parcels.pack_reply_head(*fields)
+    assert len(packed) == parcels.REPLY_HEAD_SIZE_BYTES
+    assert tuple(parcels.unpack_reply_head(packed)) == fields
+    assert int(np.frombuffer(packed, dtype=parcels.REPLY_HEAD)[0]["body_size"]) == body_size
 
 
 @given(U64, U32, U32)
 def test_response_head_round_trips(conn_id: int, run_count: int, flags: int) -> None:
-    packed = records.pack_response_head(conn_id, run_count, flags)
-    assert records.unpack_response_head(packed) == (conn_id, run_count, flags)
+    packed = parcels.pack_response_head(conn_id, run_count, flags)
+    assert parcels.unpack_response_head(packed) == (conn_id, run_count, flags)
 
 
 @given(
@@ -116,24 +116,24 @@ def test_response_head_round_trips(conn_id: int, run_count: int, flags: int) -> 
     )
 )
 def test_runs_round_trip_at_any_offset(runs: list[tuple[int, int, int]]) -> None:
-    packed = b"xyz" + records.pack_runs(runs)
-    unpacked = records.unpack_runs(packed, 3, len(runs))
+    packed = b"xyz" + parcels.pack_runs(runs)
+    unpacked = parcels.unpack_runs(packed, 3, len(runs))
     assert [(run.segment_start, run.file_offset, run.size) for run in unpacked] == runs
-    as_array = np.frombuffer(packed[3:], dtype=records.RUN)
+    as_array = np.frombuffer(packed[3:], dtype=parcels.RUN)
     assert as_array["size"].tolist() == [size for _, _, size in runs]
 
 
 @given(U64, U32)
 def test_close_connection_round_trips(conn_id: int, reason: int) -> None:
-    packed = records.pack_close_connection(conn_id, reason)
-    assert records.unpack_close_connection(packed) == (conn_id, reason)
+    packed = parcels.pack_close_connection(conn_id, reason)
+    assert parcels.unpack_close_connection(packed) == (conn_id, reason)
 
 
 @given(st.lists(st.tuples(U64, I32), max_size=50))
 def test_completed_round_trips(entries: list[tuple[int, int]]) -> None:
-    packed = records.pack_completed(entries)
-    assert records.unpack_completed(b"\0" * 8 + packed, 8, len(packed)) == entries
-    as_array = np.frombuffer(packed[8:], dtype=records.COMPLETED_ENTRY)
+    packed = parcels.pack_completed(entries)
+    assert parcels.unpack_completed(b"\0" * 8 + packed, 8, len(packed)) == entries
+    as_array = np.frombuffer(packed[8:], dtype=parcels.COMPLETED_ENTRY)
     assert as_array["opaque"].tolist() == [opaque for _, opaque in entries]
 
 
@@ -141,32 +141,32 @@ def test_completed_round_trips(entries: list[tuple[int, int]]) -> None:
 def test_request_failed_round_trips(
     conn_id: int, opaque: int, code: int, serialize_type: int, remark: str
 ) -> None:
-    failed = records.RequestFailed(conn_id, opaque, code, serialize_type, remark)
-    packed = records.pack_request_failed(failed)
-    assert records.unpack_request_failed(packed, 0, len(packed)) == failed
+    failed = parcels.RequestFailed(conn_id, opaque, code, serialize_type, remark)
+    packed = parcels.pack_request_failed(failed)
+    assert parcels.unpack_request_failed(packed, 0, len(packed)) == failed
 
 
 @given(st.integers(0, 255), st.integers(0, 2**40), st.integers(1, 2**32 - 1))
 def test_conn_id_keeps_the_reactor_in_the_top_byte(
     reactor_index: int, generation: int, counter: int
 ) -> None:
-    conn_id = records.make_conn_id(reactor_index, generation, counter)
+    conn_id = parcels.make_conn_id(reactor_index, generation, counter)
     assert 0 <= conn_id < 2**64
-    assert records.reactor_of(conn_id) == reactor_index
-    assert conn_id & records.CONN_ID_COUNTER_MASK == counter
+    assert parcels.reactor_of(conn_id) == reactor_index
+    assert conn_id & parcels.CONN_ID_COUNTER_MASK == counter
 
 
 def test_every_fixed_head_keeps_what_follows_aligned() -> None:
     for dtype in (
-        records.CONN_ID,
-        records.COMMAND_HEAD,
-        records.REPLY_HEAD,
-        records.RESPONSE_HEAD,
-        records.RUN,
-        records.CLOSE_CONNECTION_HEAD,
-        records.COMPLETED_HEAD,
-        records.REQUEST_FAILED_HEAD,
-        records.SPILL_HEAD,
+        parcels.CONN_ID,
+        parcels.COMMAND_HEAD,
+        parcels.REPLY_HEAD,
+        parcels.RESPONSE_HEAD,
+        parcels.RUN,
+        parcels.CLOSE_CONNECTION_HEAD,
+        parcels.COMPLETED_HEAD,
+        parcels.REQUEST_FAILED_HEAD,
+        parcels.SPILL_HEAD,
     ):
         assert dtype.itemsize % 8 == 0
 
@@ -191,8 +191,8 @@ def ring(shm_instance: str) -> Iterator[Ring]:
 def drain_all(inbox: transport.Inbox) -> list[tuple[int, bytes]]:
     batch = inbox.drain_nowait()
     found = [
-        (record_type, bytes(memoryview(buffer)[offset : offset + size]))
-        for record_type, buffer, offset, size in inbox.records(batch)
+        (parcel_type, bytes(memoryview(buffer)[offset : offset + size]))
+        for parcel_type, buffer, offset, size in inbox.parcels(batch)
     ]
     inbox.release(batch)
     return found
@@ -202,22 +202,22 @@ def spill_files(instance: str) -> list[Path]:
     return [path for path in names.instance_paths(instance) if ".spill-" in path.name]
 
 
-def test_outbox_writes_records_in_order_in_one_batch(ring: Ring, shm_instance: str) -> None:
+def test_outbox_writes_parcels_in_order_in_one_batch(ring: Ring, shm_instance: str) -> None:
     outbox = transport.Outbox(ring, transport.SpillWriter(shm_instance, "codec.0"))
     inbox = transport.Inbox(ring, "codec.0")
-    outbox.append(records.FRAME, b"12345678", b"abc")
-    outbox.append(records.COMMAND, b"x" * 40)
-    outbox.append(records.CLOSE_CONNECTION, records.pack_close_connection(7, 1))
+    outbox.append(parcels.FRAME, b"12345678", b"abc")
+    outbox.append(parcels.COMMAND, b"x" * 40)
+    outbox.append(parcels.CLOSE_CONNECTION, parcels.pack_close_connection(7, 1))
     assert outbox.pending_count == 3
     assert outbox.flush_nowait()
     assert outbox.pending_count == 0
     assert drain_all(inbox) == [
-        (records.FRAME, b"12345678abc"),
-        (records.COMMAND, b"x" * 40),
-        (records.CLOSE_CONNECTION, records.pack_close_connection(7, 1)),
+        (parcels.FRAME, b"12345678abc"),
+        (parcels.COMMAND, b"x" * 40),
+        (parcels.CLOSE_CONNECTION, parcels.pack_close_connection(7, 1)),
     ]
     statistics = outbox.statistics()
-    assert statistics.record_count_written == 3
+    assert statistics.parcel_count_written == 3
     assert statistics.batch_count_written == 1
 
 
@@ -228,7 +228,7 @@ def test_outbox_keeps_what_a_full_ring_refuses_and_sends_it_later(
     inbox = transport.Inbox(ring, "reactor.0")
     payloads = [bytes([index]) * 1000 for index in range(10)]  # 10 KB into a 4 KiB ring
     for payload in payloads:
-        outbox.append(records.FRAME, payload)
+        outbox.append(parcels.FRAME, payload)
     received: list[bytes] = []
     for _ in range(20):
         done = outbox.flush_nowait()
@@ -245,41 +245,41 @@ def test_payload_above_the_inline_maximum_travels_as_a_spill_file(
 ) -> None:
     outbox = transport.Outbox(ring, transport.SpillWriter(shm_instance, "reactor.0"))
     inbox = transport.Inbox(ring, "reactor.0")
-    head = records.pack_conn_id(42)
+    head = parcels.pack_conn_id(42)
     tail = os.urandom(ring.payload_size_bytes_max + 1000)
-    outbox.append(records.FRAME, head, tail)
-    outbox.append(records.FRAME, head, b"small")
+    outbox.append(parcels.FRAME, head, tail)
+    outbox.append(parcels.FRAME, head, b"small")
     assert outbox.flush_nowait()
     assert len(spill_files(shm_instance)) == 1
     batch = inbox.drain_nowait()
-    assert batch.types.tolist() == [records.FRAME | records.SPILLED_FLAG, records.FRAME]
+    assert batch.types.tolist() == [parcels.FRAME | parcels.SPILLED_FLAG, parcels.FRAME]
     # The inline head is readable without opening the file (what the worker routes by).
     buffer = memoryview(batch.data.data)
-    head_offset, head_size, _name_offset, _name_size = records.spill_head_view(
+    head_offset, head_size, _name_offset, _name_size = parcels.spill_head_view(
         buffer, int(batch.offsets[0])
     )
     assert bytes(buffer[head_offset : head_offset + head_size]) == head
     found = [
-        (record_type, bytes(memoryview(payload)[offset : offset + size]))
-        for record_type, payload, offset, size in inbox.records(batch)
+        (parcel_type, bytes(memoryview(payload)[offset : offset + size]))
+        for parcel_type, payload, offset, size in inbox.parcels(batch)
     ]
-    assert found == [(records.FRAME, head + tail), (records.FRAME, head + b"small")]
-    assert len(spill_files(shm_instance)) == 1, "the file stays until the record is released"
+    assert found == [(parcels.FRAME, head + tail), (parcels.FRAME, head + b"small")]
+    assert len(spill_files(shm_instance)) == 1, "the file stays until the parcel is released"
     inbox.release(batch)
     assert spill_files(shm_instance) == []
     assert outbox.statistics().spill_count == 1
 
 
-def test_a_spilled_record_forwarded_unread_keeps_its_file(ring: Ring, shm_instance: str) -> None:
+def test_a_spilled_parcel_forwarded_unread_keeps_its_file(ring: Ring, shm_instance: str) -> None:
     """The worker forwards a SPILLED COMMAND as it is: the file belongs to the next consumer."""
     outbox = transport.Outbox(ring, transport.SpillWriter(shm_instance, "codec.0"))
-    head = records.pack_command_head(1, 2, 10, 0, 63, b"\x7f\0\0\x01", 9, 0, 1, 5, 0)
-    outbox.append(records.COMMAND, head, b"x" * (ring.payload_size_bytes_max + 1))
+    head = parcels.pack_command_head(1, 2, 10, 0, 63, b"\x7f\0\0\x01", 9, 0, 1, 5, 0)
+    outbox.append(parcels.COMMAND, head, b"x" * (ring.payload_size_bytes_max + 1))
     assert outbox.flush_nowait()
     batch = ring.drain_nowait(16)
     assert batch.count == 1
     payload = memoryview(batch.payload(0).data)
-    route = records.unpack_command_route(payload, records.spill_head_view(payload, 0)[0])
+    route = parcels.unpack_command_route(payload, parcels.spill_head_view(payload, 0)[0])
     assert route == (1, 2, 10, 0, 0)
     ring.release(batch)
     assert len(spill_files(shm_instance)) == 1
@@ -290,27 +290,27 @@ def test_a_spill_file_gone_before_the_read_is_counted_and_skipped(
 ) -> None:
     outbox = transport.Outbox(ring, transport.SpillWriter(shm_instance, "codec.0"))
     inbox = transport.Inbox(ring, "codec.0")
-    outbox.append(records.FRAME, b"h" * 8, b"x" * (ring.payload_size_bytes_max + 1))
-    outbox.append(records.FRAME, b"h" * 8, b"y")
+    outbox.append(parcels.FRAME, b"h" * 8, b"x" * (ring.payload_size_bytes_max + 1))
+    outbox.append(parcels.FRAME, b"h" * 8, b"y")
     assert outbox.flush_nowait()
     for path in spill_files(shm_instance):
         path.unlink()
-    assert drain_all(inbox) == [(records.FRAME, b"h" * 8 + b"y")]
+    assert drain_all(inbox) == [(parcels.FRAME, b"h" * 8 + b"y")]
     assert inbox.spill_missing_count == 1
 
 
-def test_staged_spilled_records_count_their_files_in_the_back_pressure(
+def test_staged_spilled_parcels_count_their_files_in_the_back_pressure(
     ring: Ring, shm_instance: str
 ) -> None:
-    """Issue 9: a SPILLED record is a few bytes in the ring but megabytes in /dev/shm; the
+    """Issue 9: a SPILLED parcel is a few bytes in the ring but megabytes in /dev/shm; the
     high-water marks of the roles see the megabytes."""
     big = b"x" * (ring.payload_size_bytes_max + 1000)
     outbox = transport.Outbox(ring, transport.SpillWriter(shm_instance, "codec.0"))
     filler = b"f" * ring.payload_size_bytes_max
-    outbox.append(records.FRAME, filler)  # the ring takes this one, not the three after it
-    outbox.append(records.FRAME, filler)
-    outbox.append(records.FRAME, b"h" * 8, big)
-    outbox.append(records.FRAME, b"h" * 8, big)
+    outbox.append(parcels.FRAME, filler)  # the ring takes this one, not the three after it
+    outbox.append(parcels.FRAME, filler)
+    outbox.append(parcels.FRAME, b"h" * 8, big)
+    outbox.append(parcels.FRAME, b"h" * 8, big)
     assert not outbox.flush_nowait()
     assert outbox.pending_count == 3
     assert outbox.pending_size_bytes >= len(filler) + 2 * len(big)
@@ -321,9 +321,9 @@ def test_staged_spilled_records_count_their_files_in_the_back_pressure(
     forwarder = transport.Outbox(ring, transport.SpillWriter(shm_instance, "worker.0"))
     inbox = transport.Inbox(ring, "codec.0")
     batch = inbox.drain_nowait()
-    for record_type, buffer, offset, size in inbox.records(batch, frozenset({records.FRAME})):
-        if record_type & records.SPILLED_FLAG:
-            forwarder.append_spilled(record_type, memoryview(buffer)[offset : offset + size])
+    for parcel_type, buffer, offset, size in inbox.parcels(batch, frozenset({parcels.FRAME})):
+        if parcel_type & parcels.SPILLED_FLAG:
+            forwarder.append_spilled(parcel_type, memoryview(buffer)[offset : offset + size])
     ring.release(batch)
     assert forwarder.pending_count == 2
     assert forwarder.pending_size_bytes >= 2 * len(big)

@@ -1,7 +1,7 @@
-"""What travels on the broker's rings: record types and their byte layouts.
+"""What travels on the broker's rings: parcel types and their byte layouts.
 
-Owns: the record type numbers, the layouts drawn below (each as a numpy structured dtype, the
-layout of record, plus a `struct.Struct` twin, `<NAME>_STRUCT`, that the hot path packs and
+Owns: the parcel type numbers, the layouts drawn below (each as a numpy structured dtype, the
+layout of a parcel, plus a `struct.Struct` twin, `<NAME>_STRUCT`, that the hot path packs and
 unpacks with, checked against each other at import), the spill files of payloads too big for a
 ring, and the batching/sleeping helpers of the roles. Never: what a command means (processors),
 sockets (reactor.py), the ring protocol itself (mqbox/ipc/ring.py), or deciding routes
@@ -9,13 +9,13 @@ sockets (reactor.py), the ring protocol itself (mqbox/ipc/ring.py), or deciding 
 
 Invariants, asserted at import: each struct twin has its dtype's size and field offsets; every
 fixed head is a multiple of 8 bytes long, so the variable part that follows starts 8-byte aligned
-in the ring as the head does; record types fit below SPILLED_FLAG.
+in the ring as the head does; parcel types fit below SPILLED_FLAG.
 
-Byte order: little-endian (x86-64, like the ring's own counters); these records never leave the
+Byte order: little-endian (x86-64, like the ring's own counters); these parcels never leave the
 machine. Wire bytes inside them (frames, headers) stay big-endian as the client sent them.
 
-Which role writes which record to whom: the ring graph in topology.py, drawn once. The ring's
-unit is a record of ipc/ring.py; the broker's records are not the CommitLog's stored records
+Which role writes which parcel to whom: the ring graph in topology.py, drawn once. The ring's
+unit is a parcel of ipc/ring.py; the broker's parcels are not the CommitLog's stored records
 (message.py), which travel inside APPEND and in the runs of a REPLY.
 """
 
@@ -36,7 +36,7 @@ Buffer: TypeAlias = bytes | bytearray | memoryview
 log = logging.getLogger(__name__)
 
 
-# Record types. Any int from 0 to 2**31 - 1 is a valid ring type; these are the broker's.
+# Parcel types. Any int from 0 to 2**31 - 1 is a valid ring type; these are the broker's.
 FRAME: Final = 1
 CONNECTION_OPENED: Final = 2
 CONNECTION_CLOSED: Final = 3
@@ -52,7 +52,7 @@ WRITTEN: Final = 12
 QUEUES_GREW: Final = 13
 NO_ANSWER: Final = 14
 SPILLED_FLAG: Final = 1 << 24
-RECORD_TYPE_NAMES: Final = {
+PARCEL_TYPE_NAMES: Final = {
     FRAME: "FRAME",
     CONNECTION_OPENED: "CONNECTION_OPENED",
     CONNECTION_CLOSED: "CONNECTION_CLOSED",
@@ -127,7 +127,7 @@ CONNECTION_EVENT_STRUCT = struct.Struct(f"<QqHBB{PEER_HOST_SIZE_BYTES_MAX}s6x")
 
 
 # COMMAND: one decoded request (or a client's response to a broker request). The codec decoded and
-# checked the header; the record carries the header bytes as the client sent them, and the
+# checked the header; the parcel carries the header bytes as the client sent them, and the
 # processor decodes them again with protocol.decode_command. Why not a re-encoded or typed header:
 # the processor needs a whole RemotingCommand anyway, re-encoding costs the codec as much as the
 # processor's second parse saves, and passing the client's bytes keeps every header format owned
@@ -142,7 +142,7 @@ CONNECTION_EVENT_STRUCT = struct.Struct(f"<QqHBB{PEER_HOST_SIZE_BYTES_MAX}s6x")
 #     +40: header (header_size bytes), then the body (the rest of the payload)
 #
 #     gen: the generation of the processor the worker routed a tracked request to (worker.py,
-#     "serving generation"); 0 from the codec, for untracked requests and for spilled records.
+#     "serving generation"); 0 from the codec, for untracked requests and for spilled parcels.
 #     A processor drops a request stamped with an older generation than its own: the worker has
 #     answered it SYSTEM_ERROR, and serving it again would store a failed send a second time.
 COMMAND_HEAD = np.dtype(
@@ -396,11 +396,11 @@ QUEUES_GREW_HEAD_STRUCT = struct.Struct("<qII")
 
 
 # SPILLED (type = a type above | SPILLED_FLAG): a payload longer than the ring's inline maximum.
-# Its fixed head stays inline, so a role that only forwards the record (the worker) routes it
+# Its fixed head stays inline, so a role that only forwards the parcel (the worker) routes it
 # without reading the file; the rest of the payload is in a file in /dev/shm named
 # `mqbox.<instance>.spill-<producer role>.<n>` (names.py's scheme, so the supervisor's sweep
-# removes what a crash leaves). The file belongs to whoever holds the record: the role that uses
-# the payload reads the file and unlinks it after it has released the record, so a record that is
+# removes what a crash leaves). The file belongs to whoever holds the parcel: the role that uses
+# the payload reads the file and unlinks it after it has released the parcel, so a parcel that is
 # delivered again after a consumer crash still finds its file.
 #
 #     +0          +4          +8           +16
@@ -459,8 +459,8 @@ for _dtype, _twin in (
     assert _dtype.itemsize == _twin.size
     assert _twin.size % 8 == 0  # what follows a head starts 8-byte aligned
     assert _struct_fields_match(_dtype, _twin)
-assert max(RECORD_TYPE_NAMES) < SPILLED_FLAG
-assert SPILLED_FLAG | max(RECORD_TYPE_NAMES) <= 2**31 - 1
+assert max(PARCEL_TYPE_NAMES) < SPILLED_FLAG
+assert SPILLED_FLAG | max(PARCEL_TYPE_NAMES) <= 2**31 - 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -504,7 +504,7 @@ def reactor_of(conn_id: int) -> int:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ConnectionEvent:
-    """A CONNECTION_OPENED or CONNECTION_CLOSED record."""
+    """A CONNECTION_OPENED or CONNECTION_CLOSED parcel."""
 
     conn_id: int
     time_ms: int
@@ -540,7 +540,7 @@ def unpack_conn_id(buffer: Buffer, offset: int = 0) -> int:
 
 
 class CommandHead(NamedTuple):
-    """The fixed part of a COMMAND record; header_size bytes of header follow, then the body."""
+    """The fixed part of a COMMAND parcel; header_size bytes of header follow, then the body."""
 
     conn_id: int
     opaque: int
@@ -618,7 +618,7 @@ def unpack_runs(buffer: Buffer, offset: int, run_count: int) -> list[Run]:
 
 
 class ReplyHead(NamedTuple):
-    """The fixed part of a REPLY record."""
+    """The fixed part of a REPLY parcel."""
 
     conn_id: int
     opaque: int
@@ -673,7 +673,7 @@ def pack_no_answer(conn_id: int, count: int) -> bytes:
 
 
 def unpack_no_answer(buffer: Buffer, offset: int = 0) -> tuple[int, int]:
-    """(conn_id, count) of a NO_ANSWER record."""
+    """(conn_id, count) of a NO_ANSWER parcel."""
     fields: tuple[int, int] = NO_ANSWER_STRUCT.unpack_from(buffer, offset)
     return fields
 
@@ -725,7 +725,7 @@ def padded_size_bytes(size_bytes: int) -> int:
 
 
 class AppendView(NamedTuple):
-    """Where the parts of an APPEND record lie in the buffer it was read from."""
+    """Where the parts of an APPEND parcel lie in the buffer it was read from."""
 
     request_id: int
     record_count: int
@@ -746,7 +746,7 @@ def pack_append_head(
     records_size_bytes: int,
 ) -> bytes:
     """APPEND's fixed head and its zero-padded topic; the caller appends the sizes (padded with
-    `padded_size_bytes`) and the records as the record's tail."""
+    `padded_size_bytes`) and the records as the parcel's tail."""
     assert record_count > 0
     assert 0 < len(topic) <= 127
     assert records_size_bytes > 0
@@ -757,14 +757,14 @@ def pack_append_head(
 
 
 def unpack_append(buffer: Buffer, offset: int, size: int) -> AppendView:
-    """The parts of the APPEND record at `offset` (`size` bytes), checked against its size."""
+    """The parts of the APPEND parcel at `offset` (`size` bytes), checked against its size."""
     request_id, record_count, queue_id, flags, topic_size, records_size = (
         APPEND_HEAD_STRUCT.unpack_from(buffer, offset)
     )
     topic_offset = offset + APPEND_HEAD_STRUCT.size
     sizes_offset = topic_offset + padded_size_bytes(topic_size)
     records_offset = sizes_offset + padded_size_bytes(4 * record_count)
-    assert records_offset + records_size == offset + size, "APPEND parts do not fill the record"
+    assert records_offset + records_size == offset + size, "APPEND parts do not fill the parcel"
     topic = bytes(buffer[topic_offset : topic_offset + topic_size])
     return AppendView(
         request_id, record_count, queue_id, flags, topic, sizes_offset, records_offset, records_size
@@ -772,7 +772,7 @@ def unpack_append(buffer: Buffer, offset: int, size: int) -> AppendView:
 
 
 class AppendAck(NamedTuple):
-    """An APPEND_ACK record: where the records of one APPEND went, or why they did not."""
+    """An APPEND_ACK parcel: where the records of one APPEND went, or why they did not."""
 
     request_id: int
     log_offset_bytes: int  # the first record's; -1 when nothing was stored
@@ -849,7 +849,7 @@ def pack_written(write_log_offset_bytes: int, appended_record_total: int) -> byt
 
 
 def unpack_written(buffer: Buffer, offset: int = 0) -> tuple[int, int]:
-    """(write_log_offset_bytes, appended_record_total) of a WRITTEN record."""
+    """(write_log_offset_bytes, appended_record_total) of a WRITTEN parcel."""
     fields: tuple[int, int] = WRITTEN_HEAD_STRUCT.unpack_from(buffer, offset)
     return fields
 
@@ -863,7 +863,7 @@ def pack_queues_grew(dispatched_log_offset_bytes: int, keys: bytes, flags: int =
 
 
 def unpack_queues_grew(buffer: Buffer, offset: int, size: int) -> tuple[int, int, list[int]]:
-    """(dispatched_log_offset_bytes, flags, keys) of a QUEUES_GREW record."""
+    """(dispatched_log_offset_bytes, flags, keys) of a QUEUES_GREW parcel."""
     dispatched, key_count, flags = QUEUES_GREW_HEAD_STRUCT.unpack_from(buffer, offset)
     start = offset + QUEUES_GREW_HEAD_STRUCT.size
     assert QUEUES_GREW_HEAD_STRUCT.size + 8 * key_count == size
@@ -884,17 +884,17 @@ def pack_spill(head: Buffer, name: str, file_size_bytes: int) -> bytes:
     )
 
 
-def command_head_offset(record_type: int, buffer: Buffer, offset: int) -> int:
-    """Where the fixed head of the COMMAND record at `offset` starts: at `offset`, or inside
+def command_head_offset(parcel_type: int, buffer: Buffer, offset: int) -> int:
+    """Where the fixed head of the COMMAND parcel at `offset` starts: at `offset`, or inside
     the inline part of a SPILLED one."""
-    assert record_type & ~SPILLED_FLAG == COMMAND
-    if record_type == COMMAND:
+    assert parcel_type & ~SPILLED_FLAG == COMMAND
+    if parcel_type == COMMAND:
         return offset
     return spill_head_view(buffer, offset)[0]
 
 
 def spill_head_view(buffer: Buffer, offset: int) -> tuple[int, int, int, int]:
-    """(head offset, head size, name offset, name size) inside a SPILLED record at `offset`."""
+    """(head offset, head size, name offset, name size) inside a SPILLED parcel at `offset`."""
     head_size, name_size, _file_size = SPILL_HEAD_STRUCT.unpack_from(buffer, offset)
     head_offset = offset + SPILL_HEAD_STRUCT.size
     return head_offset, head_size, head_offset + head_size, name_size

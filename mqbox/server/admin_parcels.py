@@ -1,16 +1,16 @@
-"""What crosses process boundaries to and from the admin processor, besides records.py's records.
+"""What crosses process boundaries to and from the admin processor, besides parcels.py's parcels.
 
-Owns: the COMMIT_OFFSET ring record (pull.p -> admin.0: a commitOffset piggybacked on a PULL,
+Owns: the COMMIT_OFFSET ring parcel (pull.p -> admin.0: a commitOffset piggybacked on a PULL,
 topology.py's ring) and its layout; and the group-subscriptions file, `config/` +
 SUBSCRIPTIONS_FILE_NAME: admin.0 writes each consumer group's subscription table there whenever
 it changes, and the pull processors read it (`GroupSubscriptionsReader`) for pulls that carry no
 subscription (sysFlag bit 2 clear: the Java push consumer's default). Never: request codes
 (protocol/mqbox_codes.py) or their routing (routing.py), business rules (the admin processor and
-pull.py decide), sockets, or a record type inside records.py's range.
+pull.py decide), sockets, or a parcel type inside parcels.py's range.
 
-Record type numbers: records.py numbers the broker's core records from 1 upwards; the admin's
-start at ADMIN_RECORD_TYPE_FIRST (64), far above them, so the two modules can grow apart without
-a clash. Same conventions as records.py: little-endian, a numpy dtype with a struct twin checked
+Parcel type numbers: parcels.py numbers the broker's core parcels from 1 upwards; the admin's
+start at ADMIN_PARCEL_TYPE_FIRST (64), far above them, so the two modules can grow apart without
+a clash. Same conventions as parcels.py: little-endian, a numpy dtype with a struct twin checked
 at import, a fixed head that is a multiple of 8 bytes.
 
 COMMIT_OFFSET: the consumer group's next queue index for one queue, as a pull carried it.
@@ -49,9 +49,9 @@ from mqbox.store.layout import TEMP_SUFFIX, config_dir
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
-ADMIN_RECORD_TYPE_FIRST: Final = 64
-COMMIT_OFFSET: Final = ADMIN_RECORD_TYPE_FIRST + 0
-ADMIN_RECORD_TYPE_NAMES: Final = {COMMIT_OFFSET: "COMMIT_OFFSET"}
+ADMIN_PARCEL_TYPE_FIRST: Final = 64
+COMMIT_OFFSET: Final = ADMIN_PARCEL_TYPE_FIRST + 0
+ADMIN_PARCEL_TYPE_NAMES: Final = {COMMIT_OFFSET: "COMMIT_OFFSET"}
 NAME_SIZE_BYTES_MAX: Final = 0xFFFF
 
 COMMIT_OFFSET_HEAD = np.dtype(
@@ -73,7 +73,7 @@ assert [
 
 
 class CommitOffset(NamedTuple):
-    """One COMMIT_OFFSET record."""
+    """One COMMIT_OFFSET parcel."""
 
     group: str
     topic: str
