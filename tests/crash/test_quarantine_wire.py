@@ -124,6 +124,14 @@ def test_frame_that_kills_the_codec_twice_is_quarantined_and_answered(
         assert client.call(MQBOX_NOOP).code == ResponseCode.SUCCESS  # the same connection
     finally:
         client.close()
-    state = role_state(appliance, "codec.0")
-    assert (state["start_count"], state["quarantined"]) == (3, 1)
+    wait_until(  # the supervisor's state file follows the role's report a moment later
+        lambda: (
+            (
+                role_state(appliance, "codec.0").get("start_count"),
+                role_state(appliance, "codec.0").get("quarantined"),
+            )
+            == (3, 1)
+        ),
+        "codec.0's state to show three starts and one quarantine",
+    )
     assert appliance.process.poll() is None

@@ -103,7 +103,9 @@ def test_consume_from_first_last_and_timestamp_on_a_broker_that_deleted_old_mess
             time.sleep(0.5)
             for number in range(5):
                 producer.send(topic, f"new {number}".encode())
-            assert max_offset(broker, topic, 0) == OLD_COUNT + 5
+            wait_until(  # the queue's index follows the store a moment after the answers
+                lambda: max_offset(broker, topic, 0) == OLD_COUNT + 5, "the new messages", WAIT_S
+            )
             collectors = {kind: Collector(kind) for kind in ("first", "last", "timestamp")}
             consumers = []
             with contextlib.ExitStack() as stack:

@@ -46,7 +46,7 @@ from mqbox.client.consumer_core import ConsumerOptions
 from mqbox.message import encode_offset_msg_id, pack_host
 from tests.support.appliance import Appliance
 from tests.support.consumers import Collector, group_name
-from tests.support.read_back import create_topic, read_back
+from tests.support.read_back import create_topic, read_back_until
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -99,7 +99,7 @@ def test_every_field_arrives_as_sent_and_stored(appliance: Appliance) -> None:
             )
     stored = {
         record.queue_index + 1_000_000 * queue_id: record
-        for queue_id, records in read_back(appliance, topic).items()
+        for queue_id, records in read_back_until(appliance, topic, len(sent)).items()
         for record in records
     }
     batches: list[int] = []
@@ -211,7 +211,9 @@ def test_a_failing_message_is_retried_then_dead_lettered(appliance: Appliance) -
     assert {s.msg_id for s in seen} == {result.msg_id}
     assert {s.tags for s in seen} == {"R"}
     assert statistics.sent_back == 3
-    dead = [r for records in read_back(appliance, f"%DLQ%{group}").values() for r in records]
+    dead = [
+        r for records in read_back_until(appliance, f"%DLQ%{group}", 1).values() for r in records
+    ]
     assert len(dead) == 1
     assert dead[0].reconsume_times == 3
     assert dead[0].body == b"message 0"
