@@ -7,6 +7,7 @@ ports come from the kernel (port 0), and every process a test starts is killed b
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import itertools
 import os
 import signal
@@ -80,3 +81,13 @@ def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
         for pid in pids:
             with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
                 psutil.Process(pid).send_signal(signal.SIGKILL)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """A `slow` tier test runs for many minutes by design: pytest's faulthandler_timeout (which
+    catches a hung test in the default run) would fire in the middle of it, and its dump of every
+    thread's stack, taken while those threads run, crashed the interpreter with SIGSEGV twice
+    (Python 3.11). Slow tests therefore run without the watchdog; they bound themselves."""
+    if item.get_closest_marker("slow") is not None:
+        faulthandler.cancel_dump_traceback_later()
