@@ -137,6 +137,13 @@ class BrokerConfig:
     )
     # how long the idempotent window remembers a UNIQ_KEY at least (store/idempotence.py)
     idempotent_window_ms: int = 600_000  # mqboxIdempotentWindowMs
+    # Reads from slaves (docs/replication.md, "Slave service"): whether pull answers may suggest
+    # a slave, the share of RAM a consumer may fall behind before they do, and how often a slave
+    # copies its master's metadata (RocketMQ 4.9: every 10 s, the first 3 s after start).
+    slave_read_enable: bool = False  # slaveReadEnable
+    access_message_in_memory_max_ratio_percent: int = 40  # accessMessageInMemoryMaxRatio
+    offset_check_in_slave: bool = False  # offsetCheckInSlave
+    slave_sync_interval_ms: int = 10_000  # mqboxSlaveSyncIntervalMs
     pools: PoolConfig = dataclasses.field(default_factory=PoolConfig)
     limits: LimitConfig = dataclasses.field(default_factory=LimitConfig)
     restarts: RestartConfig = dataclasses.field(default_factory=RestartConfig)
@@ -249,6 +256,13 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
         _int_in(1 << 20, 1 << 40),
     ),
     "mqboxIdempotentWindowMs": ("idempotent_window_ms", _int_in(1, 7 * 86_400_000)),
+    "slaveReadEnable": ("slave_read_enable", _parse_bool),
+    "accessMessageInMemoryMaxRatio": (
+        "access_message_in_memory_max_ratio_percent",
+        _int_in(0, 100),
+    ),
+    "offsetCheckInSlave": ("offset_check_in_slave", _parse_bool),
+    "mqboxSlaveSyncIntervalMs": ("slave_sync_interval_ms", _int_in(100, 3_600_000)),
     "mqboxIdempotentKeyCountMax": ("limits.idempotent_key_count_max", _int_in(1, 1 << 28)),
     "mqboxRestartWindowMs": ("restarts.window_ms", _int_in(1000, 86_400_000)),
     "mqboxRoleRestartCountMax": ("restarts.role_restart_count_max", _int_in(0, 10_000)),

@@ -3,11 +3,12 @@ the clients and tests: one function per code.
 
 Owns: building each request from typed headers (mqbox.protocol.headers), and reading each answer
 into typed values: the topic admin codes (17 UPDATE_AND_CREATE_TOPIC, 215 DELETE_TOPIC_IN_BROKER,
-21 GET_ALL_TOPIC_CONFIG), the store queries (30, 31, 33 VIEW_MESSAGE_BY_ID, 12 QUERY_MESSAGE),
-one SEND_MESSAGE (10) and one PULL_MESSAGE (11), and mqbox's own admin views (10001 topic status,
-10002 consumer progress, 10003 reset offsets; their ext and bodies are documented beside their
-handlers in mqbox/server/roles/processors/admin/). Never: sockets (remoting.py), retries, routing
-(the caller picks the broker), or output.
+21 GET_ALL_TOPIC_CONFIG), subscription groups (200, 201, 207), every consumer and delay offset
+(43, 45; a slave's sync asks its master with these and 21), the store queries (30, 31,
+33 VIEW_MESSAGE_BY_ID, 12 QUERY_MESSAGE), one SEND_MESSAGE (10) and one PULL_MESSAGE (11), and
+mqbox's own admin views (10001 topic status, 10002 consumer progress, 10003 reset offsets; their
+ext and bodies are documented beside their handlers in mqbox/server/roles/processors/admin/).
+Never: sockets (remoting.py), retries, routing (the caller picks the broker), or output.
 
 Every function raises `RemotingResponseError` for a response code it does not expect (its `code`
 and `remark` say what the broker meant), the `RemotingError` family for transport failures, and
@@ -29,7 +30,10 @@ from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import RemotingCommand, loads_json
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.headers import (
+    ConsumerOffsetSerializeWrapper,
     DataVersion,
+    DelayOffsetSerializeWrapper,
+    DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
     OffsetResponseHeader,
     PullMessageRequestHeader,
@@ -38,6 +42,8 @@ from mqbox.protocol.headers import (
     QueueRequestHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
+    SubscriptionGroupConfig,
+    SubscriptionGroupWrapper,
     TopicConfig,
     UpdateAndCreateTopicRequestHeader,
     ViewMessageRequestHeader,
@@ -154,6 +160,63 @@ def all_topic_config(client: RemotingCaller, *, timeout_ms: int | None = None) -
         },
         DataVersion.from_json_value(document.get("dataVersion"), f"{where}.dataVersion"),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Subscription groups and offsets: 200, 201, 207, 43, 45
+
+
+def update_subscription_group(
+    client: RemotingCaller, config: SubscriptionGroupConfig, *, timeout_ms: int | None = None
+) -> None:
+    """200 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: create the group, or replace its configuration."""
+    code = RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
+    response = client.invoke(code, {}, config.to_json(), timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+
+
+def all_subscription_groups(
+    client: RemotingCaller, *, timeout_ms: int | None = None
+) -> SubscriptionGroupWrapper:
+    """201 GET_ALL_SUBSCRIPTIONGROUP_CONFIG."""
+    code = RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG
+    response = client.invoke(code, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    return SubscriptionGroupWrapper.from_json(response.body)
+
+
+def delete_subscription_group(
+    client: RemotingCaller,
+    group: str,
+    *,
+    remove_offset: bool = False,
+    timeout_ms: int | None = None,
+) -> None:
+    """207 DELETE_SUBSCRIPTIONGROUP, with the group's offsets too when `remove_offset`."""
+    code = RequestCode.DELETE_SUBSCRIPTIONGROUP
+    ext = DeleteSubscriptionGroupRequestHeader(group, remove_offset).to_ext()
+    response = client.invoke(code, ext, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+
+
+def all_consumer_offsets(
+    client: RemotingCaller, *, timeout_ms: int | None = None
+) -> ConsumerOffsetSerializeWrapper:
+    """43 GET_ALL_CONSUMER_OFFSET."""
+    code = RequestCode.GET_ALL_CONSUMER_OFFSET
+    response = client.invoke(code, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    return ConsumerOffsetSerializeWrapper.from_json(response.body)
+
+
+def all_delay_offsets(
+    client: RemotingCaller, *, timeout_ms: int | None = None
+) -> DelayOffsetSerializeWrapper:
+    """45 GET_ALL_DELAY_OFFSET."""
+    code = RequestCode.GET_ALL_DELAY_OFFSET
+    response = client.invoke(code, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    return DelayOffsetSerializeWrapper.from_json(response.body)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ Rules (docs/protocol.md section 4.3, docs/client.md B.7):
 1. A target is a Transport (its address; `broker` only names the broker in results and errors)
    or a ClientInstance, which finds the address of `broker` (by name) with id `broker_id`
    through findBrokerAddressInSubscribe, asking the name servers for the topic's route first when
-   it knows no address.
+   it knows no address. A pull that goes to a slave carries no commit offset (Java's
+   PullAPIWrapper clears the COMMIT_OFFSET bit: a slave stores no commits).
 2. The sysflag says what the arguments say: COMMIT_OFFSET with `commit_offset`, SUSPEND with
    `suspend_timeout_ms` > 0 (the broker holds the pull up to that long, so the call's timeout
    defaults to it plus PULL_TIMEOUT_MARGIN_MS), SUBSCRIPTION with `subscription` (the broker then
@@ -260,6 +261,7 @@ def _prepare(
     timeout_ms = options.get("timeout_ms")
     if timeout_ms is None and suspend_timeout_ms > 0:
         timeout_ms = suspend_timeout_ms + PULL_TIMEOUT_MARGIN_MS
+    transport, to_slave = _target(target, broker, topic, options.get("broker_id", MASTER_ID))
     ext = pull_request_ext(
         group,
         topic,
@@ -268,11 +270,11 @@ def _prepare(
         max_count,
         subscription=subscription,
         suspend_timeout_ms=suspend_timeout_ms,
-        commit_offset=options.get("commit_offset"),
+        commit_offset=None if to_slave else options.get("commit_offset"),
         lite=options.get("lite", False),
     )
     return _Prepared(
-        _target(target, broker, topic, options.get("broker_id", MASTER_ID)),
+        transport,
         broker,
         subscription,
         ext,
@@ -283,17 +285,19 @@ def _prepare(
 
 def _target(
     target: Transport | ClientInstance, broker: str, topic: str, broker_id: int
-) -> Transport:
-    """Rule 1: the transport of `target`, or the one of the broker's subscribe address."""
+) -> tuple[Transport, bool]:
+    """Rule 1: (the transport of `target`, or the one of the broker's subscribe address; True
+    when that address is a slave's)."""
     if isinstance(target, Transport):
-        return target
+        return target, False
     found = target.subscribe_address(broker, broker_id)
     if found is None:
         target.update_route(topic)
         found = target.subscribe_address(broker, broker_id)
     if found is None:
         raise NoRouteError(topic, f"broker {broker} of topic {topic} has no known address")
-    return target.transport(found[0])
+    address, is_slave = found
+    return target.transport(address), is_slave
 
 
 def pull_callback(

@@ -26,6 +26,7 @@ Classes are slotted and not frozen: a frozen dataclass pays an `object.__setattr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
@@ -1775,3 +1776,192 @@ class KvTable:
 
     def to_json(self) -> bytes:
         return dumps_json({"table": dict(self.table)})
+
+
+# ---------------------------------------------------------------------------------------------
+# Admin and slave synchronisation: subscription groups (200, 201, 207), all consumer offsets (43),
+# all delay offsets (45). Java's bodies are fastjson dumps of its manager
+# objects (docs/protocol.md section 4.5); fastjson writes integer map keys bare (`{0:12}`), which
+# `_body_object_lenient` accepts, and mqbox writes them quoted, which fastjson reads back.
+
+_BARE_INTEGER_KEY: Final = re.compile(rb"([{,]\s*)(-?\d+)(\s*:)")
+
+
+def _body_object_lenient(body: bytes, where: str) -> dict[str, Any]:
+    """_body_object, also reading fastjson's bare integer keys. Topic and group names hold no
+    brace, comma or colon, so a string never matches the pattern."""
+    try:
+        return _body_object(body, where)
+    except RemoteProtocolError:
+        quoted = _BARE_INTEGER_KEY.sub(rb'\1"\2"\3', body)
+        if quoted == body:
+            raise
+        return _body_object(quoted, where)
+
+
+@dataclass(slots=True, frozen=True)
+class SubscriptionGroupConfig:
+    """Java's SubscriptionGroupConfig (common/subscription), the 200 body and the values of the
+    201 body; field types as Java's: booleans, int retryQueueNums and retryMaxTimes, long
+    brokerId and whichBrokerWhenConsumeSlowly. Absent fields take Java's defaults."""
+
+    group_name: str  # groupName
+    consume_enable: bool = True  # consumeEnable
+    consume_from_min_enable: bool = True  # consumeFromMinEnable
+    consume_broadcast_enable: bool = True  # consumeBroadcastEnable
+    retry_queue_nums: int = 1  # retryQueueNums
+    retry_max_times: int = 16  # retryMaxTimes
+    broker_id: int = 0  # brokerId
+    which_broker_when_consume_slowly: int = 1  # whichBrokerWhenConsumeSlowly
+    notify_consumer_ids_changed_enable: bool = True  # notifyConsumerIdsChangedEnable
+
+    @classmethod
+    def from_json_value(cls, value: object, where: str) -> Self:
+        fields_ = _json_object(value, where)
+        default = cls("")
+
+        def flag(key: str, fallback: bool) -> bool:
+            return _json_bool(fields_.get(key, fallback), f"{where}.{key}")
+
+        return cls(
+            _json_text(fields_.get("groupName"), f"{where}.groupName"),
+            flag("consumeEnable", default.consume_enable),
+            flag("consumeFromMinEnable", default.consume_from_min_enable),
+            flag("consumeBroadcastEnable", default.consume_broadcast_enable),
+            _json_int32(fields_.get("retryQueueNums", 1), f"{where}.retryQueueNums"),
+            _json_int32(fields_.get("retryMaxTimes", 16), f"{where}.retryMaxTimes"),
+            _json_int(fields_.get("brokerId", 0), f"{where}.brokerId"),
+            _json_int(
+                fields_.get("whichBrokerWhenConsumeSlowly", 1),
+                f"{where}.whichBrokerWhenConsumeSlowly",
+            ),
+            flag("notifyConsumerIdsChangedEnable", default.notify_consumer_ids_changed_enable),
+        )
+
+    @classmethod
+    def from_json(cls, body: bytes) -> Self:
+        return cls.from_json_value(_body_object(body, cls.__name__), cls.__name__)
+
+    def to_json_value(self) -> dict[str, Any]:
+        return {
+            "brokerId": self.broker_id,
+            "consumeBroadcastEnable": self.consume_broadcast_enable,
+            "consumeEnable": self.consume_enable,
+            "consumeFromMinEnable": self.consume_from_min_enable,
+            "groupName": self.group_name,
+            "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
+            "retryMaxTimes": self.retry_max_times,
+            "retryQueueNums": self.retry_queue_nums,
+            "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
+        }
+
+    def to_json(self) -> bytes:
+        return dumps_json(self.to_json_value())
+
+
+@dataclass(slots=True, frozen=True)
+class SubscriptionGroupWrapper:
+    """201 GET_ALL_SUBSCRIPTIONGROUP_CONFIG body (Java's SubscriptionGroupManager.encode):
+    `{"subscriptionGroupTable":{group:config},"dataVersion":{..}}`."""
+
+    subscription_group_table: dict[str, SubscriptionGroupConfig]  # subscriptionGroupTable
+    data_version: DataVersion  # dataVersion
+
+    @classmethod
+    def from_json(cls, body: bytes) -> Self:
+        where = cls.__name__
+        fields_ = _body_object(body, where)
+        table = _json_object(fields_.get("subscriptionGroupTable", {}), f"{where}.table")
+        return cls(
+            {
+                group: SubscriptionGroupConfig.from_json_value(config, f"{where}[{group!r}]")
+                for group, config in table.items()
+            },
+            DataVersion.from_json_value(fields_.get("dataVersion"), f"{where}.dataVersion"),
+        )
+
+    def to_json(self) -> bytes:
+        return dumps_json(
+            {
+                "dataVersion": self.data_version.to_json_value(),
+                "subscriptionGroupTable": {
+                    group: config.to_json_value()
+                    for group, config in self.subscription_group_table.items()
+                },
+            }
+        )
+
+
+def _queue_offset_table(value: object, where: str) -> dict[int, int]:
+    return {
+        _json_int32(queue_id, f"{where} key"): _json_int(offset, f"{where}[{queue_id}]")
+        for queue_id, offset in _json_object(value, where).items()
+    }
+
+
+@dataclass(slots=True, frozen=True)
+class ConsumerOffsetSerializeWrapper:
+    """43 GET_ALL_CONSUMER_OFFSET body (Java's ConsumerOffsetManager.encode):
+    `{"offsetTable":{"<topic>@<group>":{"<queueId>":<offset>}}}`, int queue ids, long offsets."""
+
+    offset_table: dict[str, dict[int, int]]  # offsetTable: "topic@group" -> queueId -> offset
+
+    @classmethod
+    def from_json(cls, body: bytes) -> Self:
+        where = cls.__name__
+        fields_ = _body_object_lenient(body, where)
+        table = _json_object(fields_.get("offsetTable", {}), f"{where}.offsetTable")
+        return cls(
+            {
+                key: _queue_offset_table(offsets, f"{where}.offsetTable[{key!r}]")
+                for key, offsets in table.items()
+            }
+        )
+
+    def to_json(self) -> bytes:
+        return dumps_json(
+            {
+                "offsetTable": {
+                    key: {str(queue_id): offset for queue_id, offset in sorted(offsets.items())}
+                    for key, offsets in self.offset_table.items()
+                }
+            }
+        )
+
+
+@dataclass(slots=True, frozen=True)
+class DelayOffsetSerializeWrapper:
+    """45 GET_ALL_DELAY_OFFSET body (Java's ScheduleMessageService.encode):
+    `{"offsetTable":{"<delayLevel>":<offset>}}`, int levels, long offsets."""
+
+    offset_table: dict[int, int]  # offsetTable: delay level -> queue offset
+
+    @classmethod
+    def from_json(cls, body: bytes) -> Self:
+        where = cls.__name__
+        fields_ = _body_object_lenient(body, where)
+        return cls(_queue_offset_table(fields_.get("offsetTable", {}), f"{where}.offsetTable"))
+
+    def to_json(self) -> bytes:
+        return dumps_json(
+            {
+                "offsetTable": {
+                    str(level): offset for level, offset in sorted(self.offset_table.items())
+                }
+            }
+        )
+
+
+@dataclass(slots=True)
+class DeleteSubscriptionGroupRequestHeader:
+    """207 DELETE_SUBSCRIPTIONGROUP: `groupName`, and `removeOffset` (4.9.x; absent = false)."""
+
+    group_name: str  # groupName
+    remove_offset: bool = False  # removeOffset
+
+    @classmethod
+    def from_ext(cls, ext: Ext) -> Self:
+        return cls(_text(ext, "groupName", cls.__name__), _bool(ext, "removeOffset"))
+
+    def to_ext(self) -> Ext:
+        return {"groupName": self.group_name, "removeOffset": _bool_text(self.remove_offset)}

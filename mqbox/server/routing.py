@@ -68,6 +68,12 @@ ROUTES: Final[Mapping[int, Route]] = {
     INVOKE_BROKER_TO_RESET_OFFSET: _ADMIN_ZERO,
     MQBOX_CONSUMER_PROGRESS: _ADMIN_ZERO,
     MQBOX_RESET_CONSUMER_OFFSET: _ADMIN_ZERO,
+    RequestCode.GET_ALL_CONSUMER_OFFSET: _ADMIN_ZERO,
+    RequestCode.GET_ALL_DELAY_OFFSET: _ADMIN,  # reads delayOffset.json
+    # admin/groups.py: admin.0 holds the subscription group table
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _ADMIN_ZERO,
+    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _ADMIN_ZERO,
+    RequestCode.DELETE_SUBSCRIPTIONGROUP: _ADMIN_ZERO,
     # admin/queries.py
     RequestCode.GET_MAX_OFFSET: _ADMIN,
     RequestCode.GET_MIN_OFFSET: _ADMIN,
@@ -76,7 +82,7 @@ ROUTES: Final[Mapping[int, Route]] = {
     RequestCode.VIEW_MESSAGE_BY_ID: _ADMIN,
     RequestCode.QUERY_MESSAGE: _ADMIN,
     MQBOX_TOPIC_STATUS: _ADMIN,
-    # admin/topics.py
+    # admin/topic_admin.py
     RequestCode.UPDATE_AND_CREATE_TOPIC: _ADMIN,
     RequestCode.DELETE_TOPIC_IN_BROKER: _ADMIN,
     RequestCode.GET_ALL_TOPIC_CONFIG: _ADMIN,

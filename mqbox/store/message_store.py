@@ -530,6 +530,15 @@ class MessageStoreReader:
             self._follow_min(state)
         return state.queue
 
+    def entry_log_offset_bytes(self, topic: str, queue_id: int, queue_index: int) -> int | None:
+        """The commit-log offset entry `queue_index` of the queue points at (Java's offsetPy of
+        a consume-queue entry), or None outside the queue: the pull's fall-behind figure."""
+        queue = self._queue(topic, queue_id)
+        if queue is None:
+            return None
+        entry = queue.entry(queue_index)
+        return None if entry is None else entry.log_offset_bytes
+
     def _store_timestamp_of_entry(self, queue: ConsumeQueue, queue_index: int) -> int | None:
         """Store time of the record entry `queue_index` points at; None if it is gone."""
         entry = queue.entry(queue_index)

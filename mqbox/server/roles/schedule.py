@@ -31,6 +31,11 @@ or at most IDLE_WAIT_MS. Each turn reads each level's entry count from the dispa
 QueueCounters, or, for a queue the dispatcher has not touched since it started, from the queue
 files as they were when this process opened them.
 
+On a slave (brokerRole=SLAVE) the role delivers nothing and never writes delayOffset.json, as
+Java shuts its ScheduleMessageService down on a slave: the master's deliveries reach the slave
+through replication, and admin.0's slave sync writes the master's offsets into the file
+(processors/admin/slave_sync.py). It still drains its rings, so the dispatcher never waits on it.
+
 Other rules, as Java's: a delivery time more than the level's delay in the future (the clock
 went back) counts as now; an offset below the queue's first entry (retention) moves up to it; an
 entry whose record is gone or cannot be delivered (no REAL_TOPIC, a topic that takes no
@@ -54,7 +59,7 @@ from collections.abc import Callable
 from typing import Final, NoReturn
 
 from mqbox.clock import wall_clock_ms
-from mqbox.config import delay_level_durations_ms
+from mqbox.config import BrokerRole, delay_level_durations_ms
 from mqbox.errors import MessageIllegalError, MqboxError
 from mqbox.ipc.ring import Ring
 from mqbox.message import decode_record, encode_record, encode_topic
@@ -171,6 +176,8 @@ class ScheduleRole:
         assert in_flight_count_max > 0
         assert stop_wait_ms >= 0
         self.role_id = ctx.role.role_id
+        # A slave's deliveries come from its master (module docstring).
+        self.delivers = ctx.broker.broker_role is not BrokerRole.SLAVE
         self.stop_wait_ns = stop_wait_ms * 1_000_000
         self.clock_ms = clock_ms
         self.persist_interval_ns = persist_interval_ms * 1_000_000
@@ -246,7 +253,8 @@ class ScheduleRole:
         for inbox in self.inboxes:
             if inbox.ring.readable():
                 work += self._drain(inbox)
-        work += self.deliver_due(self.clock_ms())
+        if self.delivers:
+            work += self.deliver_due(self.clock_ms())
         now_ns = time.monotonic_ns()
         if now_ns >= self._persist_due_ns:
             self._persist_due_ns = now_ns + self.persist_interval_ns
@@ -257,7 +265,7 @@ class ScheduleRole:
         if work:
             return work
         wait_ms = min(IDLE_WAIT_MS, -(-(self._persist_due_ns - time.monotonic_ns()) // 1_000_000))
-        due_ms = self.next_due_ms()
+        due_ms = self.next_due_ms() if self.delivers else None
         if due_ms is not None:
             wait_ms = min(wait_ms, due_ms - self.clock_ms())
         wait_ms = max(0, wait_ms)
@@ -488,7 +496,10 @@ class ScheduleRole:
         return table
 
     def persist_now(self) -> bool:
-        """Save delayOffset.json if its table changed; False if the disk refused (logged)."""
+        """Save delayOffset.json if its table changed; False if the disk refused (logged). A
+        slave's role saves nothing: the slave sync owns the file there."""
+        if not self.delivers:
+            return True
         table = self.offsets()
         if table == self._saved_offsets:
             return True

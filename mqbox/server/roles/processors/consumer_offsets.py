@@ -145,6 +145,30 @@ class ConsumerOffsets:
         queues.update(offsets)
         self._mark_dirty(now_ns)
 
+    def put_all(self, table: Mapping[tuple[str, str], Mapping[int, int]], now_ns: int) -> None:
+        """A slave's sync from its master (Java's `offsetTable.putAll`): each (topic, group) of
+        `table` replaces that entry whole; entries the master does not name stay. The caller
+        checked the names and that no index is negative."""
+        for (topic, group), queues in table.items():
+            assert TOPIC_GROUP_SEPARATOR not in group
+            assert TOPIC_GROUP_SEPARATOR not in topic
+            assert all(
+                queue_id >= 0 and queue_index >= 0 for queue_id, queue_index in queues.items()
+            )
+            self._table[(topic, group)] = dict(queues)
+        if table:
+            self._mark_dirty(now_ns)
+
+    def remove_group(self, group: str, now_ns: int) -> int:
+        """Forget every offset of `group` (DELETE_SUBSCRIPTIONGROUP with removeOffset, as
+        Java's removeOffset); the (topic, group) entries removed."""
+        keys = [key for key in self._table if key[1] == group]
+        for key in keys:
+            del self._table[key]
+        if keys:
+            self._mark_dirty(now_ns)
+        return len(keys)
+
     def _mark_dirty(self, now_ns: int) -> None:
         if not self._dirty:
             self._dirty = True

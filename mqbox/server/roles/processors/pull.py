@@ -26,6 +26,18 @@ Limits: maxMsgNums is honoured up to 1024 messages (Java caps it at 32 from memo
 at most 32 messages carries at most 256 KiB (Java's in-memory limit), a larger one up to 4 MiB,
 so a client asking for big batches gets them (the first message is always sent whole).
 
+suggestWhichBrokerId (docs/replication.md, "Slave service"; Java's PullMessageProcessor and
+DefaultMessageStore.getMessage): 0 unless slaveReadEnable. With it, a read that scanned entries
+is "behind" when the commit log's end is more than accessMessageInMemoryMaxRatio percent of the
+host's RAM past the last scanned entry's record; then the answer suggests the group's
+whichBrokerWhenConsumeSlowly (1 by default), else the group's brokerId (0), on a master and on a
+slave alike. On a slave without offsetCheckInSlave, 21 OFFSET_MOVED becomes 20 with the group's
+brokerId suggested, so the client asks again (the master may know the queue further), and an
+answer from the queue's bounds keeps the asked index as nextBeginOffset (Java's
+nextOffsetCorrection): a slave whose queue trails the master's never moves a consumer back. Group
+settings come from subscriptionGroup.json (defaults for a group it lacks); the default path
+(slaveReadEnable off, a master) reads neither the file nor the entry.
+
 Subscriptions: with the SUBSCRIPTION bit clear (the Java push consumer's default), the group's
 subscription comes from its heartbeat, which admin.0 writes to config/mqboxSubscriptions.json
 (admin_parcels.GroupSubscriptionsReader); none gives 24, an older one 25. The commitOffset
@@ -50,6 +62,7 @@ import time
 from typing import Any, Final, NoReturn
 
 import numpy as np
+import psutil
 from numpy.typing import NDArray
 
 from mqbox.config import BrokerRole
@@ -83,6 +96,7 @@ from mqbox.server.queue_counters import (
 )
 from mqbox.server.roles.processors import Processor, Request, handles, run_processor
 from mqbox.server.roles.processors.client_manager import group_name_problem
+from mqbox.server.roles.processors.group_configs import SubscriptionGroupsView
 from mqbox.server.roles.processors.topics import (
     PERM_READ_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -92,14 +106,18 @@ from mqbox.server.roles.store_writer import store_config_of
 from mqbox.server.runtime import RoleContext
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Outbox
-from mqbox.store.config_files import TopicConfig
+from mqbox.store.config_files import SubscriptionGroupConfig, TopicConfig
 from mqbox.store.message_store import READ_PLAN_MESSAGE_COUNT_MAX, MessageStoreReader
 from mqbox.store.read_plan import (
     NO_TAG_FILTER,
     PULL_MESSAGE_COUNT_MAX,
     PULL_NOT_FOUND,
+    PULL_OFFSET_MOVED,
+    PULL_RETRY_IMMEDIATELY,
     PULL_SIZE_BYTES_MAX,
     PULL_SUCCESS,
+    GetMessageStatus,
+    ReadPlan,
 )
 
 HOLD_MS_MAX: Final = 30_000
@@ -110,6 +128,26 @@ TAG_FILTER_CACHE_SIZE_MAX: Final = 4096
 SUBSCRIPTION_ALL: Final = "*"
 SUBSCRIPTION_SEPARATOR: Final = "||"
 EXPRESSION_TYPE_TAG: Final = "TAG"
+MASTER_ID: Final = 0
+# Reads that scanned consume-queue entries (Java computes the fall-behind only for these).
+_SCANNED: Final = frozenset(
+    {
+        GetMessageStatus.FOUND,
+        GetMessageStatus.NO_MATCHED_MESSAGE,
+        GetMessageStatus.MESSAGE_WAS_REMOVING,
+    }
+)
+# Reads whose nextBeginOffset is a correction from the queue's bounds, which a slave does not make
+# (Java's nextOffsetCorrection): its queues may trail the master's.
+_CORRECTED: Final = frozenset(
+    {
+        GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+        GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+        GetMessageStatus.OFFSET_TOO_SMALL,
+        GetMessageStatus.OFFSET_OVERFLOW_ONE,
+        GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+    }
+)
 
 
 def tag_hashes_of(subscription: str | None) -> NDArray[np.int64]:
@@ -200,6 +238,15 @@ class PullProcessor(Processor):
         )
         self.extra_outboxes.append(self.commit_outbox)
         self.commits_enabled = broker.broker_role is not BrokerRole.SLAVE
+        self.is_slave = broker.broker_role is BrokerRole.SLAVE
+        self.slave_read_enable = broker.slave_read_enable
+        self.offset_check_in_slave = broker.offset_check_in_slave
+        # Java: (long) (TOTAL_PHYSICAL_MEMORY_SIZE * (accessMessageInMemoryMaxRatio / 100.0))
+        self.in_memory_bytes_max = int(
+            psutil.virtual_memory().total
+            * (broker.access_message_in_memory_max_ratio_percent / 100.0)
+        )
+        self.groups = SubscriptionGroupsView(ctx.store_root)
         # Subscriptions from heartbeats, written by admin.0, for pulls that carry none (Java).
         self.subscriptions = GroupSubscriptionsReader(ctx.store_root)
         self._queues: dict[tuple[str, int], _Queue] = {}
@@ -397,10 +444,16 @@ class PullProcessor(Processor):
             if hold_ms > 0:
                 self._hold(request, header, queue, tag_hashes, hold_ms)
                 return
+        suggested = MASTER_ID
+        next_queue_index = plan.next_queue_index
+        if self.slave_read_enable or self.is_slave:
+            code, suggested = self._suggestion(header, queue, plan, code)
+            if self.is_slave and not self.offset_check_in_slave and plan.status in _CORRECTED:
+                next_queue_index = header.queue_index  # Java's nextOffsetCorrection on a slave
         response = request.make_response(
             code,
             PullMessageResponseHeader(
-                plan.next_queue_index, plan.min_queue_index, plan.max_queue_index, 0
+                next_queue_index, plan.min_queue_index, plan.max_queue_index, suggested
             ).to_ext(),
         )
         if code == PULL_SUCCESS:
@@ -410,6 +463,35 @@ class PullProcessor(Processor):
         if code == PULL_NOT_FOUND:
             self._empty += 1
         self.reply(request, response)
+
+    def _suggestion(
+        self, header: PullMessageRequestHeader, queue: _Queue, plan: ReadPlan, code: int
+    ) -> tuple[int, int]:
+        """(response code, suggestWhichBrokerId) by the module docstring's rule."""
+        group = self.groups.get(header.consumer_group) or SubscriptionGroupConfig(
+            header.consumer_group
+        )
+        suggested = MASTER_ID
+        if self.slave_read_enable:
+            suggested = group.broker_id
+            if self._behind(queue, plan):
+                suggested = group.which_broker_when_consume_slowly
+        if self.is_slave and code == PULL_OFFSET_MOVED and not self.offset_check_in_slave:
+            return PULL_RETRY_IMMEDIATELY, group.broker_id
+        return code, suggested
+
+    def _behind(self, queue: _Queue, plan: ReadPlan) -> bool:
+        """Java's isSuggestPullingFromSlave: the commit log's end minus the last scanned entry's
+        log offset exceeds the in-memory share of RAM; False when the read scanned nothing."""
+        if plan.status not in _SCANNED:
+            return False
+        last = self.reader.entry_log_offset_bytes(
+            queue.topic, queue.queue_id, plan.next_queue_index - 1
+        )
+        if last is None:
+            return False
+        behind_bytes = self.positions.write_log_offset_bytes - last
+        return behind_bytes > self.in_memory_bytes_max
 
     def _error(self, request: Request, code: int, remark: str) -> None:
         self._errors += 1

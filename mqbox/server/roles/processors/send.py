@@ -53,6 +53,12 @@ WAIT=false, and the answer (0, no ext) goes out only after its APPEND_ACK; a ref
 answered 1 with the writer's remark. `%RETRY%<group>` and `%DLQ%<group>` are created here when
 missing (topics.json changes, so the services role registers them with the name servers).
 
+A slave (brokerRole=SLAVE) stores nothing a client sends, as Java's store refuses puts on a
+slave (docs/replication.md, "Slave service"): 10/310/320 are answered 14 SERVICE_NOT_AVAILABLE
+with Java's remark (the disk use of the commit log, consume queue and index directories as
+fractions, "%5.2f"); 36 is answered 1 with the remark "SERVICE_NOT_AVAILABLE" (Java's put
+status name), after the group checks Java makes first.
+
 Not yet: transaction half messages, the 4.9.x CLUSTER property.
 """
 
@@ -63,7 +69,6 @@ import itertools
 import os
 import random
 import struct
-import time
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -71,7 +76,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mqbox._jit import kernel
-from mqbox.config import delay_level_durations_ms
+from mqbox.config import BrokerRole, delay_level_durations_ms
 from mqbox.errors import AutoCreateLimitError, MessageIllegalError, MqboxError
 from mqbox.ipc.ring import Ring
 from mqbox.message import (
@@ -141,6 +146,7 @@ from mqbox.server import parcels
 from mqbox.server.parcels import AppendAck
 from mqbox.server.queue_counters import StorePositions, store_positions_name
 from mqbox.server.roles.processors import Processor, Request, delivery, handles, run_processor
+from mqbox.server.roles.processors.group_configs import SubscriptionGroupsView
 from mqbox.server.roles.processors.topics import (
     PERM_READ_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -151,10 +157,13 @@ from mqbox.server.roles.store_writer import store_config_of
 from mqbox.server.runtime import RoleContext
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Outbox
-from mqbox.store import config_files
 from mqbox.store.commit_log import CommitLog
-from mqbox.store.config_files import SubscriptionGroupConfig, SubscriptionGroupTable, TopicConfig
-from mqbox.store.layout import SUBSCRIPTION_GROUP_FILE_NAME, config_dir
+from mqbox.store.config_files import SubscriptionGroupConfig, TopicConfig
+from mqbox.store.layout import (
+    commit_log_dir,
+    consume_queue_root_dir,
+    index_dir,
+)
 
 _HOST: Final = struct.Struct(">4si")
 _PROPERTY_WAIT_FALSE: Final = "\x02WAIT\x01false\x02"
@@ -166,7 +175,6 @@ _FLUSH_DISK_TIMEOUT: Final = int(ResponseCode.FLUSH_DISK_TIMEOUT)
 # Only a single send to a retry topic, or one whose properties hold this, may need routing by
 # content (delivery.py); only those pay for parsing their properties.
 _DELAY_NAME: Final = "DELAY\x01"
-GROUPS_RELOAD_CHECK_INTERVAL_NS: Final = 1_000_000_000
 
 
 # --- The batch kernel ---------------------------------------------------------------------------
@@ -376,42 +384,17 @@ class _RefusedError(Exception):
         self.remark = remark
 
 
-class _SubscriptionGroups:
-    """This process's read-only view of subscriptionGroup.json (admin.0 writes it): the file is
-    read again when its inode, size or mtime changed, looked at once a second, and at once for
-    a group it does not hold (one a heartbeat just created)."""
-
-    def __init__(self, store_root: Path) -> None:
-        self._directory = config_dir(store_root)
-        self._path = self._directory / SUBSCRIPTION_GROUP_FILE_NAME
-        self._table = SubscriptionGroupTable()
-        self._signature: tuple[int, int, int] | None = None
-        self._check_due_ns = 0
-
-    def get(self, group: str) -> SubscriptionGroupConfig | None:
-        now_ns = time.monotonic_ns()
-        if now_ns >= self._check_due_ns:
-            self._check_due_ns = now_ns + GROUPS_RELOAD_CHECK_INTERVAL_NS
-            self._reload_if_changed()
-        config = self._table.groups.get(group)
-        if config is None and self._reload_if_changed():
-            config = self._table.groups.get(group)
-        return config
-
-    def _reload_if_changed(self) -> bool:
-        try:
-            status = self._path.stat()
-        except FileNotFoundError:
-            signature = None
-        else:
-            signature = (status.st_ino, status.st_size, status.st_mtime_ns)
-        if signature == self._signature:
-            return False
-        self._table = config_files.load_subscription_groups(
-            self._directory, use_backup_if_corrupt=True
-        )
-        self._signature = signature
-        return True
+def _used_fraction(directory: Path) -> float:
+    """Java's UtilAll.getDiskPartitionSpaceUsedPercent: (total - free) / total of the
+    partition holding `directory`, or -1 when it cannot be read."""
+    try:
+        status = os.statvfs(directory)
+    except OSError:
+        return -1.0
+    total = status.f_blocks * status.f_frsize
+    if total <= 0:
+        return -1.0
+    return (total - status.f_bfree * status.f_frsize) / total
 
 
 class SendProcessor(Processor):
@@ -423,9 +406,10 @@ class SendProcessor(Processor):
         super().__init__(ctx, **options)
         broker = ctx.broker
         self.max_message_size_bytes = broker.max_message_size_bytes
+        self.is_slave = broker.broker_role is BrokerRole.SLAVE
         self.store_host = pack_host(broker.broker_ip1 or "127.0.0.1", broker.listen_port)
         self.topics = TopicConfigStore(ctx.store_root, broker)
-        self.groups = _SubscriptionGroups(ctx.store_root)
+        self.groups = SubscriptionGroupsView(ctx.store_root)
         self.delay_level_count = len(delay_level_durations_ms(broker.message_delay_level))
         # The commit log as a reader sees it, for CONSUMER_SEND_MSG_BACK: mapped on first use.
         self._log: CommitLog | None = None
@@ -473,6 +457,15 @@ class SendProcessor(Processor):
         command = request.command
         header = SendMessageRequestHeader.from_command(command)
         self._sends += 1
+        if self.is_slave:
+            self._refused += 1
+            self.reply(
+                request,
+                request.make_response(
+                    ResponseCode.SERVICE_NOT_AVAILABLE, {}, remark=self._slave_remark()
+                ),
+            )
+            return
         try:
             topic_config = self._check_topic(header)
             queue_id = self._pick_queue(header, topic_config)
@@ -487,6 +480,25 @@ class SendProcessor(Processor):
         except _RefusedError as refused:
             self._refused += 1
             self.reply(request, request.make_response(refused.code, {}, remark=refused.remark))
+
+    def _slave_remark(self) -> str:
+        """Java's remark for a put its store refused as SERVICE_NOT_AVAILABLE, with its disk
+        figures: used / total of each directory's partition, a fraction (-1 when unknown)."""
+        store_root = self.ctx.store_root
+        figures = [
+            _used_fraction(directory)
+            for directory in (
+                commit_log_dir(store_root),
+                consume_queue_root_dir(store_root),
+                index_dir(store_root),
+            )
+        ]
+        usage = "CL: {:5.2f} CQ: {:5.2f} INDEX: {:5.2f}".format(*figures)
+        return (
+            "service not available now. It may be caused by one of the following reasons: the "
+            f"broker's disk is full [{usage}], messages are put to the slave, message store has "
+            "been shut down, etc."
+        )
 
     def _check_topic(self, header: SendMessageRequestHeader) -> TopicConfig:
         topic = header.topic
@@ -727,6 +739,8 @@ class SendProcessor(Processor):
             # Java: a group without retry queues drops what its consumers send back.
             self.reply_fields(request, _OK, {})
             return
+        if self.is_slave:
+            raise _RefusedError(ResponseCode.SYSTEM_ERROR, "SERVICE_NOT_AVAILABLE")
         retry_config = self._ensure_topic(retry_topic, config.retry_queue_nums)
         stored = self._read_stored(header.log_offset_bytes)
         if stored is None:

@@ -286,6 +286,17 @@ class TopicConfigStore:
             self._save(topics)
         return True
 
+    def replace_all(self, topics: Mapping[str, TopicConfig], data_version: DataVersion) -> None:
+        """A slave's sync from its master (Java's SlaveSynchronize.syncTopicConfig): the whole
+        table and the master's dataVersion replace this broker's, under the lock."""
+        for name, config in topics.items():
+            assert config.topic_name == name
+        with self._locked():
+            table = TopicConfigTable(topics=dict(topics), data_version=data_version)
+            config_files.save_topics(self.directory, table)
+            self._table = table
+            self._signature = self._file_signature()
+
     def auto_create(
         self, topic: str, default_topic: str, default_topic_queue_nums: int
     ) -> TopicConfig | None:

@@ -2,11 +2,13 @@
 
 Owns, in admin.0 (the only process that holds them; routing.py sends it their codes, and
 topology.py sends it the pulls' offset commits): the client tables (clients.py), consumer offsets
-and queue locks (offsets.py), and the calls to clients (307 relayed, 40 and 220 sent). In every
-admin processor: the store queries (queries.py), topic admin (topic_admin.py), mqbox's own views,
-REQUEST_CODE_NOT_SUPPORTED (3, with the Java broker's remark) for every other code, and the admin
-pool's share of the base class's plumbing (the workers' REQUEST_FAILED and idle CLOSE_CONNECTION).
-Each handler's docstring says what its code answers; base.py holds the state they share.
+and queue locks (offsets.py), the calls to clients (307 relayed, 40 and 220 sent), the
+subscription groups (groups.py) and, on a slave, the copy of the master's metadata
+(slave_sync.py). In every admin processor: the store queries (queries.py), topic admin
+(topic_admin.py), mqbox's own views, REQUEST_CODE_NOT_SUPPORTED (3, with the Java broker's
+remark) for every other code, and the admin pool's share of the base class's plumbing (the
+workers' REQUEST_FAILED and idle CLOSE_CONNECTION). Each handler's docstring says what its code
+answers; base.py holds the state they share.
 
 Never: writes the store, or holds a request other than a 307 waiting for its client (every other
 answer goes out at once: the C++ client gives a lock request 1 s and closes its connection on a
@@ -42,6 +44,7 @@ from mqbox.server.roles.processors.admin.base import (
 from mqbox.server.roles.processors.admin.clients import ClientManagement
 from mqbox.server.roles.processors.admin.offsets import ConsumerOffsetHandlers
 from mqbox.server.roles.processors.admin.queries import StoreQueries
+from mqbox.server.roles.processors.admin.slave_sync import SlaveSync
 from mqbox.server.roles.processors.admin.topic_admin import TopicAdmin
 from mqbox.server.roles.processors.client_manager import group_name_problem
 from mqbox.server.routing import MEMBER_ZERO_CODES
@@ -52,8 +55,9 @@ log = logging.getLogger("mqbox.admin")
 __all__ = ["AdminProcessor", "main"]
 
 
-class AdminProcessor(ClientManagement, ConsumerOffsetHandlers, StoreQueries, TopicAdmin):
-    """The admin role: the four sections of handlers and the hooks of the loop."""
+class AdminProcessor(ClientManagement, ConsumerOffsetHandlers, StoreQueries, TopicAdmin, SlaveSync):
+    """The admin role: the sections of handlers (groups.py under slave_sync.py, which applies a
+    slave's copy of its master's metadata) and the hooks of the loop."""
 
     def _on_stop_requested(self) -> None:
         """The base's stop, plus the offsets saved before an orderly exit (SIGTERM)."""
@@ -62,6 +66,7 @@ class AdminProcessor(ClientManagement, ConsumerOffsetHandlers, StoreQueries, Top
 
     def on_stop(self) -> None:
         """Save what must survive the stop: the offsets committed since the last save."""
+        self.stop_slave_sync()
         self.offsets.persist_now()
 
     def handle(self, request: Request) -> None:
@@ -113,6 +118,8 @@ class AdminProcessor(ClientManagement, ConsumerOffsetHandlers, StoreQueries, Top
             self._commit_parcels_refused += 1
 
     def on_tick(self, now_ns: int) -> None:
+        self.start_slave_sync()  # admin.0 of a slave only; once
+        self.apply_slave_sync_nowait()
         self._send_notifications()
         clock_now_ns = self.clock_ns()
         if self._client_calls:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from mqbox.clock import wall_clock_ms
+from mqbox.config import BrokerRole
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.message import STORETIMESTAMP_POSITION_BYTES
 from mqbox.protocol.codes import FLAG_RESPONSE, ResponseCode
@@ -78,6 +79,11 @@ CLIENT_CALL_COUNT_MAX: Final = 1024  # calls to clients (307) in flight at once
 EXPRESSION_TYPE_TAG: Final = "TAG"
 REMARK_NO_CONSUMER: Final = "no consumer for this group"
 REMARK_QUERY_NOT_FOUND: Final = "mqbox: nothing committed, and the queue no longer starts at 0"
+# Java's AdminBrokerProcessor.validateSlave, for 17, 215, 200 and 207 on a slave.
+REMARK_SLAVE_READ_ONLY: Final = (
+    "Can't modify topic or subscription group from slave broker, please execute it from master "
+    "broker."
+)
 
 
 def _required(ext: dict[str, str], key: str, where: str) -> str:
@@ -255,6 +261,7 @@ class AdminBase(Processor):
         self.wall_clock_ms = wall_clock_ms
         # admin.0 owns the client, offset and lock tables and the files behind them.
         self.owns_state = ctx.role.index == 0
+        self.is_slave = ctx.broker.broker_role is BrokerRole.SLAVE
         self.config_dir = config_dir(ctx.store_root)
         self.clients = ClientManager(expiry_ns=client_expiry_ms * 1_000_000)
         self.offsets = ConsumerOffsets(
@@ -362,6 +369,13 @@ class AdminBase(Processor):
             {},
             remark=f"mqbox: topic {_shown(topic)} does not exist on this broker",
         )
+
+    def _slave_refusal(self, request: Request) -> RemotingCommand | None:
+        """SYSTEM_ERROR with Java's remark for a change of topics or subscription groups on a
+        slave (its master's copy is what the slave sync brings); None on a master."""
+        if not self.is_slave:
+            return None
+        return request.make_response(ResponseCode.SYSTEM_ERROR, {}, remark=REMARK_SLAVE_READ_ONLY)
 
     def _no_store(self, request: Request) -> RemotingCommand:
         return request.make_response(

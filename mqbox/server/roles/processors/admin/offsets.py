@@ -2,9 +2,11 @@
 
 Owns the handlers of QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), LOCK_BATCH_MQ (41),
 UNLOCK_BATCH_MQ (42), Java's INVOKE_BROKER_TO_RESET_OFFSET (222), MQBOX_CONSUMER_PROGRESS (10002)
-and MQBOX_RESET_CONSUMER_OFFSET (10003), and the RESET_CONSUMER_CLIENT_OFFSET (220) a reset sends
-to the group's members. consumerOffset.json is saved every 5 s while changed and at an orderly
-stop (consumer_offsets.py). All are served by admin.0 alone (routing.py).
+and MQBOX_RESET_CONSUMER_OFFSET (10003), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45),
+and the RESET_CONSUMER_CLIENT_OFFSET (220) a reset sends to the group's members.
+consumerOffset.json is saved every 5 s while changed and at an orderly stop (consumer_offsets.py).
+All but 45 are served by admin.0 alone (routing.py); 45 reads delayOffset.json, which any admin
+processor may.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from mqbox.protocol.command import (
 )
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.headers import (
+    ConsumerOffsetSerializeWrapper,
+    DelayOffsetSerializeWrapper,
     LockBatchRequestBody,
     LockBatchResponseBody,
     OffsetResponseHeader,
@@ -47,13 +51,36 @@ from mqbox.server.roles.processors.admin.base import (
     _shown,
 )
 from mqbox.server.roles.processors.consumer_offsets import starting_queue_index
-from mqbox.store.config_files import TopicConfig
+from mqbox.store import config_files
+from mqbox.store.config_files import TOPIC_GROUP_SEPARATOR, TopicConfig
 
 log = logging.getLogger("mqbox.admin")
 
 
 class ConsumerOffsetHandlers(AdminBase):
     """Handlers of the offset and lock tables (admin.0)."""
+
+    @handles(RequestCode.GET_ALL_CONSUMER_OFFSET)
+    def _all_consumer_offsets(self, request: Request) -> RemotingCommand:
+        """GET_ALL_CONSUMER_OFFSET (43): 0 with Java's ConsumerOffsetManager body,
+        `{"offsetTable":{"<topic>@<group>":{"<queueId>":<offset>}}}`, the table as committed now
+        (also what is not saved yet). A slave asks its master with it (slave_sync.py)."""
+        table = {
+            f"{topic}{TOPIC_GROUP_SEPARATOR}{group}": queues
+            for (topic, group), queues in sorted(self.offsets.snapshot().items())
+        }
+        body = ConsumerOffsetSerializeWrapper(table).to_json()
+        return request.make_response(ResponseCode.SUCCESS, {}, body=body)
+
+    @handles(RequestCode.GET_ALL_DELAY_OFFSET)
+    def _all_delay_offsets(self, request: Request) -> RemotingCommand:
+        """GET_ALL_DELAY_OFFSET (45): 0 with Java's DelayOffsetSerializeWrapper body,
+        `{"offsetTable":{"<delayLevel>":<offset>}}`, as delayOffset.json holds it: the schedule
+        role saves its progress there (schedule.py), so the answer may trail the role's memory
+        by one save, where Java answers from memory. No file yet: an empty table."""
+        offsets = config_files.load_delay_offsets(self.config_dir, use_backup_if_corrupt=True)
+        body = DelayOffsetSerializeWrapper(dict(offsets)).to_json()
+        return request.make_response(ResponseCode.SUCCESS, {}, body=body)
 
     @handles(RequestCode.QUERY_CONSUMER_OFFSET)
     def _query_consumer_offset(self, request: Request) -> RemotingCommand:

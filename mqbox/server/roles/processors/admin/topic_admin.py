@@ -39,8 +39,12 @@ class TopicAdmin(AdminBase):
     @handles(RequestCode.UPDATE_AND_CREATE_TOPIC)
     def _update_and_create_topic(self, request: Request) -> RemotingCommand:
         """UPDATE_AND_CREATE_TOPIC (17): create or replace the topic's configuration under
-        topics.py's file lock (the services role sees topics.json change and registers again)."""
+        topics.py's file lock (the services role sees topics.json change and registers again).
+        A slave refuses it (1, Java's remark): its topics are its master's."""
         header = UpdateAndCreateTopicRequestHeader.from_ext(request.command.ext_fields)
+        refusal = self._slave_refusal(request)
+        if refusal is not None:
+            return refusal
         topic = header.topic
         problem = validate_topic(topic)
         if problem is None and topic == self.ctx.broker.broker_cluster_name:
@@ -73,8 +77,12 @@ class TopicAdmin(AdminBase):
     def _delete_topic(self, request: Request) -> RemotingCommand:
         """DELETE_TOPIC_IN_BROKER (215): deletes the configuration only (17 if there is none;
         system topics stay, 1): the consume queues belong to the dispatcher, and the committed
-        offsets stay (as in Java); sending to the topic again brings it back."""
+        offsets stay (as in Java); sending to the topic again brings it back. A slave refuses
+        it, as 17."""
         header = DeleteTopicRequestHeader.from_ext(request.command.ext_fields)
+        refusal = self._slave_refusal(request)
+        if refusal is not None:
+            return refusal
         if header.topic in self._system_topic_names:
             return request.make_response(
                 ResponseCode.SYSTEM_ERROR,
