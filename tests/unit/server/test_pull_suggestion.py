@@ -2,7 +2,8 @@
 "Suggesting a broker for pulls"): 0 without slaveReadEnable; with it, the group's brokerId for a
 consumer that is not behind, its whichBrokerWhenConsumeSlowly for one whose last scanned entry
 is more than accessMessageInMemoryMaxRatio percent of RAM before the commit log's end; an answer
-that scanned nothing is never behind; the group's values come from subscriptionGroup.json.
+that scanned nothing is never behind; the group's values come from subscriptionGroup.json, and a
+group whose consumeEnable is false is refused (16, Java's remark).
 
 Method: test_send.py's StoreGraph (writer, dispatcher, send and pull processors as objects over
 real rings and a real store); the ratio is 0 (every read that found something is behind) or 40
@@ -104,3 +105,16 @@ def test_a_reader_within_the_memory_share_stays_on_the_groups_broker(
         assert (found.code, suggested(found)) == (ResponseCode.SUCCESS, 0)
     finally:
         graph.close()
+
+
+def test_a_group_whose_consumption_is_disabled_is_refused(behind: StoreGraph) -> None:
+    groups = {"CG": SubscriptionGroupConfig("CG", consume_enable=False)}
+    config_files.save_subscription_groups(
+        config_dir(behind.store_root), SubscriptionGroupTable(groups, DataVersion(1, 1))
+    )
+    make_topic(behind, "Disabled")
+    put(behind, "Disabled", 1)
+    settle(behind)
+    refused = pull(behind, "Disabled", 0)
+    assert refused.code == ResponseCode.NO_PERMISSION
+    assert refused.remark == "subscription group no permission, CG"

@@ -30,13 +30,16 @@ class SubscriptionGroupsView:
         self._signature: tuple[int, int, int] | None = None
         self._check_due_ns = 0
 
-    def get(self, group: str) -> SubscriptionGroupConfig | None:
+    def get(self, group: str, *, fresh_on_miss: bool = True) -> SubscriptionGroupConfig | None:
+        """The group's configuration; a group the view lacks makes it look at the file now,
+        unless `fresh_on_miss` is False (a hot path that may meet groups nobody configured:
+        the once-a-second look is enough there)."""
         now_ns = time.monotonic_ns()
         if now_ns >= self._check_due_ns:
             self._check_due_ns = now_ns + GROUPS_RELOAD_CHECK_INTERVAL_NS
             self._reload_if_changed()
         config = self._table.groups.get(group)
-        if config is None and self._reload_if_changed():
+        if config is None and fresh_on_miss and self._reload_if_changed():
             config = self._table.groups.get(group)
         return config
 

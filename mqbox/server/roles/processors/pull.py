@@ -38,6 +38,10 @@ nextOffsetCorrection): a slave whose queue trails the master's never moves a con
 settings come from subscriptionGroup.json (defaults for a group it lacks); the default path
 (slaveReadEnable off, a master) reads neither the file nor the entry.
 
+A group whose subscriptionGroup.json entry has consumeEnable=false (set by 200) is refused with
+16 and Java's remark "subscription group no permission, <group>"; the view of the file is looked
+at once a second, so a change takes up to a second to apply.
+
 Subscriptions: with the SUBSCRIPTION bit clear (the Java push consumer's default), the group's
 subscription comes from its heartbeat, which admin.0 writes to config/mqboxSubscriptions.json
 (admin_parcels.GroupSubscriptionsReader); none gives 24, an older one 25. The commitOffset
@@ -306,6 +310,14 @@ class PullProcessor(Processor):
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId[{queue_id}] is illegal, topic:[{topic}] readQueueNums:"
                 f"[{config.read_queue_nums}] consumer:[{header.consumer_group}]",
+            )
+            return
+        group_config = self.groups.get(header.consumer_group, fresh_on_miss=False)
+        if group_config is not None and not group_config.consume_enable:
+            self._error(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"subscription group no permission, {header.consumer_group}",
             )
             return
         expression_type = header.expression_type
