@@ -1,8 +1,12 @@
-"""The official C++ client (PyPI `rocketmq==0.4.4`) is refused by a slave as by RocketMQ's.
+"""The official C++ client (PyPI `rocketmq==0.4.4`) with a master and its slave.
 
-Goal: a C++ producer whose route leads it to a slave's address gets RocketMQ's answer for a put
-on a slave, SERVICE_NOT_AVAILABLE (14) with the remark "service not available now. ...
-messages are put to the slave ...", on each of its attempts, and the slave stores nothing.
+Goal: (1) a C++ producer whose route leads it to a slave's address gets RocketMQ's answer for a
+put on a slave, SERVICE_NOT_AVAILABLE (14) with the remark "service not available now. ...
+messages are put to the slave ...", on each of its attempts, and the slave stores nothing;
+(2) a C++ push consumer follows suggestWhichBrokerId: with slaveReadEnable and
+accessMessageInMemoryMaxRatio=0 on the master, each pull that found messages sends its next pull
+to the slave (brokerId 1), whose empty queue sends it back to the master, and every message is
+still consumed once.
 
 Method: a real master and slave (tests/support/master_slave.py). A name server only ever routes
 a brokerName's queues to its master (brokerId 0), so a C++ producer never picks a slave by
@@ -11,18 +15,22 @@ there as the master of a broker name of its own (a REGISTER_BROKER the test send
 connection open for, as a broker would). The producer runs in a child process
 (tests/interop/cpp_client.py) pointed at that name server. The wheel raises only "No route info"
 once its attempts are spent, so what the slave answered is read in the client's own log; the
-slave's stored queue is read back over the wire.
+slave's stored queue is read back over the wire. For (2) messages are sent to the master with
+mqbox.client and the slave's pull counters (MQBOX_PULL_STATUS, one pull processor) show the
+C++ consumer's pulls reaching it. The slave holds no messages until the HA stream replicates
+them (another branch), which is why the consumer returns to the master.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from mqbox.client import namesrv_api
+from mqbox.client import Producer, namesrv_api
 from mqbox.client.admin_api import all_topic_config, get_max_offset
 from mqbox.client.remoting import RemotingClient
 from mqbox.protocol.headers import (
@@ -31,9 +39,16 @@ from mqbox.protocol.headers import (
     RegisterBrokerRequestHeader,
     TopicConfig,
 )
+from mqbox.protocol.mqbox_codes import MQBOX_PULL_STATUS
 from tests.conftest import unique_name
-from tests.interop.cpp_client import SentMessage, cpp_child
-from tests.support.master_slave import MasterSlave, running_master_slave
+from tests.interop.cpp_client import (
+    SentMessage,
+    cpp_child,
+    create_topic,
+    push_spec,
+    received_seqs,
+)
+from tests.support.master_slave import MASTER_CONF, MasterSlave, running_master_slave
 from tests.support.namesrv_process import running_namesrv
 
 pytestmark = pytest.mark.interop
@@ -41,9 +56,15 @@ pytestmark = pytest.mark.interop
 CHILD_TIMEOUT_S = 90.0
 
 
+DELIVERY_TIMEOUT_S = 60.0
+MASTER_BEHIND_CONF = MASTER_CONF + "slaveReadEnable=true\naccessMessageInMemoryMaxRatio=0\n"
+
+
 @pytest.fixture
 def pair(tmp_path: Path, reap_pids: list[int]) -> Iterator[MasterSlave]:
-    with running_master_slave(tmp_path / "pair", reap_pids) as running:
+    with running_master_slave(
+        tmp_path / "pair", reap_pids, master_conf=MASTER_BEHIND_CONF
+    ) as running:
         yield running
 
 
@@ -109,3 +130,36 @@ def cpp_log(directory: Path) -> str:
 
 def topic_known(broker: RemotingClient, topic: str) -> bool:
     return topic in all_topic_config(broker).topic_config_table
+
+
+def pulls_served(address: str) -> int:
+    with RemotingClient(address) as broker:
+        response = broker.invoke(MQBOX_PULL_STATUS)
+    assert response.code == 0, response.remark
+    pulls: int = json.loads(response.body)["pulls"]
+    return pulls
+
+
+def test_cpp_push_consumer_follows_the_suggested_broker(
+    pair: MasterSlave, tmp_path: Path, reap_pids: list[int]
+) -> None:
+    topic = unique_name("CppSlaveConsume")
+    group = unique_name("CppSlaveCG")
+    create_topic(pair.master, topic, 1)
+    messages = [SentMessage(f"c{index}", f"message {index}") for index in range(6)]
+    with Producer(unique_name("CppSlaveP"), pair.namesrv_address) as producer:
+        for message in messages:
+            producer.send(topic, message.body.encode(), properties=message.user_properties())
+    slave_pulls = pulls_served(pair.slave.broker_address)
+    spec = push_spec(pair.master, group, topic, messages)
+    with cpp_child(tmp_path / "consumer", spec, reap_pids) as consumer:
+        consumer.wait_started()
+        consumer.wait_for(
+            lambda child: received_seqs(child) >= {m.seq for m in messages},
+            DELIVERY_TIMEOUT_S,
+            "every message",
+        )
+        consumer.finish()
+    seqs = [str(event["properties"]["mqboxSeq"]) for event in consumer.messages()]
+    assert sorted(seqs) == sorted(m.seq for m in messages)  # once each
+    assert pulls_served(pair.slave.broker_address) > slave_pulls
