@@ -13,6 +13,8 @@ part: tests/integration/test_slave_wire.py); the files are read back with store/
 
 from __future__ import annotations
 
+import dataclasses
+
 from mqbox.client.admin_api import AllTopicConfig
 from mqbox.protocol.headers import (
     ConsumerOffsetSerializeWrapper,
@@ -23,7 +25,7 @@ from mqbox.protocol.headers import (
     SubscriptionGroupWrapper,
     TopicConfig,
 )
-from mqbox.server.roles.processors.admin.slave_sync import MasterMetadata
+from mqbox.server.roles.processors.admin.slave_sync import MasterFetcher, MasterMetadata
 from mqbox.store import config_files
 from tests.support.front_in_process import FrontInProcess
 
@@ -121,3 +123,19 @@ def test_bodies_read_back_and_accept_fastjsons_bare_keys() -> None:
     header = DeleteSubscriptionGroupRequestHeader("CG", remove_offset=True)
     assert DeleteSubscriptionGroupRequestHeader.from_ext(header.to_ext()) == header
     assert not DeleteSubscriptionGroupRequestHeader.from_ext({"groupName": "CG"}).remove_offset
+
+
+def test_a_round_without_a_reachable_name_server_fetches_nothing(front: FrontInProcess) -> None:
+    admin = front.admins[0]
+    broker = dataclasses.replace(admin.ctx.broker, namesrv_addr="127.0.0.1:1")
+    fetcher = MasterFetcher(broker, admin.ctx.broker_address)
+    admin.slave_fetcher = fetcher
+    try:
+        assert fetcher.fetch_round() is None
+        assert not admin.apply_slave_sync_nowait()
+        statistics = admin.statistics_slave_sync()
+        assert statistics is not None
+        assert (statistics.rounds, statistics.rounds_without_master) == (0, 1)
+        assert statistics.master_address is None
+    finally:
+        fetcher.stop()
