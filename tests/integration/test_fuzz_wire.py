@@ -215,6 +215,15 @@ def _templates() -> tuple[tuple[int, dict[str, str], bytes], ...]:
         ),
         (RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "FuzzOther"}, b""),
         (RequestCode.GET_ALL_TOPIC_CONFIG, {}, b""),
+        (RequestCode.GET_ALL_CONSUMER_OFFSET, {}, b""),
+        (RequestCode.GET_ALL_DELAY_OFFSET, {}, b""),
+        (
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            {},
+            orjson.dumps({"groupName": "FuzzGroup", "retryQueueNums": 1}),
+        ),
+        (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {}, b""),
+        (RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "FuzzGroup"}, b""),
         (
             RequestCode.CHECK_CLIENT_CONFIG,
             {},
