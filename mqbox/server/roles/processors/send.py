@@ -43,15 +43,18 @@ queue index, and adds `mqboxDuplicates`. Other sends pay one dict lookup.
 CONSUMER_SEND_MSG_BACK (docs/protocol.md sections 4.3 and 9): the failed record is read by
 its commit-log offset from a read-only map of the commit log (bounded by the writer's published
 position; a bad offset or a record that does not decode: 1 with "look message by offset
-failed"); the group's retryQueueNums and retryMaxTimes come from subscriptionGroup.json, which
-admin.0 alone writes: this process only reads it, and an unknown group gets the defaults (1 and
-16) when autoCreateSubscriptionGroup is on (admin.0 creates the group on its first heartbeat),
-26 when it is off; a group with retryQueueNums 0 is answered 0 and nothing is stored (Java). The
-header's maxReconsumeTimes, when present, wins over the group's. The new record (delivery.
-send_back_message, then the DELAY routing above) goes to the store writer like any send, with
-WAIT=false, and the answer (0, no ext) goes out only after its APPEND_ACK; a refused append is
-answered 1 with the writer's remark. `%RETRY%<group>` and `%DLQ%<group>` are created here when
-missing (topics.json changes, so the services role registers them with the name servers).
+failed"); a record the group has no claim on (not in its `%RETRY%` topic, not of a topic it
+subscribes to or committed an offset for: group_topics.py, docs/security.md) is refused with 16
+NO_PERMISSION before anything is copied or created; the group's retryQueueNums and
+retryMaxTimes come from subscriptionGroup.json, which admin.0 alone writes: this process only
+reads it, and an unknown group gets the defaults (1 and 16) when autoCreateSubscriptionGroup is
+on (admin.0 creates the group on its first heartbeat), 26 when it is off; a group with
+retryQueueNums 0 is answered 0 and nothing is stored (Java). The header's maxReconsumeTimes,
+when present, wins over the group's. The new record (delivery.send_back_message, then the
+DELAY routing above) goes to the store writer like any send, with WAIT=false, and the answer
+(0, no ext) goes out only after its APPEND_ACK; a refused append is answered 1 with the
+writer's remark. `%RETRY%<group>` and `%DLQ%<group>` are created here when missing
+(topics.json changes, so the services role registers them with the name servers).
 
 Not yet: transaction half messages, the 4.9.x CLUSTER property.
 """
@@ -141,6 +144,7 @@ from mqbox.server import parcels
 from mqbox.server.parcels import AppendAck
 from mqbox.server.queue_counters import StorePositions, store_positions_name
 from mqbox.server.roles.processors import Processor, Request, delivery, handles, run_processor
+from mqbox.server.roles.processors.group_topics import GroupTopics
 from mqbox.server.roles.processors.topics import (
     PERM_READ_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -364,6 +368,7 @@ class SendStatistics:
     delayed: int  # messages stored under SCHEDULE_TOPIC_XXXX
     dead_letters: int  # messages routed to a %DLQ% topic
     send_backs: int  # CONSUMER_SEND_MSG_BACK requests
+    send_backs_refused: int  # of them, for a record of a topic the group does not consume
     duplicates: int  # messages the idempotent window answered instead of storing them again
 
 
@@ -426,6 +431,7 @@ class SendProcessor(Processor):
         self.store_host = pack_host(broker.broker_ip1 or "127.0.0.1", broker.listen_port)
         self.topics = TopicConfigStore(ctx.store_root, broker)
         self.groups = _SubscriptionGroups(ctx.store_root)
+        self.group_topics = GroupTopics(ctx.store_root)
         self.delay_level_count = len(delay_level_durations_ms(broker.message_delay_level))
         # The commit log as a reader sees it, for CONSUMER_SEND_MSG_BACK: mapped on first use.
         self._log: CommitLog | None = None
@@ -462,6 +468,7 @@ class SendProcessor(Processor):
         self._delayed = 0
         self._dead_letters = 0
         self._send_backs = 0
+        self._send_backs_refused = 0
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -727,13 +734,14 @@ class SendProcessor(Processor):
             # Java: a group without retry queues drops what its consumers send back.
             self.reply_fields(request, _OK, {})
             return
-        retry_config = self._ensure_topic(retry_topic, config.retry_queue_nums)
         stored = self._read_stored(header.log_offset_bytes)
         if stored is None:
             raise _RefusedError(
                 ResponseCode.SYSTEM_ERROR,
                 f"look message by offset failed, {header.log_offset_bytes}",
             )
+        self._check_send_back_owner(group, stored)
+        retry_config = self._ensure_topic(retry_topic, config.retry_queue_nums)
         maximum = header.max_reconsume_times
         if maximum is None:
             maximum = config.retry_max_times
@@ -759,6 +767,22 @@ class SendProcessor(Processor):
         properties = java_utf8_decode(message.properties)  # WAIT=false
         self._append_one(
             request, message.topic, message.queue_id, record, properties, send_back=True
+        )
+
+    def _check_send_back_owner(self, group: str, stored: StoredMessage) -> None:
+        """Refuse (16) a record the group has no claim on, before anything is copied: it must
+        be in the group's own `%RETRY%` topic, or of a topic (or for a retried record, first
+        sent to a topic) the group subscribes to or committed an offset for (group_topics.py).
+        The remark names neither the record's topic nor anything else of it."""
+        if stored.topic == RETRY_GROUP_TOPIC_PREFIX + group:
+            return
+        if self.group_topics.consumes_any(group, delivery.send_back_topics(stored)):
+            return
+        self._send_backs_refused += 1
+        raise _RefusedError(
+            ResponseCode.NO_PERMISSION,
+            f"mqbox: the message at offset {stored.log_offset_bytes} is not of a topic consumer "
+            f"group {group} subscribes to or has committed an offset for; not sent back",
         )
 
     def _read_stored(self, log_offset_bytes: int) -> StoredMessage | None:
@@ -1007,6 +1031,7 @@ class SendProcessor(Processor):
             delayed=self._delayed,
             dead_letters=self._dead_letters,
             send_backs=self._send_backs,
+            send_backs_refused=self._send_backs_refused,
             duplicates=self._duplicates,
         )
 

@@ -45,10 +45,7 @@ from mqbox.server.roles.processors.consumer_offsets import (
     ConsumerOffsets,
 )
 from mqbox.server.roles.processors.locks import LOCK_LIFETIME_MS_DEFAULT, QueueLocks
-from mqbox.server.roles.processors.topics import (
-    TopicConfigStore,
-    system_topics,
-)
+from mqbox.server.roles.processors.topics import TopicConfigStore
 from mqbox.server.roles.store_writer import store_config_of
 from mqbox.server.runtime import RoleContext
 from mqbox.server.topology import RoleKind
@@ -270,7 +267,6 @@ class AdminBase(Processor):
             self.subscription_groups = config_files.load_subscription_groups(
                 self.config_dir, use_backup_if_corrupt=True
             )
-        self._system_topic_names = frozenset(t.topic_name for t in system_topics(ctx.broker))
         self._notify_pending: set[str] = set()
         # (client conn id, opaque of the request sent to it) -> the 307 waiting for the answer
         self._client_calls: dict[tuple[int, int], _ClientCall] = {}
