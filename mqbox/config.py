@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import ipaddress
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,10 @@ from mqbox.errors import ConfigError
 
 NAMESRV_PORT_DEFAULT = 9876
 BROKER_PORT_DEFAULT = 10911
+LOOPBACK_ADDRESS = "127.0.0.1"
+# mqboxNamesrvBrokerWhiteList entries besides addresses and networks (namesrv/admission.py)
+WHITE_LIST_LOCAL = "local"
+WHITE_LIST_ANYONE = "*"
 
 
 class BrokerRole(enum.Enum):
@@ -113,6 +118,8 @@ class BrokerConfig:
     namesrv_addr: str = f"127.0.0.1:{NAMESRV_PORT_DEFAULT}"  # namesrvAddr, ';'-separated
     listen_port: int = BROKER_PORT_DEFAULT  # listenPort; 0 = any free port
     broker_ip1: str = "127.0.0.1"  # brokerIP1: the address clients are told to use
+    # the IPv4 address the listener binds; "" = brokerIP1 (docs/security.md)
+    listen_address: str = ""  # mqboxListenAddress
     ha_listen_port: int = BROKER_PORT_DEFAULT + 1  # haListenPort
     store_path_root_dir: str = ""  # storePathRootDir; "" = <home>/store/<brokerName>
     commit_log_segment_size_bytes: int = 1 << 30  # mapedFileSizeCommitLog
@@ -137,6 +144,7 @@ class BrokerConfig:
     )
     # how long the idempotent window remembers a UNIQ_KEY at least (store/idempotence.py)
     idempotent_window_ms: int = 600_000  # mqboxIdempotentWindowMs
+    acl_enable: bool = False  # aclEnable: off = every client may do everything (security.md)
     pools: PoolConfig = dataclasses.field(default_factory=PoolConfig)
     limits: LimitConfig = dataclasses.field(default_factory=LimitConfig)
     restarts: RestartConfig = dataclasses.field(default_factory=RestartConfig)
@@ -146,6 +154,10 @@ class BrokerConfig:
 @dataclasses.dataclass(frozen=True, slots=True)
 class NamesrvConfig:
     listen_port: int = NAMESRV_PORT_DEFAULT  # listenPort
+    listen_address: str = LOOPBACK_ADDRESS  # mqboxListenAddress: the IPv4 address it binds
+    # who may send 103/104/205 (namesrv/admission.py): "local", "*", addresses, CIDR networks;
+    # () = unset, which broker_white_list_of reads as "local"
+    broker_white_list: tuple[str, ...] = ()  # mqboxNamesrvBrokerWhiteList
     scan_not_active_broker_interval_ms: int = 10_000  # scanNotActiveBrokerInterval
     broker_channel_expired_time_ms: int = 120_000  # brokerChannelExpiredTime (RocketMQ constant)
     order_message_enable: bool = False  # orderMessageEnable
@@ -182,6 +194,57 @@ def _int_in(low: int, high: int) -> Callable[[str], int]:
 
 
 _PORT = _int_in(0, 65535)
+
+
+def _listen_address(text: str) -> str:
+    """An IPv4 address to bind (the listeners are IPv4 only); 0.0.0.0 = every interface."""
+    address = text.strip()
+    ipaddress.IPv4Address(address)  # ValueError names what is wrong
+    return address
+
+
+def _optional_listen_address(text: str) -> str:
+    return _listen_address(text) if text.strip() else ""
+
+
+def parse_broker_white_list(text: str) -> tuple[str, ...]:
+    """The entries of mqboxNamesrvBrokerWhiteList (comma-separated): `local`, `*`, IP
+    addresses and CIDR networks; ValueError names the first that is none of them."""
+    entries = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not entries:
+        raise ValueError(f"empty: give {WHITE_LIST_LOCAL}, {WHITE_LIST_ANYONE} or addresses")
+    for entry in entries:
+        if entry in (WHITE_LIST_LOCAL, WHITE_LIST_ANYONE):
+            continue
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ValueError(
+                f"{entry!r} is neither {WHITE_LIST_LOCAL}, {WHITE_LIST_ANYONE}, an IP address "
+                "nor a CIDR network"
+            ) from None
+    return entries
+
+
+def broker_white_list_of(config: NamesrvConfig) -> tuple[str, ...]:
+    """mqboxNamesrvBrokerWhiteList as the name server applies it: unset = `local`."""
+    return config.broker_white_list or (WHITE_LIST_LOCAL,)
+
+
+def is_loopback(address: str) -> bool:
+    """True for an address only this host reaches (127.0.0.0/8, ::1)."""
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def broker_listen_address(config: BrokerConfig) -> str:
+    """The address the broker's listener binds: mqboxListenAddress, else brokerIP1 (what
+    mqbox always did), else loopback."""
+    return config.listen_address or config.broker_ip1 or LOOPBACK_ADDRESS
+
+
 _POSITIVE = _int_in(1, 1 << 62)
 _POOL = _int_in(1, 256)
 
@@ -194,6 +257,7 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "namesrvAddr": ("namesrv_addr", str.strip),
     "listenPort": ("listen_port", _PORT),
     "brokerIP1": ("broker_ip1", str.strip),
+    "mqboxListenAddress": ("listen_address", _optional_listen_address),
     "haListenPort": ("ha_listen_port", _PORT),
     "storePathRootDir": ("store_path_root_dir", str.strip),
     "mapedFileSizeCommitLog": ("commit_log_segment_size_bytes", _int_in(4096, 1 << 40)),
@@ -250,6 +314,7 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     ),
     "mqboxIdempotentWindowMs": ("idempotent_window_ms", _int_in(1, 7 * 86_400_000)),
     "mqboxIdempotentKeyCountMax": ("limits.idempotent_key_count_max", _int_in(1, 1 << 28)),
+    "aclEnable": ("acl_enable", _parse_bool),
     "mqboxRestartWindowMs": ("restarts.window_ms", _int_in(1000, 86_400_000)),
     "mqboxRoleRestartCountMax": ("restarts.role_restart_count_max", _int_in(0, 10_000)),
     "mqboxBrokerRestartCountMax": ("restarts.broker_restart_count_max", _int_in(0, 10_000)),
@@ -259,6 +324,8 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
 
 _NAMESRV_KEYS: dict[str, tuple[str, Any]] = {
     "listenPort": ("listen_port", _PORT),
+    "mqboxListenAddress": ("listen_address", _listen_address),
+    "mqboxNamesrvBrokerWhiteList": ("broker_white_list", parse_broker_white_list),
     "scanNotActiveBrokerInterval": ("scan_not_active_broker_interval_ms", _POSITIVE),
     "brokerChannelExpiredTime": ("broker_channel_expired_time_ms", _POSITIVE),
     "orderMessageEnable": ("order_message_enable", _parse_bool),

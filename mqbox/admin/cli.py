@@ -79,7 +79,8 @@ def start(
         ),
     ] = None,
 ) -> None:
-    """Start the name server and the broker; in the foreground unless --daemon (Ctrl-C stops)."""
+    """Start the name server and the broker; in the foreground unless --daemon (Ctrl-C stops).
+    Warns on stderr when a listener binds a non-loopback address with aclEnable=false."""
     try:
         options = ops.start_options(
             home,
@@ -88,6 +89,9 @@ def start(
             broker_port=broker_port,
             topology=topology,
         )
+        warning = ops.exposure_warning(*ops.load_configs(config))
+        if warning is not None:
+            print(f"mqbox: {warning}", file=sys.stderr, flush=True)
         if daemon:
             _print_addresses(ops.start_daemon(options))
             return

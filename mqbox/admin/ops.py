@@ -32,6 +32,9 @@ import psutil
 from mqbox.config import (
     BrokerConfig,
     NamesrvConfig,
+    broker_listen_address,
+    broker_white_list_of,
+    is_loopback,
     load_broker_config,
     load_namesrv_config,
 )
@@ -75,6 +78,38 @@ def load_configs(broker_conf: Path | None) -> tuple[NamesrvConfig, BrokerConfig]
     namesrv = load_namesrv_config(namesrv_path)
     broker = load_broker_config(broker_path)
     return namesrv, broker
+
+
+def exposure_warning(namesrv: NamesrvConfig, broker: BrokerConfig) -> str | None:
+    """What `mqbox start` warns about when a listener binds an address other hosts reach while
+    aclEnable is false (docs/security.md): who can then do what. None when both listeners are
+    on loopback or the ACL is on."""
+    if broker.acl_enable:
+        return None
+    lines: list[str] = []
+    broker_address = broker_listen_address(broker)
+    if not is_loopback(broker_address):
+        lines.append(
+            f"the broker listens on {broker_address}: anyone who reaches it can send to and "
+            "read every topic, create and delete topics, commit or reset any group's offsets "
+            "and send back any stored message into a group's retry topic"
+        )
+    if not is_loopback(namesrv.listen_address):
+        white_list = ",".join(broker_white_list_of(namesrv))
+        lines.append(
+            f"the name server listens on {namesrv.listen_address}: anyone who reaches it can "
+            "read every route and delete routes and KV entries; peers in "
+            f"mqboxNamesrvBrokerWhiteList ({white_list}) can register brokers and wipe "
+            "their write permission"
+        )
+    if not lines:
+        return None
+    return (
+        "WARNING: aclEnable=false and "
+        + "; ".join(lines)
+        + ". Set mqboxListenAddress=127.0.0.1, or turn the ACL on (aclEnable=true and "
+        "plain_acl.yml); see docs/security.md."
+    )
 
 
 def namesrv_addr(option: str | None) -> str:

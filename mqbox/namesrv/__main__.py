@@ -25,7 +25,9 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m mqbox.namesrv", description=__doc__)
     parser.add_argument("--config", type=Path, help="namesrv.conf (RocketMQ key=value lines)")
     parser.add_argument("--listen-port", type=int, help="TCP port; 0 = any free port (listenPort)")
-    parser.add_argument("--host", default="127.0.0.1", help="IPv4 address to listen on")
+    parser.add_argument(
+        "--host", help="IPv4 address to listen on (mqboxListenAddress, default 127.0.0.1)"
+    )
     parser.add_argument(
         "--ready-file", type=Path, help='written atomically once listening: {"pid","port","host"}'
     )
@@ -50,6 +52,8 @@ def run(argv: list[str]) -> None:
     overrides: dict[str, str] = {}
     if arguments.listen_port is not None:
         overrides["listenPort"] = str(arguments.listen_port)
+    if arguments.host is not None:
+        overrides["mqboxListenAddress"] = arguments.host
     if arguments.scan_interval_ms is not None:
         overrides["scanNotActiveBrokerInterval"] = str(arguments.scan_interval_ms)
     if arguments.expire_ms is not None:
@@ -61,7 +65,6 @@ def run(argv: list[str]) -> None:
         raise SystemExit(1) from None
     main(
         config,
-        host=arguments.host,
         ready_file=arguments.ready_file,
         stats_file=arguments.stats_file,
     )

@@ -196,6 +196,30 @@ class RouteTable:
                 )
         return None
 
+    def slot_refusal(
+        self, header: RegisterBrokerRequestHeader, now_ms: int, expired_ms: int
+    ) -> str | None:
+        """Why 103 from `header` may not take its (brokerName, brokerId) slot (the remark), or
+        None. mqbox's rule, not Java's: a slot held by a live broker at another address stays
+        its own until that broker unregisters (104), its registering connection closes, or it
+        has been silent for `expired_ms` (brokerChannelExpiredTime; the scan may not have run
+        yet). So nobody can push a running broker out of routes; a broker restarting on its
+        own address, or moving once the old one is gone, is accepted."""
+        entry = self._broker_addr_table.get(header.broker_name)
+        if entry is None:
+            return None
+        holder = entry.broker_addrs.get(header.broker_id)
+        if holder is None or holder == header.broker_addr:
+            return None
+        live = self._broker_live_table.get(holder)
+        if live is None or live.last_update_ms + expired_ms < now_ms:
+            return None
+        return (
+            f"broker {header.broker_name} id {header.broker_id} is registered at {holder}, "
+            f"which registered {now_ms - live.last_update_ms} ms ago: {header.broker_addr} may "
+            f"take its place once it unregisters or is silent for {expired_ms} ms"
+        )
+
     def _broker_slot_count(self) -> int:
         return sum(len(entry.broker_addrs) for entry in self._broker_addr_table.values())
 

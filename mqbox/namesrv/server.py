@@ -33,6 +33,12 @@ Bounds on everything from outside (docs/style.md section 3):
   would pass mqboxNamesrvBrokerCountMax gets SYSTEM_ERROR and a remark, topics past
   mqboxNamesrvTopicCountMax are left out of routes with a warning at most every 10 s.
 
+Who may change the broker tables (docs/security.md): 103, 104 and 205 only from a peer in
+mqboxNamesrvBrokerWhiteList (admission.py; `local` by default), else 16 NO_PERMISSION; and a
+103 cannot take a (brokerName, brokerId) slot that a live broker at another address holds
+(routes.slot_refusal), 16 too. Both refusals are counted and logged at most every 10 s. The
+listener binds mqboxListenAddress (127.0.0.1 by default).
+
 One request never stops the name server: `NamesrvRequestHandler.handle` is a request boundary.
 An exception a handler did not expect becomes SYSTEM_ERROR with a remark naming it, and its
 traceback is logged a few times a minute at most (resources.FailureLog); the tables are left as
@@ -62,8 +68,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Final, NoReturn
 
-from mqbox.config import NamesrvConfig
+from mqbox.config import LOOPBACK_ADDRESS, NamesrvConfig, broker_white_list_of
 from mqbox.errors import MqboxError
+from mqbox.namesrv.admission import WHITE_LIST_KEY, BrokerWhiteList
 from mqbox.namesrv.routes import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
     KvLimits,
@@ -117,6 +124,15 @@ ACCEPT_COUNT_PER_TURN_MAX: Final = 64
 RECENT_ROUTE_TOPIC_COUNT_MAX: Final = 32
 
 _SUCCESS: Final = int(ResponseCode.SUCCESS)
+# What only brokers and operators send; admission.py decides who may.
+_BROKER_TABLE_CODES: Final = frozenset(
+    {
+        int(RequestCode.REGISTER_BROKER),
+        int(RequestCode.UNREGISTER_BROKER),
+        int(RequestCode.WIPE_WRITE_PERM_OF_BROKER),
+    }
+)
+BROKER_EXPIRED_MS_DEFAULT: Final = 120_000  # brokerChannelExpiredTime
 
 
 def monotonic_ms() -> int:
@@ -144,6 +160,8 @@ class HandlerStatistics:
     registration_refused_count: int  # 103 refused: mqboxNamesrvBrokerCountMax was reached
     topic_refused_count: int  # topics left out of routes: mqboxNamesrvTopicCountMax was reached
     failure_count: int  # unexpected exceptions answered SYSTEM_ERROR at the request boundary
+    broker_change_refused_count: int  # 103/104/205 from outside mqboxNamesrvBrokerWhiteList
+    slot_refused_count: int  # 103 for a (brokerName, brokerId) a live broker elsewhere holds
 
 
 class NamesrvRequestHandler:
@@ -153,8 +171,20 @@ class NamesrvRequestHandler:
     for a request marked oneway and for any response a peer sends (the namesrv sends no requests).
     """
 
-    def __init__(self, routes: RouteTable) -> None:
+    def __init__(
+        self,
+        routes: RouteTable,
+        *,
+        broker_white_list: BrokerWhiteList | None = None,
+        broker_expired_ms: int = BROKER_EXPIRED_MS_DEFAULT,
+    ) -> None:
+        assert broker_expired_ms > 0
         self.routes = routes
+        self.broker_white_list = broker_white_list or BrokerWhiteList()
+        self.broker_expired_ms = broker_expired_ms
+        self._broker_change_refused_count = 0
+        self._slot_refused_count = 0
+        self._refusal_log = RateLimitedLog(log)
         self._request_count = 0
         self._request_count_by_code: collections.Counter[int] = collections.Counter()
         self._route_found_count = 0
@@ -184,14 +214,23 @@ class NamesrvRequestHandler:
         self._handlers: Final = {int(code): handler for code, handler in handlers.items()}
 
     def handle(
-        self, request: RemotingCommand, connection_id: int, now_ms: int
+        self,
+        request: RemotingCommand,
+        connection_id: int,
+        now_ms: int,
+        *,
+        peer_host: str = LOOPBACK_ADDRESS,
     ) -> RemotingCommand | None:
+        """The response to `request`, which came on `connection_id` from `peer_host`."""
         if request.is_response:
             return None
         self._request_count += 1
         self._request_count_by_code[request.code] += 1
         handler = self._handlers.get(request.code)
-        if handler is None:
+        refusal = self._white_list_refusal(request, peer_host)
+        if refusal is not None:
+            response = refusal
+        elif handler is None:
             self._unsupported_count += 1
             response = request.make_response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -213,6 +252,29 @@ class NamesrvRequestHandler:
                 )
         return None if request.is_oneway else response
 
+    def _white_list_refusal(
+        self, request: RemotingCommand, peer_host: str
+    ) -> RemotingCommand | None:
+        """16 NO_PERMISSION for a code that changes the broker tables (103, 104, 205) from a
+        peer outside mqboxNamesrvBrokerWhiteList (admission.py), else None."""
+        if request.code not in _BROKER_TABLE_CODES or self.broker_white_list.admits(peer_host):
+            return None
+        self._broker_change_refused_count += 1
+        self._refusal_log.warning(
+            "refused request code %d from %s: not in %s=%s",
+            request.code,
+            peer_host,
+            WHITE_LIST_KEY,
+            self.broker_white_list.describe(),
+        )
+        return request.make_response(
+            ResponseCode.NO_PERMISSION,
+            remark=(
+                f"mqbox: request code {request.code} changes the broker tables and {peer_host} "
+                f"is not in the name server's {WHITE_LIST_KEY}"
+            ),
+        )
+
     def statistics(self) -> HandlerStatistics:
         return HandlerStatistics(
             request_count=self._request_count,
@@ -226,6 +288,8 @@ class NamesrvRequestHandler:
             registration_refused_count=self._registration_refused_count,
             topic_refused_count=self._topic_refused_count,
             failure_count=self.failures.failure_count,
+            broker_change_refused_count=self._broker_change_refused_count,
+            slot_refused_count=self._slot_refused_count,
         )
 
     # -- one method per request code ----------------------------------------------------------
@@ -249,6 +313,11 @@ class NamesrvRequestHandler:
         if refusal is not None:
             self._registration_refused_count += 1
             return request.make_response(ResponseCode.SYSTEM_ERROR, remark=f"mqbox: {refusal}")
+        taken = self.routes.slot_refusal(header, now_ms, self.broker_expired_ms)
+        if taken is not None:
+            self._slot_refused_count += 1
+            self._refusal_log.warning("refused a registration: %s", taken)
+            return request.make_response(ResponseCode.NO_PERMISSION, remark=f"mqbox: {taken}")
         result = self.routes.register_broker(
             header, body, connection_id=connection_id, now_ms=now_ms
         )
@@ -408,6 +477,7 @@ class _Peer:
         "address",
         "connection",
         "connection_id",
+        "host",
         "last_receive_ms",
         "outbox",
         "sock",
@@ -425,6 +495,7 @@ class _Peer:
         self.sock = sock
         self.connection_id = connection_id
         self.address = address
+        self.host = address.rsplit(":", 1)[0]  # the peer's IP, what admission.py checks
         self.connection = Connection(Role.BROKER, frame_size_bytes_max)
         self.outbox = bytearray()
         self.writing = False  # registered for EVENT_WRITE
@@ -447,11 +518,13 @@ class NamesrvServer:
         self,
         config: NamesrvConfig,
         *,
-        host: str = "127.0.0.1",
+        host: str | None = None,
         frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
         outbox_size_bytes_max: int = OUTBOX_SIZE_BYTES_MAX_DEFAULT,
     ) -> None:
         assert config.scan_not_active_broker_interval_ms > 0
+        if host is None:
+            host = config.listen_address  # mqboxListenAddress
         assert config.broker_channel_expired_time_ms > 0
         assert outbox_size_bytes_max > 0
         assert config.connection_count_max > 0
@@ -469,7 +542,11 @@ class NamesrvServer:
             kv_limits=kv_limits,
             route_limits=route_limits,
         )
-        self.handler = NamesrvRequestHandler(self.routes)
+        self.handler = NamesrvRequestHandler(
+            self.routes,
+            broker_white_list=BrokerWhiteList(broker_white_list_of(config)),
+            broker_expired_ms=config.broker_channel_expired_time_ms,
+        )
         self.frame_size_bytes_max = frame_size_bytes_max
         self.outbox_size_bytes_max = outbox_size_bytes_max
         self.connection_count_max = config.connection_count_max
@@ -684,7 +761,7 @@ class NamesrvServer:
                             peer.sock.send(peer.outbox)
                     self._close_peer(peer)
                     return
-                response = handle(command, peer.connection_id, now_ms)
+                response = handle(command, peer.connection_id, now_ms, peer_host=peer.host)
                 if response is not None:
                     peer.outbox += connection.send(response)
         except RemoteProtocolError as error:
@@ -769,7 +846,7 @@ def configure_logging() -> None:
 def main(
     config: NamesrvConfig,
     *,
-    host: str = "127.0.0.1",
+    host: str | None = None,
     ready_file: Path | None = None,
     stats_file: Path | None = None,
 ) -> NoReturn:
@@ -784,6 +861,8 @@ def main(
     soft_before, soft_now = raise_file_limit()
     if soft_now != soft_before:
         log.info("descriptor limit raised from %d to %d", soft_before, soft_now)
+    if host is None:
+        host = config.listen_address
     try:
         server = NamesrvServer(config, host=host)
     except OSError as error:

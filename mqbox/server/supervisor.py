@@ -85,7 +85,13 @@ import psutil
 
 from mqbox import _jit
 from mqbox.clock import wall_clock_ms
-from mqbox.config import BrokerConfig, RestartConfig, load_broker_config, load_namesrv_config
+from mqbox.config import (
+    BrokerConfig,
+    RestartConfig,
+    broker_listen_address,
+    load_broker_config,
+    load_namesrv_config,
+)
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
@@ -276,6 +282,7 @@ class Supervisor:
         self._namesrv_output: Path | None = None
         self._namesrv_restart_due_ns: int | None = None
         self._namesrv_port_to_reuse = 0
+        self._namesrv_listen_address = "127.0.0.1"  # what the name server binds
         self._instances_to_sweep: set[str] = set()
         self._processes: dict[str, _RoleProcess] = {}  # live or starting, by role id
         self._restart_due_ns: dict[str, int] = {}
@@ -407,7 +414,7 @@ class Supervisor:
         except OSError as error:
             raise ConfigError(f"cannot create store {self.store_root}: {error.strerror}") from None
         broker_port = options.broker_port if options.broker_port is not None else broker.listen_port
-        self._listen_socket = self._bind_broker(broker.broker_ip1 or "127.0.0.1", broker_port)
+        self._listen_socket = self._bind_broker(broker_listen_address(broker), broker_port)
         bound_port = int(self._listen_socket.getsockname()[1])
         self.broker_address = f"{broker.broker_ip1 or '127.0.0.1'}:{bound_port}"
         broker = dataclasses.replace(broker, listen_port=bound_port)
@@ -424,7 +431,7 @@ class Supervisor:
                 if options.namesrv_port is not None
                 else namesrv_config.listen_port
             )
-            namesrv = self._start_namesrv(namesrv_port, wait=True)
+            namesrv = self._start_namesrv(namesrv_port, namesrv_config.listen_address, wait=True)
             client_host = namesrv.host if namesrv.host not in ("", "0.0.0.0") else "127.0.0.1"
             broker = dataclasses.replace(broker, namesrv_addr=f"{client_host}:{namesrv.port}")
         self.broker = broker
@@ -635,10 +642,12 @@ class Supervisor:
 
     # -- the name server -----------------------------------------------------------------------
 
-    def _start_namesrv(self, port: int, *, wait: bool) -> _Namesrv:
-        """Spawn `python -m <namesrv_module>`; with `wait`, until it wrote its ready file."""
+    def _start_namesrv(self, port: int, host: str, *, wait: bool) -> _Namesrv:
+        """Spawn `python -m <namesrv_module>`; with `wait`, until it wrote its ready file.
+        `host`: the address it binds (its config's mqboxListenAddress, which it reads too)."""
+        self._namesrv_listen_address = host
         if port != 0:
-            _check_port_free("name server", "127.0.0.1", port)
+            _check_port_free("name server", host, port)
         ready_path = self.layout.run_dir / NAMESRV_READY_FILE_NAME
         with contextlib.suppress(FileNotFoundError):
             ready_path.unlink()
@@ -1170,7 +1179,9 @@ class Supervisor:
         if self._namesrv_restart_due_ns is not None and self._namesrv_restart_due_ns <= now_ns:
             self._namesrv_restart_due_ns = None
             try:
-                self._start_namesrv(self._namesrv_port_to_reuse, wait=False)
+                self._start_namesrv(
+                    self._namesrv_port_to_reuse, self._namesrv_listen_address, wait=False
+                )
             except MqboxError as error:
                 return f"the name server cannot restart: {error}"
         return None
