@@ -533,6 +533,24 @@ def test_top_once_shows_rates_lag_processes_and_store(started: Started) -> None:
         assert fact in text, text
 
 
+def test_top_without_an_appliance_says_what_it_cannot_read(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{closed_port()}"
+    result = runner.invoke(
+        app,
+        [
+            *("top", "--once", "--json", "--interval-s", "0.1"),
+            *("--namesrv", address, "--home", str(tmp_path)),
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert (shown["topics"], shown["groups"], shown["processes"]) == ([], [], [])
+    assert shown["store"] is None
+    cannot_reach, nothing_runs = shown["problems"]
+    assert cannot_reach.startswith(f"cannot reach the name server {address}")
+    assert nothing_runs.startswith(f"no appliance runs in {tmp_path}")
+
+
 def test_top_refuses_bad_options() -> None:
     assert "--interval-s 0" in one_error_line(runner.invoke(app, ["top", "--interval-s", "0"]))
     assert "--json needs --once" in one_error_line(runner.invoke(app, ["top", "--json"]))
