@@ -841,12 +841,19 @@ class _WaitingIndicator:
         sys.stderr.flush()
         self._shown = True
 
-    def message(self) -> None:
+    def clear(self) -> None:
+        """A message came (or the tail ends): erase the line, count the wait from now."""
         self._started = time.monotonic()
         if self._shown:
             sys.stderr.write("\r\x1b[2K")
             sys.stderr.flush()
             self._shown = False
+
+    def __enter__(self) -> _WaitingIndicator:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.clear()
 
 
 @app.command("tail")
@@ -888,8 +895,9 @@ def tail(
     """Print a topic's messages from every queue as they arrive, until --count or Ctrl-C. On a
     terminal, stderr says when it is waiting."""
     waiting = _WaitingIndicator(topic)
-    # Ctrl-C is how a tail without --count ends: a normal stop, not an error.
-    with contextlib.suppress(KeyboardInterrupt), _one_line_errors():
+    # Ctrl-C is how a tail without --count ends: a normal stop, not an error. The waiting line
+    # is erased before an error is printed.
+    with contextlib.suppress(KeyboardInterrupt), _one_line_errors(), waiting:
         views = broker_ops.tail(
             _namesrv(namesrv, home),
             topic,
@@ -901,14 +909,13 @@ def tail(
         )
         with contextlib.closing(views):
             for view in views:
-                waiting.message()
+                waiting.clear()
                 print(
                     _message_json(view, body_format)
                     if as_json
                     else _message_line(view, body_bytes, body_format)
                 )
                 sys.stdout.flush()
-        waiting.message()
 
 
 @app.command("top")

@@ -643,6 +643,17 @@ def test_tail_says_it_waits_on_a_terminal(started: Started, tmux: Tmux) -> None:
     screen = tmux.screen()
     assert "arrived" in screen
     assert "waiting for messages" not in screen  # erased when the message came
+    tmux.type("clear", "Enter")
+    wait_until(lambda: "mqbox-exit" not in tmux.screen(), "a clear screen", WAIT_S)
+    tmux.type(mqbox_line(started, "tail", "--topic", topic), "Enter")
+    wait_until(
+        lambda: f"waiting for messages on {topic}" in tmux.screen(),
+        "tail's waiting line again",
+        WAIT_S,
+    )
+    tmux.type("C-c")
+    wait_until(lambda: "mqbox-exit=0" in tmux.screen(), "tail to end on Ctrl-C", WAIT_S)
+    assert "waiting for messages" not in tmux.screen()  # erased on the way out
 
 
 def test_start_on_a_terminal_shows_a_spinner_then_the_addresses(
