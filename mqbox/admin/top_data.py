@@ -309,11 +309,10 @@ class TopSource:
                         group_names.add(topic.removeprefix(RETRY_GROUP_TOPIC_PREFIX))
                     if not self._all_topics and is_system_topic(topic, named_topics):
                         continue
-                    status = session.ask_broker(target, admin_api.topic_status, topic)
-                    topic_queues.setdefault(topic, []).extend(
-                        (queue.queue_index_min, queue.queue_index_max) for queue in status.queues
-                    )
-            except MqboxError as error:
+                    bounds = self._queue_bounds(target, topic, problems)
+                    if bounds:
+                        topic_queues.setdefault(topic, []).extend(bounds)
+            except MqboxError as error:  # the broker cannot be reached: the next one may
                 problems.append(" ".join(str(error).split()))
         topics = [
             TopicSample(
@@ -326,6 +325,19 @@ class TopSource:
         ]
         groups = self._groups(targets, sorted(group_names), problems)
         return topics, groups
+
+    def _queue_bounds(
+        self, target: broker_ops.BrokerTarget, topic: str, problems: list[str]
+    ) -> list[tuple[int, int]]:
+        """(min, max) offset of each queue of `topic` on `target`; none for a topic deleted
+        since the broker listed it, and a problem for any other refusal."""
+        try:
+            status = self._session.ask_broker(target, admin_api.topic_status, topic)
+        except broker_ops.BrokerAnswerError as error:
+            if error.code != ResponseCode.TOPIC_NOT_EXIST:
+                problems.append(" ".join(str(error).split()))
+            return []
+        return [(queue.queue_index_min, queue.queue_index_max) for queue in status.queues]
 
     def _groups(
         self, targets: list[broker_ops.BrokerTarget], names: list[str], problems: list[str]
