@@ -425,6 +425,25 @@ def load_namesrv_config(
     return config
 
 
+def key_values(config: BrokerConfig | NamesrvConfig) -> dict[str, Any]:
+    """The configuration by RocketMQ key name (the first spelling of each), as a .conf file
+    states it: sizes in the keys' own units, enums by name. What `mqbox config` prints."""
+    keys = _BROKER_KEYS if isinstance(config, BrokerConfig) else _NAMESRV_KEYS
+    shown: dict[str, Any] = {}
+    seen: set[str] = set()
+    for key, (field_name, _) in keys.items():
+        if field_name in seen:
+            continue
+        seen.add(field_name)
+        value: Any = config
+        for part in field_name.split("."):
+            value = getattr(value, part)
+        if field_name == "consume_queue_entry_count":
+            value *= CQ_ENTRY_SIZE_BYTES  # the key is a size in bytes
+        shown[key] = value.value if isinstance(value, enum.Enum) else value
+    return shown
+
+
 def validate_broker_config(config: BrokerConfig) -> None:
     """Cross-field rules that a single key's parser cannot see."""
     if config.broker_role is BrokerRole.SLAVE and config.broker_id == 0:

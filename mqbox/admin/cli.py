@@ -12,11 +12,15 @@ document (`tail`: one JSON object per message and line).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import datetime
+import enum
+import functools
 import json
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -48,12 +52,56 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _print_addresses(info: Mapping[str, Any]) -> None:
-    print(f"mqbox running in {info.get('home')} (supervisor pid {info.get('pid')})")
+def _version(value: bool) -> None:
+    if value:
+        print(ops.version_text())
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    *,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    pass
+
+
+def _print_addresses(info: Mapping[str, Any], *, foreground: bool) -> None:
+    """The ready report: where it runs, its ports, its logs, and how to stop it."""
+    home = info.get("home")
+    print(f"mqbox running in {home} (supervisor pid {info.get('pid')})")
     if info.get("namesrv"):
         print(f"namesrv {info['namesrv']}")
     print(f"broker  {info.get('broker_name')} {info.get('broker')}")
+    print(f"logs    {home}/logs/")
+    stop_hint = "Ctrl-C, or " if foreground else ""
+    print(f"stop    {stop_hint}mqbox stop --home {home}")
     sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def _starting_notice(home: Path, *, spinner: bool) -> Iterator[None]:
+    """Say what the silent seconds of a start do. On a terminal: a spinner on stderr while the
+    block runs (`spinner`; never in the foreground, whose supervisor forks and must have no
+    thread then), else one line. Elsewhere (scripts, logs), one line on stderr only when the
+    kernels must be compiled, the slow case; a warm start adds nothing to the output."""
+    compiling = ops.kernels_need_compiling()
+    message = f"starting mqbox in {home}: {ops.warm_up_text(compiling=compiling)}"
+    terminal = sys.stderr.isatty()
+    if terminal and spinner:
+        from rich.console import Console
+
+        with Console(stderr=True).status(message):
+            yield
+        return
+    if terminal or compiling:
+        print(f"mqbox: {message}", file=sys.stderr, flush=True)
+    yield
 
 
 @app.command()
@@ -80,7 +128,9 @@ def start(
     ] = None,
 ) -> None:
     """Start the name server and the broker; in the foreground unless --daemon (Ctrl-C stops).
-    Warns on stderr when a listener binds a non-loopback address with aclEnable=false."""
+    Warns on stderr when a listener binds a non-loopback address with aclEnable=false.
+    The first start on a machine compiles the kernels (about 20 s on 2 cores); later starts
+    load them from numba's cache."""
     try:
         options = ops.start_options(
             home,
@@ -93,9 +143,14 @@ def start(
         if warning is not None:
             print(f"mqbox: {warning}", file=sys.stderr, flush=True)
         if daemon:
-            _print_addresses(ops.start_daemon(options))
+            with _starting_notice(options.home, spinner=True):
+                info = ops.start_daemon(options)
+            _print_addresses(info, foreground=False)
             return
-        exit_status = ops.run_foreground(options, on_ready=_print_addresses)
+        with _starting_notice(options.home, spinner=False):
+            exit_status = ops.run_foreground(
+                options, on_ready=functools.partial(_print_addresses, foreground=True)
+            )
     except MqboxError as error:
         fail(str(error))
     if exit_status != 0:
@@ -111,16 +166,14 @@ def stop(
         typer.Option("--timeout-s", help="Seconds to wait for the orderly stop before SIGKILL."),
     ] = ops.STOP_TIMEOUT_S_DEFAULT,
 ) -> None:
-    """Stop the appliance running in --home (SIGTERM, then SIGKILL after --timeout-s)."""
+    """Stop the appliance running in --home (SIGTERM, then SIGKILL after --timeout-s). Exit
+    status 1 when the stop was not clean (a process killed or failing while stopping)."""
     try:
         result = ops.stop(home, timeout_s=timeout_s)
     except MqboxError as error:
         fail(str(error))
-    if result.killed:
-        fail(
-            f"{result.home}: did not stop within {timeout_s:g} s; killed "
-            + ", ".join(result.killed)
-        )
+    if result.unclean:
+        fail(f"stopped in {result.home}, not cleanly: {result.unclean}")
     print(f"mqbox stopped in {result.home} ({result.seconds:.1f} s)")
 
 
@@ -172,24 +225,34 @@ def status(*, home: HomeOption = None, as_json: JsonOption = False) -> None:
 
 
 @app.command("config")
-def show_config(*, config: ConfigOption = None, as_json: JsonOption = False) -> None:
-    """Show the configuration `mqbox start` would use, with ignored keys."""
+def show_config(
+    *,
+    config: ConfigOption = None,
+    home: Annotated[
+        Path | None,
+        typer.Option("--home", help="Show what the appliance running in this home uses instead."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show the configuration by RocketMQ key name: what `mqbox start` would use, or with
+    --home what a running appliance uses; keys mqbox does not know are listed as ignored."""
     try:
-        namesrv, broker = ops.load_configs(config)
+        shown = ops.config_shown(config, home)
     except MqboxError as error:
         fail(str(error))
-    document = {"namesrv": ops.config_as_dict(namesrv), "broker": ops.config_as_dict(broker)}
     if as_json:
-        print(json.dumps(document, sort_keys=True))
+        print(json.dumps(dataclasses.asdict(shown), sort_keys=True))
         return
-    for section, values in document.items():
+    print(f"# {shown.source}")
+    for section, values in (("broker", shown.broker), ("namesrv", shown.namesrv)):
+        if values is None:
+            continue
         print(f"[{section}]")
         for key, value in values.items():
-            if isinstance(value, dict):  # pools, limits: one line per field
-                for inner_key, inner_value in value.items():
-                    print(f"  {key}.{inner_key} = {inner_value}")
-            else:
-                print(f"  {key} = {value}")
+            print(f"  {key} = {str(value).lower() if isinstance(value, bool) else value}")
+        ignored = shown.ignored.get(section) or []
+        if ignored:
+            print(f"  # ignored (not known to mqbox): {', '.join(ignored)}")
 
 
 store_app = typer.Typer(
@@ -250,7 +313,16 @@ NamesrvOption = Annotated[
     typer.Option(
         "--namesrv",
         help="Name server ip:port, ';'-separated for several "
-        "(default: $MQBOX_NAMESRV, else namesrvAddr of etc/broker.conf).",
+        "(default: $MQBOX_NAMESRV, else the running appliance's, else namesrvAddr of "
+        "etc/broker.conf).",
+    ),
+]
+WireHomeOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--home",
+        help="Without --namesrv: ask the name server of the appliance running in this home "
+        "(default: $MQBOX_HOME, else ~/mqbox).",
     ),
 ]
 TopicArgument = Annotated[str, typer.Argument(help="Topic name.", show_default=False)]
@@ -260,6 +332,13 @@ BodyBytesOption = Annotated[
     int, typer.Option("--body-bytes", help="Bytes of each body to show (text output).")
 ]
 BODY_BYTES_DEFAULT = 200
+TOP_INTERVAL_S_DEFAULT = 1.0
+TOP_PIPE_WIDTH = 160  # `top --once` into a pipe or file: wide enough for every column
+
+
+def _namesrv(namesrv: str | None, home: Path | None) -> ops.NamesrvAddress:
+    """The name server a wire command asks, and where its address came from."""
+    return ops.resolve_namesrv(namesrv, home)
 
 
 @contextlib.contextmanager
@@ -317,12 +396,13 @@ def topic_create(
         typer.Option("--wait-s", help="Seconds to wait for the route to show it (0: no wait)."),
     ] = broker_ops.ROUTE_WAIT_S_DEFAULT,
     namesrv: NamesrvOption = None,
+    home: WireHomeOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Create a topic on every master broker the name server knows."""
     with _one_line_errors():
         change = broker_ops.create_topic(
-            namesrv,
+            _namesrv(namesrv, home),
             topic,
             read_queue_nums=read_queues,
             write_queue_nums=write_queues,
@@ -357,12 +437,13 @@ def topic_update(
         typer.Option("--wait-s", help="Seconds to wait for the route to show it (0: no wait)."),
     ] = broker_ops.ROUTE_WAIT_S_DEFAULT,
     namesrv: NamesrvOption = None,
+    home: WireHomeOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Change a topic on every master broker of its route; what is not given stays."""
     with _one_line_errors():
         change = broker_ops.update_topic(
-            namesrv,
+            _namesrv(namesrv, home),
             topic,
             read_queue_nums=read_queues,
             write_queue_nums=write_queues,
@@ -378,11 +459,15 @@ def topic_update(
 
 @topic_app.command("delete")
 def topic_delete(
-    *, topic: TopicArgument, namesrv: NamesrvOption = None, as_json: JsonOption = False
+    *,
+    topic: TopicArgument,
+    namesrv: NamesrvOption = None,
+    home: WireHomeOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Delete a topic from its brokers and the name server (stored messages stay)."""
     with _one_line_errors():
-        deleted = broker_ops.delete_topic(namesrv, topic)
+        deleted = broker_ops.delete_topic(_namesrv(namesrv, home), topic)
     if as_json:
         _print_json(ops.config_as_dict(deleted))
         return
@@ -394,10 +479,12 @@ def topic_delete(
 
 
 @topic_app.command("list")
-def topic_list(*, namesrv: NamesrvOption = None, as_json: JsonOption = False) -> None:
+def topic_list(
+    *, namesrv: NamesrvOption = None, home: WireHomeOption = None, as_json: JsonOption = False
+) -> None:
     """Every topic the name server has a route for."""
     with _one_line_errors():
-        topics = broker_ops.topic_list(namesrv)
+        topics = broker_ops.topic_list(_namesrv(namesrv, home))
     if as_json:
         _print_json({"topics": list(topics)})
         return
@@ -407,11 +494,15 @@ def topic_list(*, namesrv: NamesrvOption = None, as_json: JsonOption = False) ->
 
 @topic_app.command("route")
 def topic_route(
-    *, topic: TopicArgument, namesrv: NamesrvOption = None, as_json: JsonOption = False
+    *,
+    topic: TopicArgument,
+    namesrv: NamesrvOption = None,
+    home: WireHomeOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """The name server's route of a topic: brokers, addresses, queue counts, permission."""
     with _one_line_errors():
-        route = broker_ops.topic_route(namesrv, topic)
+        route = broker_ops.topic_route(_namesrv(namesrv, home), topic)
     if as_json:
         _print_json(ops.config_as_dict(route))
         return
@@ -432,11 +523,15 @@ def topic_route(
 
 @topic_app.command("status")
 def topic_status(
-    *, topic: TopicArgument, namesrv: NamesrvOption = None, as_json: JsonOption = False
+    *,
+    topic: TopicArgument,
+    namesrv: NamesrvOption = None,
+    home: WireHomeOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Per queue of a topic: first and next offset, messages stored, newest store time."""
     with _one_line_errors():
-        status = broker_ops.topic_status(namesrv, topic)
+        status = broker_ops.topic_status(_namesrv(namesrv, home), topic)
     if as_json:
         _print_json(ops.config_as_dict(status))
         return
@@ -458,11 +553,12 @@ def offset_show(
         str | None, typer.Option("--topic", help="Only this topic (default: every topic).")
     ] = None,
     namesrv: NamesrvOption = None,
+    home: WireHomeOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Per queue: the broker's offset, the group's committed offset, and the lag."""
     with _one_line_errors():
-        shown = broker_ops.offset_show(namesrv, group, topic)
+        shown = broker_ops.offset_show(_namesrv(namesrv, home), group, topic)
     if as_json:
         _print_json(ops.config_as_dict(shown))
         return
@@ -489,16 +585,19 @@ def offset_reset(
         str,
         typer.Option(
             "--to",
-            help="earliest, latest, or an ISO 8601 time (local time without a zone).",
+            help="earliest, latest, or an ISO 8601 time (local time without a zone): each "
+            "queue moves to the message stored nearest that time, RocketMQ's rule, so it may "
+            "be one stored just before it.",
             show_default=False,
         ),
     ],
     namesrv: NamesrvOption = None,
+    home: WireHomeOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Move a group's offsets on every queue of a topic; running consumers are told to follow."""
     with _one_line_errors():
-        reset = broker_ops.offset_reset(namesrv, group, topic, to)
+        reset = broker_ops.offset_reset(_namesrv(namesrv, home), group, topic, to)
     if as_json:
         _print_json(ops.config_as_dict(reset))
         return
@@ -512,10 +611,12 @@ def offset_reset(
 
 
 @cluster_app.command("list")
-def cluster_list(*, namesrv: NamesrvOption = None, as_json: JsonOption = False) -> None:
+def cluster_list(
+    *, namesrv: NamesrvOption = None, home: WireHomeOption = None, as_json: JsonOption = False
+) -> None:
     """Every broker address the name server knows, by cluster."""
     with _one_line_errors():
-        listed = broker_ops.cluster_list(namesrv)
+        listed = broker_ops.cluster_list(_namesrv(namesrv, home))
     if as_json:
         _print_json(ops.config_as_dict(listed))
         return
@@ -525,10 +626,45 @@ def cluster_list(*, namesrv: NamesrvOption = None, as_json: JsonOption = False) 
         print(f"{row.cluster:<16} {row.broker_name:<16} {row.broker_id:>3} {role:<7} {row.address}")
 
 
-def _print_message(view: broker_ops.MessageView, body_bytes: int) -> None:
+class BodyFormat(enum.StrEnum):
+    """How a body is shown: UTF-8 text (unprintable characters escaped), hex or base64."""
+
+    TEXT = "text"
+    HEX = "hex"
+    BASE64 = "base64"
+
+
+BodyFormatOption = Annotated[
+    BodyFormat, typer.Option("--body-format", help="Show bodies as text, hex or base64.")
+]
+
+
+def _body_text(body: bytes, body_format: BodyFormat, size_bytes_max: int | None) -> str:
+    """The body (its first `size_bytes_max` bytes; None: all of it) in `body_format`."""
+    if body_format is BodyFormat.TEXT:
+        return _preview(body, len(body) if size_bytes_max is None else size_bytes_max)
+    shown = body if size_bytes_max is None else body[: max(size_bytes_max, 0)]
+    text = shown.hex() if body_format is BodyFormat.HEX else base64.b64encode(shown).decode()
+    if size_bytes_max is not None and len(body) > size_bytes_max:
+        text += f"... ({len(body)} bytes)"
+    return text
+
+
+def _message_json(view: broker_ops.MessageView, body_format: BodyFormat) -> str:
+    document = view.as_dict()
+    if body_format is not BodyFormat.TEXT:
+        document["body"] = _body_text(view.body, body_format, None)
+    document["body_format"] = body_format.value
+    return json.dumps(document, sort_keys=True)
+
+
+def _print_message(
+    view: broker_ops.MessageView, body_bytes: int, body_format: BodyFormat = BodyFormat.TEXT
+) -> None:
     properties = " ".join(f"{name}={value!r}" for name, value in sorted(view.properties.items()))
     rows = [
         ("msgId", view.msg_id),
+        ("offsetMsgId", view.offset_msg_id),
         ("topic", view.topic),
         ("broker", f"{view.broker_name} {view.broker_address}"),
         ("queue", str(view.queue_id)),
@@ -536,14 +672,13 @@ def _print_message(view: broker_ops.MessageView, body_bytes: int) -> None:
         ("commit log offset", str(view.log_offset_bytes)),
         ("tags", view.tags or "-"),
         ("keys", view.keys or "-"),
-        ("uniq key", view.uniq_key or "-"),
         ("born", f"{_time_text(view.born_timestamp_ms)} {view.born_host}"),
         ("stored", f"{_time_text(view.store_timestamp_ms)} {view.store_host}"),
         ("reconsume times", str(view.reconsume_times)),
         ("flag / sysflag", f"{view.flag} / {view.sysflag}"),
         ("size", f"{view.size_bytes} bytes stored, body {len(view.body)} bytes"),
         ("properties", properties or "-"),
-        ("body", _preview(view.body, body_bytes)),
+        ("body", _body_text(view.body, body_format, body_bytes)),
     ]
     for name, value in rows:
         print(f"{name + ':':<19}{value}")
@@ -553,26 +688,39 @@ def _print_message(view: broker_ops.MessageView, body_bytes: int) -> None:
 def message_get(
     *,
     msg_id: Annotated[
-        str, typer.Argument(metavar="MSGID", help="Offset msgId, as `mqbox send` prints it.")
+        str,
+        typer.Argument(
+            metavar="MSGID",
+            help="RocketMQ's msgId (the client's UNIQ_KEY) or offsetMsgId; `mqbox send` "
+            "prints both.",
+        ),
     ],
+    topic: Annotated[
+        str | None,
+        typer.Option("--topic", help="The topic of a msgId (default: search every topic's index)."),
+    ] = None,
     body_bytes: BodyBytesOption = BODY_BYTES_DEFAULT,
+    body_format: BodyFormatOption = BodyFormat.TEXT,
     namesrv: NamesrvOption = None,
+    home: WireHomeOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Show the message an offset msgId names: topic, queue, offset, tags, keys, body."""
+    """Show the message a msgId or offsetMsgId names: ids, topic, queue, offset, tags, keys,
+    body. An offsetMsgId is read at its broker's commit log offset; a msgId is found in the
+    index of --topic (or of every topic)."""
     with _one_line_errors():
-        view = broker_ops.message_get(namesrv, msg_id)
+        view = broker_ops.message_get(_namesrv(namesrv, home), msg_id, topic)
     if as_json:
-        _print_json(view.as_dict())
+        print(_message_json(view, body_format))
         return
-    _print_message(view, body_bytes)
+    _print_message(view, body_bytes, body_format)
 
 
-def _message_line(view: broker_ops.MessageView, body_bytes: int) -> str:
+def _message_line(view: broker_ops.MessageView, body_bytes: int, body_format: BodyFormat) -> str:
     return (
         f"{view.msg_id} {view.topic} queue {view.queue_id} offset {view.queue_index} "
         f"{_time_text(view.store_timestamp_ms)} tags={view.tags or '-'} "
-        f"keys={view.keys or '-'} {_preview(view.body, body_bytes)}"
+        f"keys={view.keys or '-'} {_body_text(view.body, body_format, body_bytes)}"
     )
 
 
@@ -581,23 +729,40 @@ def message_query(
     *,
     topic: TopicOption,
     key: Annotated[
-        str, typer.Option("--key", help="A key of KEYS, or a UNIQ_KEY.", show_default=False)
+        str, typer.Option("--key", help="A key of KEYS, or a msgId (UNIQ_KEY).", show_default=False)
     ],
     max_count: Annotated[int, typer.Option("--max", help="Messages to show at most.")] = (
         broker_ops.QUERY_MESSAGE_COUNT_DEFAULT
     ),
+    begin: Annotated[
+        str | None,
+        typer.Option(
+            "--begin", help="Stored at or after this ISO 8601 time (local without a zone)."
+        ),
+    ] = None,
+    end: Annotated[
+        str | None,
+        typer.Option(
+            "--end", help="Stored at or before this ISO 8601 time (local without a zone)."
+        ),
+    ] = None,
     body_bytes: BodyBytesOption = BODY_BYTES_DEFAULT,
+    body_format: BodyFormatOption = BodyFormat.TEXT,
     namesrv: NamesrvOption = None,
+    home: WireHomeOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Messages of a topic that carry a key, oldest first, from its brokers' indexes."""
     with _one_line_errors():
-        views = broker_ops.message_query(namesrv, topic, key, count_max=max_count)
+        views = broker_ops.message_query(
+            _namesrv(namesrv, home), topic, key, count_max=max_count, begin=begin, end=end
+        )
     if as_json:
-        _print_json({"messages": [view.as_dict() for view in views]})
+        documents = [json.loads(_message_json(view, body_format)) for view in views]
+        _print_json({"messages": documents})
         return
     for view in views:
-        print(_message_line(view, body_bytes))
+        print(_message_line(view, body_bytes, body_format))
 
 
 @app.command("send")
@@ -611,20 +776,88 @@ def send(
     keys: Annotated[
         str | None, typer.Option("--keys", help="Keys, space-separated, for `message query`.")
     ] = None,
+    properties: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--property",
+            help="A user property NAME=VALUE; repeat it for several.",
+            show_default=False,
+        ),
+    ] = None,
+    delay_level: Annotated[
+        int,
+        typer.Option(
+            "--delay-level",
+            help="Deliver after the delay of this level of messageDelayLevel (1 = the first; "
+            "0 = now).",
+        ),
+    ] = 0,
+    queue: Annotated[
+        int | None,
+        typer.Option(
+            "--queue", help="Send to this queue id (of the first broker by name that has it)."
+        ),
+    ] = None,
     namesrv: NamesrvOption = None,
+    home: WireHomeOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Send one message (SEND_MESSAGE) to a write queue of the topic; print its msgId."""
+    """Send one message (SEND_MESSAGE) to a write queue of the topic; print its msgId and
+    offsetMsgId. A topic without a route is created from TBW102, as RocketMQ's clients do."""
     data = sys.stdin.buffer.read() if body == "-" else body.encode("utf-8", "surrogateescape")
     with _one_line_errors():
-        sent = broker_ops.send(namesrv, topic, data, tags=tags, keys=keys)
+        sent = broker_ops.send(
+            _namesrv(namesrv, home),
+            topic,
+            data,
+            tags=tags,
+            keys=keys,
+            properties=broker_ops.parse_properties(properties or ()),
+            delay_level=delay_level,
+            queue_id=queue,
+        )
     if as_json:
         _print_json(ops.config_as_dict(sent))
         return
     print(
-        f"msgId {sent.msg_id} topic {sent.topic} broker {sent.broker_name} queue "
-        f"{sent.queue_id} offset {sent.queue_index} uniq key {sent.uniq_key}"
+        f"msgId {sent.msg_id} offsetMsgId {sent.offset_msg_id} topic {sent.topic} broker "
+        f"{sent.broker_name} queue {sent.queue_id} offset {sent.queue_index}"
     )
+
+
+class _WaitingIndicator:
+    """`tail`'s "waiting" line on stderr while no message comes, erased by the next message;
+    only when stderr is a terminal (a pipe or a file gets nothing)."""
+
+    def __init__(self, topic: str) -> None:
+        self._enabled = sys.stderr.isatty()
+        self._topic = topic
+        self._started = time.monotonic()
+        self._shown = False
+
+    def idle(self) -> None:
+        if not self._enabled:
+            return
+        waited_s = time.monotonic() - self._started
+        sys.stderr.write(
+            f"\r\x1b[2Kwaiting for messages on {self._topic} ({waited_s:.0f} s; Ctrl-C stops)"
+        )
+        sys.stderr.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        """A message came (or the tail ends): erase the line, count the wait from now."""
+        self._started = time.monotonic()
+        if self._shown:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+            self._shown = False
+
+    def __enter__(self) -> _WaitingIndicator:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.clear()
 
 
 @app.command("tail")
@@ -646,7 +879,8 @@ def tail(
         str | None,
         typer.Option(
             "--from",
-            help="earliest or latest (default: the group's offsets, else latest).",
+            help="earliest, latest, or an ISO 8601 time: the first message stored at or after "
+            "it (default: the group's offsets, else latest).",
             show_default=False,
         ),
     ] = None,
@@ -657,22 +891,95 @@ def tail(
         ),
     ] = None,
     body_bytes: BodyBytesOption = BODY_BYTES_DEFAULT,
+    body_format: BodyFormatOption = BodyFormat.TEXT,
     namesrv: NamesrvOption = None,
+    home: WireHomeOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Print a topic's messages from every queue as they arrive, until --count or Ctrl-C."""
-    views = broker_ops.tail(
-        namesrv, topic, group=group, start=start, count=count, timeout_s=timeout_s
-    )
-    # Ctrl-C is how a tail without --count ends: a normal stop, not an error.
-    with contextlib.suppress(KeyboardInterrupt), contextlib.closing(views), _one_line_errors():
-        for view in views:
-            print(
-                json.dumps(view.as_dict(), sort_keys=True)
-                if as_json
-                else _message_line(view, body_bytes)
-            )
-            sys.stdout.flush()
+    """Print a topic's messages from every queue as they arrive, until --count or Ctrl-C. On a
+    terminal, stderr says when it is waiting."""
+    waiting = _WaitingIndicator(topic)
+    # Ctrl-C is how a tail without --count ends: a normal stop, not an error. The waiting line
+    # is erased before an error is printed.
+    with contextlib.suppress(KeyboardInterrupt), _one_line_errors(), waiting:
+        views = broker_ops.tail(
+            _namesrv(namesrv, home),
+            topic,
+            group=group,
+            start=start,
+            count=count,
+            timeout_s=timeout_s,
+            on_idle=waiting.idle,
+        )
+        with contextlib.closing(views):
+            for view in views:
+                waiting.clear()
+                print(
+                    _message_json(view, body_format)
+                    if as_json
+                    else _message_line(view, body_bytes, body_format)
+                )
+                sys.stdout.flush()
+
+
+@app.command("top")
+def top(
+    *,
+    once: Annotated[
+        bool, typer.Option("--once", help="Print one frame (rates over one interval) and exit.")
+    ] = False,
+    interval_s: Annotated[
+        float, typer.Option("--interval-s", help="Seconds between refreshes.")
+    ] = TOP_INTERVAL_S_DEFAULT,
+    groups: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--group",
+            help="Also show this consumer group (groups with a %RETRY% topic show anyway).",
+            show_default=False,
+        ),
+    ] = None,
+    all_topics: Annotated[
+        bool, typer.Option("--all-topics", help="Show RocketMQ's system topics too.")
+    ] = False,
+    namesrv: NamesrvOption = None,
+    home: WireHomeOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="With --once: print JSON.")] = False,
+) -> None:
+    """A live view of the appliance, refreshed every --interval-s: put and get rates per topic
+    and group, lag, CPU and memory per process, store positions. Ctrl-C stops."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from mqbox.admin import top_data, top_view
+
+    if not interval_s > 0:
+        fail(f"--interval-s {interval_s:g} is not a positive number of seconds")
+    if as_json and not once:
+        fail("--json needs --once")
+    with _one_line_errors():
+        source = top_data.TopSource(
+            _namesrv(namesrv, home), ops.home_dir(home), groups=groups or (), all_topics=all_topics
+        )
+    with source, contextlib.suppress(KeyboardInterrupt):
+        previous = source.sample()
+        if once:
+            time.sleep(interval_s)
+            shown = top_data.frame(source.sample(), previous)
+            if as_json:
+                _print_json(shown.as_dict())
+            else:
+                width = None if sys.stdout.isatty() else TOP_PIPE_WIDTH
+                Console(width=width).print(top_view.render(shown))
+            return
+        with Live(
+            top_view.render(top_data.frame(previous)), auto_refresh=False, screen=False
+        ) as live:
+            while True:
+                time.sleep(max(0.0, previous.taken_s + interval_s - time.monotonic()))
+                current = source.sample()
+                live.update(top_view.render(top_data.frame(current, previous)), refresh=True)
+                previous = current
 
 
 def main() -> None:

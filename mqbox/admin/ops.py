@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import psutil
 
+from mqbox.clock import wall_clock_ms
 from mqbox.config import (
     BrokerConfig,
     NamesrvConfig,
@@ -112,21 +113,113 @@ def exposure_warning(namesrv: NamesrvConfig, broker: BrokerConfig) -> str | None
     )
 
 
-def namesrv_addr(option: str | None) -> str:
-    """The name server(s) the wire commands ask: --namesrv, else $MQBOX_NAMESRV, else
-    namesrvAddr of etc/broker.conf (';'-separated for several). ConfigError if none is set or
-    etc/broker.conf does not load."""
-    for value in (option, os.environ.get(NAMESRV_ENV)):
+@dataclasses.dataclass(frozen=True, slots=True)
+class NamesrvAddress:
+    """The name server(s) a wire command asks, and where that address came from (for errors)."""
+
+    address: str  # ip:port, ';'-separated for several
+    source: str  # "--namesrv", "$MQBOX_NAMESRV", "the appliance running in HOME", a conf file
+
+
+def running_state(home: Path) -> dict[str, Any] | None:
+    """run/state.json of `home` while its supervisor runs; None otherwise."""
+    from mqbox.server.home import process_alive, read_state
+
+    state = read_state(home) or {}
+    supervisor = state.get("supervisor") or {}
+    pid = supervisor.get("pid")
+    if not pid or not process_alive(int(pid), supervisor.get("create_time")):
+        return None
+    return state
+
+
+def running_namesrv(home: Path) -> str | None:
+    """The name server address the broker of the appliance running in `home` registers with;
+    None when no supervisor of it runs there."""
+    state = running_state(home)
+    if state is None:
+        return None
+    address = str((state.get("broker") or {}).get("namesrv_addr") or "").strip()
+    if address:
+        return address
+    namesrv = state.get("namesrv") or {}
+    if namesrv.get("port"):
+        host = namesrv.get("host") or "127.0.0.1"
+        return f"{'127.0.0.1' if host == '0.0.0.0' else host}:{namesrv['port']}"
+    return None
+
+
+def resolve_namesrv(
+    option: str | NamesrvAddress | None, home: Path | None = None
+) -> NamesrvAddress:
+    """The name server(s) the wire commands ask: --namesrv, else $MQBOX_NAMESRV, else the one
+    of the appliance running in the home (--home, $MQBOX_HOME, ~/mqbox), else namesrvAddr of
+    etc/broker.conf. ConfigError if none is set or etc/broker.conf does not load."""
+    if isinstance(option, NamesrvAddress):
+        return option
+    for value, source in ((option, "--namesrv"), (os.environ.get(NAMESRV_ENV), f"${NAMESRV_ENV}")):
         if value is not None and value.strip():
-            return value.strip()
+            return NamesrvAddress(value.strip(), source)
+    home_path = home_dir(home)
+    running = running_namesrv(home_path)
+    if running is not None:
+        return NamesrvAddress(running, f"the appliance running in {home_path}")
     broker_path = config_paths(None)[1]
     address = load_broker_config(broker_path).namesrv_addr.strip()
     if not address:
         raise ConfigError(
-            f"no name server: give --namesrv, set ${NAMESRV_ENV}, or set namesrvAddr in "
-            f"{broker_path}"
+            f"no name server: give --namesrv, set ${NAMESRV_ENV}, start mqbox in {home_path}, "
+            f"or set namesrvAddr in {broker_path}"
         )
-    return address
+    return NamesrvAddress(address, f"namesrvAddr of {broker_path}")
+
+
+def namesrv_addr(option: str | NamesrvAddress | None, home: Path | None = None) -> str:
+    """resolve_namesrv's address alone."""
+    return resolve_namesrv(option, home).address
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConfigShown:
+    """What `mqbox config` prints: values by RocketMQ key name, and where they came from."""
+
+    source: str  # the files read, or "the appliance running in HOME"
+    broker: dict[str, Any]
+    namesrv: dict[str, Any] | None  # None: the appliance runs without its own name server
+    ignored: dict[str, list[str]]  # keys of the files mqbox does not know, per file
+
+
+def config_shown(broker_conf: Path | None, home: Path | None = None) -> ConfigShown:
+    """The configuration `mqbox start` would use (etc/ or `broker_conf`), or with `home`, the one
+    the appliance running there uses (run/config.json: ports as bound, the name server address
+    its broker registers with). MqboxError if nothing runs in `home`."""
+    from mqbox.config import key_values
+    from mqbox.run_files import read_json
+    from mqbox.server.home import HomeLayout
+
+    if home is not None:
+        home_path = home_dir(home)
+        document = read_json(HomeLayout(home_path).run_config_path)
+        if running_state(home_path) is None or not document:
+            raise MqboxError(
+                f"not running in {home_path}; without --home, `mqbox config` shows what "
+                "`mqbox start` would use"
+            )
+        return ConfigShown(
+            source=f"the appliance running in {home_path} (started with "
+            f"{document.get('broker_config_path') or 'the defaults'})",
+            broker=dict(document.get("broker") or {}),
+            namesrv=document.get("namesrv"),
+            ignored=dict(document.get("ignored") or {}),
+        )
+    namesrv, broker = load_configs(broker_conf)
+    namesrv_path, broker_path = config_paths(broker_conf)
+    return ConfigShown(
+        source=", ".join(str(path) for path in (broker_path, namesrv_path) if path is not None),
+        broker=key_values(broker),
+        namesrv=key_values(namesrv),
+        ignored={"broker": list(broker.unknown_keys), "namesrv": list(namesrv.unknown_keys)},
+    )
 
 
 def config_as_dict(config: Any) -> dict[str, Any]:
@@ -146,6 +239,39 @@ def config_as_dict(config: Any) -> dict[str, Any]:
     result = plain(config)
     assert isinstance(result, dict)
     return result
+
+
+def version_text() -> str:
+    """`mqbox --version`: the package's version and the RocketMQ protocol it speaks."""
+    from importlib import metadata
+
+    from mqbox.protocol.codes import VERSION_MQBOX
+
+    try:
+        version = metadata.version("mqbox")
+    except metadata.PackageNotFoundError:
+        version = "unknown (not installed)"
+    return (
+        f"mqbox {version} (RocketMQ 4.x remoting protocol; announces client version "
+        f"{VERSION_MQBOX}, RocketMQ V4_5_2)"
+    )
+
+
+def kernels_need_compiling() -> bool:
+    """True when numba's cache holds no compiled kernel yet (no index file under
+    NUMBA_CACHE_DIR, or under the package's __pycache__ directories without it): the start
+    then compiles every kernel, about 20 s on 2 cores. A cache of an older version may still
+    be recompiled kernel by kernel; that is not detected."""
+    cache_dir = os.environ.get("NUMBA_CACHE_DIR")
+    root = Path(cache_dir) if cache_dir else Path(__file__).resolve().parents[1]
+    return next(root.rglob("*.nbi"), None) is None
+
+
+def warm_up_text(*, compiling: bool) -> str:
+    """What the silent part of a start does."""
+    if compiling:
+        return "compiling the kernels, as a first start does (about 20 s on 2 cores)"
+    return "loading the compiled kernels and starting every process (a few seconds)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,6 +386,10 @@ class StopResult:
     stopped: tuple[str, ...]  # names of processes that exited after SIGTERM
     killed: tuple[str, ...]  # names of processes that needed SIGKILL
     seconds: float
+    # Why the stop was not clean ("" if it was): processes killed, no supervisor to run the
+    # orderly stop, or the supervisor's own report (run/last-stop.json) of a role that had to be
+    # killed or exited non-zero while stopping.
+    unclean: str = ""
 
 
 def _supervisor_pid(home: Path) -> int | None:
@@ -271,7 +401,7 @@ def _supervisor_pid(home: Path) -> int | None:
         return None
 
 
-def _live(pid: int, create_time: float | None) -> psutil.Process | None:
+def live_process(pid: int, create_time: float | None) -> psutil.Process | None:
     from mqbox.server.home import process_alive
 
     if not process_alive(pid, create_time):
@@ -284,12 +414,15 @@ def _live(pid: int, create_time: float | None) -> psutil.Process | None:
 def stop(home: Path | None, *, timeout_s: float = STOP_TIMEOUT_S_DEFAULT) -> StopResult:
     """SIGTERM to the supervisor of `home` and wait for its orderly stop; after `timeout_s`,
     SIGKILL it and every process it recorded, and sweep its shared memory. MqboxError if
-    nothing of the appliance runs there."""
+    nothing of the appliance runs there; ConfigError for a negative `timeout_s`."""
+    if not timeout_s >= 0:  # also refuses NaN
+        raise ConfigError(f"--timeout-s {timeout_s:g} is negative")
     from mqbox.ipc import names
     from mqbox.server.home import HomeLayout, read_state, recorded_processes
 
     home = home_dir(home)
     started = time.monotonic()
+    started_ms = wall_clock_ms()
     state = read_state(home) or {}
     recorded = [(name, pid, create) for name, pid, create in recorded_processes(state)]
     supervisor_pid = _supervisor_pid(home)
@@ -298,7 +431,7 @@ def stop(home: Path | None, *, timeout_s: float = STOP_TIMEOUT_S_DEFAULT) -> Sto
     live = {
         name: process
         for name, pid, create_time in recorded
-        if (process := _live(pid, create_time)) is not None
+        if (process := live_process(pid, create_time)) is not None
     }
     supervisor = live.get("supervisor")
     if supervisor is not None and not _looks_like_mqbox(supervisor):
@@ -345,7 +478,22 @@ def stop(home: Path | None, *, timeout_s: float = STOP_TIMEOUT_S_DEFAULT) -> Sto
         stopped=tuple(stopped),
         killed=tuple(killed),
         seconds=time.monotonic() - started,
+        unclean=_unclean_reason(home, supervisor is not None, killed, started_ms),
     )
+
+
+def _unclean_reason(home: Path, had_supervisor: bool, killed: list[str], since_ms: int) -> str:
+    """Why the stop that began at `since_ms` was not clean, or ""."""
+    from mqbox.server.home import read_last_stop
+
+    if killed:
+        return "killed after the timeout: " + ", ".join(killed)
+    if not had_supervisor:
+        return "no supervisor ran the orderly stop; its processes were stopped one by one"
+    last_stop = read_last_stop(home) or {}
+    if int(last_stop.get("stopped_at_ms") or 0) >= since_ms:
+        return str(last_stop.get("reason") or "the supervisor reported an unclean stop")
+    return ""
 
 
 def _clean_dead_run(home: Path, state: Mapping[str, Any]) -> int:
@@ -452,7 +600,7 @@ class ApplianceStatus:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Row:
+class StateRow:
     """One process as run/state.json records it."""
 
     name: str
@@ -462,6 +610,53 @@ class _Row:
     state: str
     port: int | None
     generation: int | None
+
+
+def state_rows(state: Mapping[str, Any], supervisor_pid: int | None = None) -> list[StateRow]:
+    """Every process a run/state.json lists (supervisor, name server, roles), as recorded."""
+    supervisor = state.get("supervisor") or {}
+    if supervisor_pid is None:
+        supervisor_pid = int(supervisor.get("pid") or 0)
+    namesrv = state.get("namesrv") or {}
+    broker = state.get("broker") or {}
+    broker_address = str(broker.get("address", ""))
+    broker_port = int(broker_address.rpartition(":")[2]) if broker_address else None
+    rows = [
+        StateRow(
+            name="supervisor",
+            kind="supervisor",
+            pid=supervisor_pid,
+            create_time=supervisor.get("create_time"),
+            state="running",
+            port=broker_port,
+            generation=None,
+        )
+    ]
+    if namesrv.get("pid"):
+        rows.append(
+            StateRow(
+                name="namesrv",
+                kind="namesrv",
+                pid=int(namesrv["pid"]),
+                create_time=namesrv.get("create_time"),
+                state="ready" if namesrv.get("ready") else "starting",
+                port=int(namesrv.get("port") or 0) or None,
+                generation=None,
+            )
+        )
+    rows.extend(
+        StateRow(
+            name=str(role["role_id"]),
+            kind=str(role["kind"]),
+            pid=int(role.get("pid") or 0),
+            create_time=role.get("create_time"),
+            state=str(role.get("state", "down")),
+            port=broker_port if role.get("kind") == "reactor" else None,
+            generation=int(role.get("generation") or 0),
+        )
+        for role in state.get("roles") or []
+    )
+    return rows
 
 
 def smaps_rollup(pid: int) -> dict[str, int]:
@@ -503,50 +698,15 @@ def status(home: Path | None) -> ApplianceStatus:
     state = read_state(home) or {}
     supervisor = state.get("supervisor") or {}
     supervisor_pid = int(supervisor.get("pid") or _supervisor_pid(home) or 0)
-    supervisor_process = _live(supervisor_pid, supervisor.get("create_time"))
+    supervisor_process = live_process(supervisor_pid, supervisor.get("create_time"))
     running = supervisor_process is not None and _looks_like_mqbox(supervisor_process)
     namesrv = state.get("namesrv") or {}
     broker = state.get("broker") or {}
     broker_address = str(broker.get("address", ""))
-    broker_port = int(broker_address.rpartition(":")[2]) if broker_address else None
-    rows = [
-        _Row(
-            name="supervisor",
-            kind="supervisor",
-            pid=supervisor_pid,
-            create_time=supervisor.get("create_time"),
-            state="running",
-            port=broker_port,
-            generation=None,
-        )
-    ]
-    if namesrv.get("pid"):
-        rows.append(
-            _Row(
-                name="namesrv",
-                kind="namesrv",
-                pid=int(namesrv["pid"]),
-                create_time=namesrv.get("create_time"),
-                state="ready" if namesrv.get("ready") else "starting",
-                port=int(namesrv.get("port") or 0) or None,
-                generation=None,
-            )
-        )
-    rows.extend(
-        _Row(
-            name=str(role["role_id"]),
-            kind=str(role["kind"]),
-            pid=int(role.get("pid") or 0),
-            create_time=role.get("create_time"),
-            state=str(role.get("state", "down")),
-            port=broker_port if role.get("kind") == "reactor" else None,
-            generation=int(role.get("generation") or 0),
-        )
-        for role in state.get("roles") or []
-    )
+    rows = state_rows(state, supervisor_pid)
     processes: dict[str, psutil.Process] = {}
     for row in rows:
-        process = _live(row.pid, row.create_time) if row.pid else None
+        process = live_process(row.pid, row.create_time) if row.pid else None
         if process is not None:
             with contextlib.suppress(psutil.Error):
                 process.cpu_percent(None)  # the first call starts the sample

@@ -36,6 +36,7 @@ from mqbox.protocol.headers import (
     PullMessageResponseHeader,
     QueryMessageRequestHeader,
     QueueRequestHeader,
+    SearchOffsetRequestHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
     TopicConfig,
@@ -177,6 +178,23 @@ def get_min_offset(
     """31 GET_MIN_OFFSET: the queue's first queue_index still readable."""
     code = RequestCode.GET_MIN_OFFSET
     ext = QueueRequestHeader(topic, queue_id).to_ext()
+    response = client.invoke(code, ext, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    return OffsetResponseHeader.from_ext(response.ext_fields).queue_index
+
+
+def search_offset(
+    client: RemotingCaller,
+    topic: str,
+    queue_id: int,
+    timestamp_ms: int,
+    *,
+    timeout_ms: int | None = None,
+) -> int:
+    """29 SEARCH_OFFSET_BY_TIMESTAMP: the queue_index whose store time is nearest
+    `timestamp_ms` (RocketMQ's rule: it may be stored a little before it; docs/protocol.md)."""
+    code = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
+    ext = SearchOffsetRequestHeader(topic, queue_id, timestamp_ms).to_ext()
     response = client.invoke(code, ext, timeout_ms=timeout_ms)
     _expect(client, code, response, ResponseCode.SUCCESS)
     return OffsetResponseHeader.from_ext(response.ext_fields).queue_index

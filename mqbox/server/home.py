@@ -39,6 +39,7 @@ LAST_STOP_FILE_NAME: Final = "last-stop.json"  # why the last run stopped after 
 NAMESRV_READY_FILE_NAME: Final = "namesrv.ready"
 NAMESRV_OUTPUT_FILE_NAME: Final = "namesrv.out"
 SUPERVISOR_LOG_FILE_NAME: Final = "supervisor.log"
+RUN_CONFIG_FILE_NAME: Final = "config.json"  # the configuration the running appliance uses
 STATE_VERSION: Final = 1
 
 
@@ -75,6 +76,10 @@ class HomeLayout:
     @property
     def last_stop_path(self) -> Path:
         return self.run_dir / LAST_STOP_FILE_NAME
+
+    @property
+    def run_config_path(self) -> Path:
+        return self.run_dir / RUN_CONFIG_FILE_NAME
 
 
 def prepare_home(home: Path) -> HomeLayout:

@@ -87,8 +87,10 @@ from mqbox import _jit
 from mqbox.clock import wall_clock_ms
 from mqbox.config import (
     BrokerConfig,
+    NamesrvConfig,
     RestartConfig,
     broker_listen_address,
+    key_values,
     load_broker_config,
     load_namesrv_config,
 )
@@ -435,6 +437,7 @@ class Supervisor:
             client_host = namesrv.host if namesrv.host not in ("", "0.0.0.0") else "127.0.0.1"
             broker = dataclasses.replace(broker, namesrv_addr=f"{client_host}:{namesrv.port}")
         self.broker = broker
+        self._write_run_config(broker, namesrv_config)
         self._check_stop()
         self._instances_to_sweep.add(self.instance)
         self._create_rings()
@@ -471,6 +474,25 @@ class Supervisor:
         log.info("ready: %s", json.dumps(info, sort_keys=True))
         if self._on_ready is not None:
             self._on_ready(info)
+
+    def _write_run_config(self, broker: BrokerConfig, namesrv_config: NamesrvConfig) -> None:
+        """run/config.json: the configuration in force by RocketMQ key (ports as bound, the name
+        server address the broker registers with), for `mqbox config --home`."""
+        namesrv = self._namesrv
+        if namesrv is not None:
+            namesrv_config = dataclasses.replace(namesrv_config, listen_port=namesrv.port)
+        options = self.options
+        document = {
+            "broker_config_path": str(options.broker_config_path or ""),
+            "namesrv_config_path": str(options.namesrv_config_path or ""),
+            "broker": key_values(broker),
+            "namesrv": key_values(namesrv_config) if namesrv is not None else None,
+            "ignored": {
+                "broker": list(broker.unknown_keys),
+                "namesrv": list(namesrv_config.unknown_keys),
+            },
+        }
+        write_json_atomically(self.layout.run_config_path, document)
 
     def _create_rings(self) -> None:
         """Every ring of the topology, empty (none of them may exist)."""
@@ -1198,7 +1220,18 @@ class Supervisor:
         for instance in sorted(self._instances_to_sweep):
             names.unlink_instance(instance)
         log.info("stopped%s", " (not cleanly)" if self._stop_unclean else "")
-        return EXIT_STOP_UNCLEAN if self._stop_unclean else EXIT_OK
+        if not self._stop_unclean:
+            return EXIT_OK
+        # `mqbox stop` is not this process's parent: the file is how it learns of it.
+        document = {
+            "reason": "the stop was not clean: a process was killed or exited non-zero while "
+            f"stopping (see {self.layout.logs_dir / SUPERVISOR_LOG_FILE_NAME})",
+            "stopped_at_ms": wall_clock_ms(),
+            "exit_status": EXIT_STOP_UNCLEAN,
+        }
+        with contextlib.suppress(OSError):
+            write_json_atomically(self.layout.last_stop_path, document)
+        return EXIT_STOP_UNCLEAN
 
     def _stop_roles(self, *, close_listener: bool) -> None:
         """SIGTERM to every role in reverse START_ORDER, a kind at a time, each kind waited for
