@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Final
 
 from mqbox.server.statistics import BUCKET_BOUNDS_NS, Totals
@@ -50,6 +51,8 @@ MINUTE_SAMPLE_COUNT: Final = 61  # per key: one hour
 HOUR_SAMPLE_COUNT: Final = 25  # per key: one day
 BROKER_SAMPLE_COUNT: Final = 601  # broker totals: RocketMQ's 600-sample TPS
 TPS_SPANS: Final = (10, 60, 600)
+
+STATISTICS_FILE_NAME: Final = "broker-statistics.json"  # in <home>/run/, the sampler's
 
 # (value, times) per (stats name, key)
 Items = dict[tuple[str, str], tuple[int, int]]
@@ -257,6 +260,11 @@ def stats_item_from_document(
         return None
     item = by_key.get(stats_key)
     return item if isinstance(item, dict) else None
+
+
+def statistics_file_path(home: Path) -> Path:
+    """Where the sampler publishes its document (the home's run directory)."""
+    return home / "run" / STATISTICS_FILE_NAME
 
 
 def runtime_info_from_document(document: Mapping[str, Any] | None) -> dict[str, str]:

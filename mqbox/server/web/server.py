@@ -15,7 +15,6 @@ MQBOX_CONSUMER_PROGRESS 10002), over one blocking connection kept under a lock.
 
 from __future__ import annotations
 
-import contextlib
 import http.server
 import itertools
 import json
@@ -286,16 +285,31 @@ class WebEndpoint:
         topic = query.get("topic", "").strip()
         if not msg_id and not key:
             raise ViewError(400, "give id=<msgId> or key=<key> (with topic=<topic>)")
-        if msg_id:
-            with contextlib.suppress(MqboxError):
-                _, log_offset_bytes = decode_offset_msg_id(msg_id.upper())
-                stored = self._ask(admin_api.view_message, log_offset_bytes)
-                return {"messages": [self._message_view(stored)]}
-            key = msg_id
+        if msg_id and not topic:
+            return {"messages": [self._message_view(self._by_offset_id(msg_id))]}
         if not topic:
-            raise ViewError(400, "a key or UNIQ_KEY msgId needs topic=<topic>")
+            raise ViewError(400, "a key needs topic=<topic>")
+        if msg_id:
+            # A UNIQ_KEY and an offset msgId are both 32 hex characters: the UNIQ_KEY first.
+            try:
+                return self._query(topic, msg_id, unique_key=True)
+            except ViewError as error:
+                if error.status != 404:
+                    raise
+            return {"messages": [self._message_view(self._by_offset_id(msg_id))]}
+        return self._query(topic, key, unique_key=False)
+
+    def _by_offset_id(self, msg_id: str) -> StoredMessage:
+        try:
+            _, log_offset_bytes = decode_offset_msg_id(msg_id.upper())
+        except MqboxError as error:
+            raise ViewError(400, str(error)) from None
+        stored: StoredMessage = self._ask(admin_api.view_message, log_offset_bytes)
+        return stored
+
+    def _query(self, topic: str, key: str, *, unique_key: bool) -> dict[str, Any]:
         header = QueryMessageRequestHeader(
-            topic, key, QUERY_MESSAGE_COUNT_MAX, 0, INT64_MAX, unique_key_query=bool(msg_id)
+            topic, key, QUERY_MESSAGE_COUNT_MAX, 0, INT64_MAX, unique_key_query=unique_key
         )
         messages = self._ask(admin_api.query_message, header)
         views = [self._message_view(stored) for stored in messages]

@@ -24,7 +24,6 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Final
 
 import psutil
@@ -41,7 +40,7 @@ from mqbox.server.queue_counters import (
     store_positions_name,
 )
 from mqbox.server.runtime import RoleContext
-from mqbox.server.statistics_history import StatisticsHistory
+from mqbox.server.statistics_history import StatisticsHistory, statistics_file_path
 from mqbox.store import config_files
 from mqbox.store.layout import config_dir
 
@@ -49,13 +48,8 @@ log = logging.getLogger("mqbox.web")
 
 SAMPLE_INTERVAL_S: Final = 1.0
 CHART_SAMPLE_COUNT: Final = 301  # five minutes of per-second points for the dashboard charts
-STATISTICS_FILE_NAME: Final = "broker-statistics.json"  # in <home>/run/
 MQBOX_VERSION: Final = "0.1.0"
 ROCKETMQ_VERSION_DESC: Final = "V4_9_4"  # the protocol mqbox answers as (docs/protocol.md)
-
-
-def statistics_file_path(home: Path) -> Path:
-    return home / "run" / STATISTICS_FILE_NAME
 
 
 class BrokerSources:
