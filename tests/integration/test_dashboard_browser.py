@@ -24,7 +24,7 @@ CHROMIUM = shutil.which("chromium")
 try:
     from playwright.sync_api import Browser, Page, sync_playwright
 except ImportError:  # pragma: no cover - bin/test installs the dev extra
-    sync_playwright = None
+    sync_playwright = None  # type: ignore[assignment]
 
 pytestmark = [
     pytest.mark.skipif(

@@ -4,10 +4,12 @@ dashboard's JSON API, on a real appliance after real sends and pulls."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +20,9 @@ from mqbox.client.remoting import RemotingClient
 from mqbox.message import PROPERTY_KEYS, PROPERTY_UNIQ_KEY
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.headers import ViewBrokerStatsDataRequestHeader
+from mqbox.server.home import read_http
 from tests.conftest import unique_name
-from tests.support.appliance import Appliance
+from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
 from tests.support.read_back import READ_BACK_GROUP, pull_queue
 from tests.support.send_requests import send_to_queue_header
 
@@ -197,3 +200,33 @@ def test_bad_requests_get_an_http_error(appliance: Appliance) -> None:
     assert status == 200
     assert content_type.startswith("text/html")
     assert b"mqbox" in body
+
+
+def test_a_port_in_use_leaves_the_broker_running_without_the_endpoint(
+    tmp_path: Path, reap_pids: list[int]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        conf = BROKER_CONF.replace("mqboxHttpPort=0\n", f"mqboxHttpPort={port}\n")
+        with running_appliance(tmp_path / "home", reap_pids, conf) as running:
+            assert running.http_url == ""
+            problem = read_http(running.home)
+            assert problem is not None
+            assert "cannot bind" in problem["error"]
+            with RemotingClient(running.broker_address) as client:
+                admin_api.send_message(client, send_to_queue_header("AfterBindFailure"), b"x")
+                # The sampler runs without the endpoint: 315 answers.
+                deadline = time.monotonic() + WAIT_S
+                while True:
+                    try:
+                        admin_api.view_broker_stats_data(
+                            client, "TOPIC_PUT_NUMS", "AfterBindFailure"
+                        )
+                        break
+                    except RemotingResponseError:
+                        assert time.monotonic() < deadline, "315 never answered"
+                        time.sleep(0.3)
+        log_text = (tmp_path / "home" / "logs" / "services.0.log").read_text()
+        assert f"cannot bind 127.0.0.1:{port}" in log_text
