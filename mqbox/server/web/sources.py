@@ -47,6 +47,10 @@ from mqbox.store.layout import config_dir
 log = logging.getLogger("mqbox.web")
 
 SAMPLE_INTERVAL_S: Final = 1.0
+# The 315 / 28 document is rewritten every second, or every 10 s once more than this many keys
+# are counted (it holds three windows of every key).
+PUBLISH_INTERVAL_MS: Final = 1000
+PUBLISH_ITEM_COUNT_FAST: Final = 2000
 CHART_SAMPLE_COUNT: Final = 301  # five minutes of per-second points for the dashboard charts
 MQBOX_VERSION: Final = "0.1.0"
 ROCKETMQ_VERSION_DESC: Final = "V4_9_4"  # the protocol mqbox answers as (docs/protocol.md)
@@ -77,6 +81,7 @@ class BrokerSources:
         self.processes: list[dict[str, Any]] = []
         self._psutil: dict[int, psutil.Process] = {}
         self._stopping = threading.Event()
+        self._published_at_ms = 0
         self._thread: threading.Thread | None = None
         self.sample_once()
 
@@ -112,6 +117,11 @@ class BrokerSources:
                 (now_ms, {topic: counts.messages for topic, counts in totals.puts.items()})
             )
             self.processes = processes
+            item_count = len(totals.puts) + len(totals.gets)
+            interval_ms = PUBLISH_INTERVAL_MS if item_count <= PUBLISH_ITEM_COUNT_FAST else 10_000
+            if now_ms - self._published_at_ms < interval_ms:
+                return
+            self._published_at_ms = now_ms
             document = self.history.published_document()
         write_json_atomically(statistics_file_path(self.ctx.home), document)
 
