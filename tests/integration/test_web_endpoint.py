@@ -180,6 +180,10 @@ def test_api_message_lookup(appliance: Appliance, traffic: dict[str, Any]) -> No
     assert [message["body_preview"] for message in by_uniq] == ["hello 1"]
     by_key = _api(appliance, f"/api/message?key=order-42&topic={topic}")["messages"]
     assert [message["body_preview"] for message in by_key] == ["hello 0"]
+    with RemotingClient(appliance.broker_address) as client:
+        binary = admin_api.send_message(client, send_to_queue_header(topic), b"\x00\xffbin")
+    shown = _api(appliance, f"/api/message?id={binary.msg_id}")["messages"][0]
+    assert (shown["body_format"], shown["body_preview"]) == ("hex", "00 ff 62 69 6e")
     status, _, body = _get(appliance, f"/api/message?key=nobody&topic={topic}")
     assert status == 404
     assert "nobody" in json.loads(body)["error"]
