@@ -182,8 +182,20 @@ def test_api_message_lookup(appliance: Appliance, traffic: dict[str, Any]) -> No
     assert [message["body_preview"] for message in by_key] == ["hello 0"]
     with RemotingClient(appliance.broker_address) as client:
         binary = admin_api.send_message(client, send_to_queue_header(topic), b"\x00\xffbin")
+        long_text = admin_api.send_message(
+            client, send_to_queue_header(topic), ("a" + "\u00e9" * 2600).encode()
+        )
     shown = _api(appliance, f"/api/message?id={binary.msg_id}")["messages"][0]
     assert (shown["body_format"], shown["body_preview"]) == ("hex", "00 ff 62 69 6e")
+    # The first 4 KiB cut an "é" in two: the preview stops before it and stays text.
+    shown = _api(appliance, f"/api/message?id={long_text.msg_id}")["messages"][0]
+    assert shown["body_format"] == "text"
+    assert shown["body_truncated"] is True
+    assert shown["body_preview"] == "a" + "\u00e9" * 2047
+    other_broker = "0A000001" + "00002A9F" + traffic["offset_ids"][0][16:]
+    status, _, body = _get(appliance, f"/api/message?id={other_broker}")
+    assert status == 404
+    assert "another broker" in json.loads(body)["error"]
     status, _, body = _get(appliance, f"/api/message?key=nobody&topic={topic}")
     assert status == 404
     assert "nobody" in json.loads(body)["error"]

@@ -38,6 +38,7 @@ from mqbox.message import (
     decode_offset_msg_id,
     decode_properties_str,
     encode_offset_msg_id,
+    pack_host,
 )
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.headers import QueryMessageRequestHeader
@@ -301,9 +302,12 @@ class WebEndpoint:
 
     def _by_offset_id(self, msg_id: str) -> StoredMessage:
         try:
-            _, log_offset_bytes = decode_offset_msg_id(msg_id.upper())
+            store_host, log_offset_bytes = decode_offset_msg_id(msg_id.upper())
         except MqboxError as error:
             raise ViewError(400, str(error)) from None
+        broker = self.sources.broker
+        if store_host != pack_host(broker.broker_ip1 or "127.0.0.1", broker.listen_port):
+            raise ViewError(404, f"msgId {msg_id} names another broker's commit log")
         stored: StoredMessage = self._ask(admin_api.view_message, log_offset_bytes)
         return stored
 
@@ -325,11 +329,10 @@ class WebEndpoint:
         properties = decode_properties_str(stored.properties)
         body = stored.body
         preview = body[:BODY_PREVIEW_SIZE_BYTES_MAX]
-        try:
-            text = preview.decode("utf-8")
-            printable = all(character.isprintable() or character in "\r\n\t" for character in text)
-        except UnicodeDecodeError:
-            printable = False
+        text = _utf8_prefix(preview, cut=len(body) > len(preview))
+        printable = text is not None and all(
+            character.isprintable() or character in "\r\n\t" for character in text
+        )
         return {
             "topic": stored.topic,
             "queue_id": stored.queue_id,
@@ -343,7 +346,7 @@ class WebEndpoint:
             "reconsume_times": stored.reconsume_times,
             "body_size_bytes": len(body),
             "body_format": "text" if printable else "hex",
-            "body_preview": text if printable else preview.hex(" "),
+            "body_preview": text if printable and text is not None else preview.hex(" "),
             "body_truncated": len(body) > BODY_PREVIEW_SIZE_BYTES_MAX,
             "properties": properties,
         }
@@ -352,6 +355,17 @@ class WebEndpoint:
         with self.sources.lock:
             processes = list(self.sources.processes)
         return {"processes": processes, "rings": self.sources.rings()}
+
+
+def _utf8_prefix(data: bytes, *, cut: bool) -> str | None:
+    """`data` as UTF-8 text, or None if it is not; when `cut` (a prefix of a longer body), a
+    character split by the cut (up to 3 bytes) is left out."""
+    for drop in range(4 if cut else 1):
+        try:
+            return data[: len(data) - drop].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return None
 
 
 def _required(query: Mapping[str, str], name: str) -> str:
