@@ -28,6 +28,7 @@ LOOPBACK_ADDRESS = "127.0.0.1"
 # mqboxNamesrvBrokerWhiteList entries besides addresses and networks (namesrv/admission.py)
 WHITE_LIST_LOCAL = "local"
 WHITE_LIST_ANYONE = "*"
+HTTP_PORT_DEFAULT = 5557  # rocketmq-exporter's default port
 
 
 class BrokerRole(enum.Enum):
@@ -145,6 +146,10 @@ class BrokerConfig:
     # how long the idempotent window remembers a UNIQ_KEY at least (store/idempotence.py)
     idempotent_window_ms: int = 600_000  # mqboxIdempotentWindowMs
     acl_enable: bool = False  # aclEnable: off = every client may do everything (security.md)
+    # The HTTP endpoint (/metrics, the dashboard; server/web/): rocketmq-exporter's port by
+    # default, 0 = any free port (written to <home>/run/http.json), -1 = no endpoint.
+    http_port: int = HTTP_PORT_DEFAULT  # mqboxHttpPort
+    http_host: str = "127.0.0.1"  # mqboxHttpHost: the address it binds
     pools: PoolConfig = dataclasses.field(default_factory=PoolConfig)
     limits: LimitConfig = dataclasses.field(default_factory=LimitConfig)
     restarts: RestartConfig = dataclasses.field(default_factory=RestartConfig)
@@ -312,6 +317,8 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
         "limits.partial_frame_size_bytes_max",
         _int_in(1 << 20, 1 << 40),
     ),
+    "mqboxHttpPort": ("http_port", _int_in(-1, 65535)),
+    "mqboxHttpHost": ("http_host", str.strip),
     "mqboxIdempotentWindowMs": ("idempotent_window_ms", _int_in(1, 7 * 86_400_000)),
     "mqboxIdempotentKeyCountMax": ("limits.idempotent_key_count_max", _int_in(1, 1 << 28)),
     "aclEnable": ("acl_enable", _parse_bool),

@@ -207,7 +207,10 @@ def status(*, home: HomeOption = None, as_json: JsonOption = False) -> None:
     print(f"mqbox {report.status} in {report.home}")
     if report.reason:
         print(f"broker restarts: {report.broker_restarts}, the last for: {report.reason}")
-    print(f"namesrv {report.namesrv or '-'}   broker {report.broker_name} {report.broker}")
+    print(
+        f"namesrv {report.namesrv or '-'}   broker {report.broker_name} {report.broker}"
+        f"   http {report.http or '-'}"
+    )
     print(
         f"store {report.store_root}: {_megabytes(report.store_size_bytes)} MB"
         f"   memory (PSS anon + shmem): {_megabytes(report.pss_bytes)} MB"

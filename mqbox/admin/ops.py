@@ -586,6 +586,7 @@ class ApplianceStatus:
     broker_restarts: int  # times every role of the broker was restarted after a critical death
     # Why it restarted last (while running) or stopped (after a failure); "" if neither happened.
     reason: str
+    http: str = ""  # the HTTP endpoint's URL (/metrics, the dashboard), from run/http.json
 
     @property
     def pss_bytes(self) -> int:
@@ -692,7 +693,7 @@ def disk_usage_bytes(root: Path) -> int:
 
 def status(home: Path | None) -> ApplianceStatus:
     """Every process of the appliance in `home`, measured now (CPU over CPU_SAMPLE_S)."""
-    from mqbox.server.home import read_last_stop, read_state
+    from mqbox.server.home import read_http, read_last_stop, read_state
 
     home = home_dir(home)
     state = read_state(home) or {}
@@ -760,6 +761,7 @@ def status(home: Path | None) -> ApplianceStatus:
         processes=tuple(measured),
         broker_restarts=int(state.get("broker_restarts") or 0) if running else 0,
         reason=str((last_failure or {}).get("reason") or ""),
+        http=str((read_http(home) or {}).get("url") or "") if running else "",
     )
 
 

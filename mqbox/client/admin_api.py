@@ -2,12 +2,12 @@
 the clients and tests: one function per code.
 
 Owns: building each request from typed headers (mqbox.protocol.headers), and reading each answer
-into typed values: the topic admin codes (17 UPDATE_AND_CREATE_TOPIC, 215 DELETE_TOPIC_IN_BROKER,
-21 GET_ALL_TOPIC_CONFIG), the store queries (30, 31, 33 VIEW_MESSAGE_BY_ID, 12 QUERY_MESSAGE),
-one SEND_MESSAGE (10) and one PULL_MESSAGE (11), and mqbox's own admin views (10001 topic status,
-10002 consumer progress, 10003 reset offsets; their ext and bodies are documented beside their
-handlers in mqbox/server/roles/processors/admin/). Never: sockets (remoting.py), retries, routing
-(the caller picks the broker), or output.
+into typed values: the topic admin codes (17 UPDATE_AND_CREATE_TOPIC, 215 DELETE_TOPIC_IN_BROKER, 21
+GET_ALL_TOPIC_CONFIG), the store queries (30, 31, 33 VIEW_MESSAGE_BY_ID, 12 QUERY_MESSAGE), 315
+VIEW_BROKER_STATS_DATA, one SEND_MESSAGE (10) and one PULL_MESSAGE (11), and mqbox's own admin views
+(10001 topic status, 10002 consumer progress, 10003 reset offsets; their ext and bodies are
+documented beside their handlers in mqbox/server/roles/processors/admin/). Never: sockets
+(remoting.py), retries, routing (the caller picks the broker), or output.
 
 Every function raises `RemotingResponseError` for a response code it does not expect (its `code`
 and `remark` say what the broker meant), the `RemotingError` family for transport failures, and
@@ -41,6 +41,7 @@ from mqbox.protocol.headers import (
     SendMessageResponseHeader,
     TopicConfig,
     UpdateAndCreateTopicRequestHeader,
+    ViewBrokerStatsDataRequestHeader,
     ViewMessageRequestHeader,
 )
 from mqbox.protocol.mqbox_codes import (
@@ -240,6 +241,35 @@ def query_message(
     if response.code == ResponseCode.QUERY_NOT_FOUND:
         return ()
     return decode_records(response.body)
+
+
+def view_broker_stats_data(
+    client: RemotingCaller, stats_name: str, stats_key: str, *, timeout_ms: int | None = None
+) -> dict[str, dict[str, float]]:
+    """315 VIEW_BROKER_STATS_DATA: BrokerStatsData as {"statsMinute" | "statsHour" | "statsDay":
+    {"sum", "tps", "avgpt"}}; an unknown item raises RemotingResponseError (1)."""
+    code = RequestCode.VIEW_BROKER_STATS_DATA
+    ext = ViewBrokerStatsDataRequestHeader(stats_name, stats_key).to_ext()
+    response = client.invoke(code, ext, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    where = "BrokerStatsData"
+    document = _body(response.body, where)
+    found: dict[str, dict[str, float]] = {}
+    for window in ("statsMinute", "statsHour", "statsDay"):
+        fields = _object(document.get(window), f"{where}.{window}")
+        found[window] = {
+            "sum": _int(fields, "sum", where),
+            "tps": _number(fields, "tps", where),
+            "avgpt": _number(fields, "avgpt", where),
+        }
+    return found
+
+
+def _number(fields: dict[str, Any], key: str, where: str) -> float:
+    value = fields.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RemoteProtocolError(f"{where}.{key}: {value!r} is not a number")
+    return float(value)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,9 +3,10 @@
 Owns: the layout under --home (`run/`, `logs/`, `store/`), the shared-memory instance name of a
 broker in a home, the home's lock (flock on `run/lock`: one appliance or store repair at a
 time), and reading and writing the run files the supervisor keeps for `mqbox status` and
-`mqbox stop` (`run/state.json`, `run/last-stop.json`, the pid file), plus recognising the
-processes a state file lists. Never: starts or stops anything (supervisor.py, admin/ops.py), or
-touches the store's files (store_root_of only names the directory).
+`mqbox stop` (`run/state.json`, `run/last-stop.json`, the pid file; `run/http.json` is the
+services role's), plus recognising the processes a state file lists. Never: starts or stops
+anything (supervisor.py, admin/ops.py), or touches the store's files (store_root_of only names
+the directory).
 
 mqbox/admin imports this module without the supervisor, so `mqbox status` loads neither numpy
 nor numba.
@@ -40,6 +41,7 @@ NAMESRV_READY_FILE_NAME: Final = "namesrv.ready"
 NAMESRV_OUTPUT_FILE_NAME: Final = "namesrv.out"
 SUPERVISOR_LOG_FILE_NAME: Final = "supervisor.log"
 RUN_CONFIG_FILE_NAME: Final = "config.json"  # the configuration the running appliance uses
+HTTP_FILE_NAME: Final = "http.json"  # the services role's bound HTTP endpoint (server/web/)
 STATE_VERSION: Final = 1
 
 
@@ -80,6 +82,10 @@ class HomeLayout:
     @property
     def run_config_path(self) -> Path:
         return self.run_dir / RUN_CONFIG_FILE_NAME
+
+    @property
+    def http_path(self) -> Path:
+        return self.run_dir / HTTP_FILE_NAME
 
 
 def prepare_home(home: Path) -> HomeLayout:
@@ -137,6 +143,12 @@ def read_last_stop(home: Path) -> dict[str, Any] | None:
     """`run/last-stop.json` of `home`: why its last run stopped after a failure ("reason",
     "stopped_at_ms", "exit_status"); None if it stopped cleanly or runs."""
     return read_json(HomeLayout(home).last_stop_path)
+
+
+def read_http(home: Path) -> dict[str, Any] | None:
+    """`run/http.json` of `home`: the HTTP endpoint's "url", "host", "port" (or "error" when
+    its port could not be bound); None when the broker runs without one."""
+    return read_json(HomeLayout(home).http_path)
 
 
 def process_alive(pid: int, create_time: float | None) -> bool:

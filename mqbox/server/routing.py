@@ -75,6 +75,7 @@ ROUTES: Final[Mapping[int, Route]] = {
     RequestCode.GET_EARLIEST_MSG_STORETIME: _ADMIN,
     RequestCode.VIEW_MESSAGE_BY_ID: _ADMIN,
     RequestCode.QUERY_MESSAGE: _ADMIN,
+    RequestCode.VIEW_BROKER_STATS_DATA: _ADMIN,
     MQBOX_TOPIC_STATUS: _ADMIN,
     # admin/topics.py
     RequestCode.UPDATE_AND_CREATE_TOPIC: _ADMIN,

@@ -110,11 +110,13 @@ from mqbox.server.home import (
     lock_home,
     prepare_home,
     process_alive,
+    read_http,
     read_state,
     recorded_processes,
     store_root_of,
 )
 from mqbox.server.runtime import RoleContext
+from mqbox.server.statistics import StatisticsBlock
 from mqbox.server.topology import START_ORDER, RoleKind, RoleSpec, Topology, broker_topology
 from mqbox.store.layout import DIRECTORY_MODE, abort_path
 
@@ -305,6 +307,7 @@ class Supervisor:
         self.broker: BrokerConfig | None = None
         self.topology: Topology | None = None
         self.control: control_block.ControlBlock | None = None
+        self.statistics: StatisticsBlock | None = None
         self.store_root: Path | None = None
         self.broker_address = ""
         self._base_ctx: RoleContext | None = None
@@ -405,8 +408,9 @@ class Supervisor:
         # the usual soft limit (1024) is far below what mqboxConnectionCountMax allows.
         soft_before, soft_now = raise_file_limit()
         log.info("descriptor limit: soft %d (was %d)", soft_now, soft_before)
-        with contextlib.suppress(FileNotFoundError):
-            self.layout.last_stop_path.unlink()
+        for stale in (self.layout.last_stop_path, self.layout.http_path):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
         self._restarts = broker.restarts
         self.instance = instance_name(self.layout.home, broker.broker_name)
         self._sweep_stale(self.instance)
@@ -444,6 +448,8 @@ class Supervisor:
         self.control = control_block.ControlBlock.create(
             [role.role_id for role in self.topology.roles]
         )
+        if self.statistics is None:  # kept across whole-broker restarts: totals only grow
+            self.statistics = StatisticsBlock.create([role.role_id for role in self.topology.roles])
         self._base_ctx = RoleContext(
             instance=self.instance,
             home=self.layout.home,
@@ -455,6 +461,7 @@ class Supervisor:
             broker_address=self.broker_address,
             report_ready=_report_ready_outside_a_role,
             control=self.control,
+            statistics=self.statistics,
         )
         self._write_state()
         # Everything the roles share is loaded: keep the collector's hands off it, so the
@@ -532,6 +539,7 @@ class Supervisor:
             "namesrv": f"{namesrv.host}:{namesrv.port}" if namesrv is not None else "",
             "namesrv_addr": self.broker.namesrv_addr if self.broker else "",
             "roles": {role_id: process.pid for role_id, process in self._processes.items()},
+            "http": (read_http(self.layout.home) or {}).get("url", ""),
         }
 
     def _check_stop(self) -> None:
@@ -548,7 +556,7 @@ class Supervisor:
     def _release_home(self) -> None:
         if self._lock_fd < 0:
             return
-        for path in (self.layout.pid_path, self.layout.state_path):
+        for path in (self.layout.pid_path, self.layout.state_path, self.layout.http_path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         _close_quietly(self._lock_fd)  # releases the flock

@@ -140,6 +140,7 @@ class FlushService:
         self._waiter_total = 0
         self._waiting_count = 0
         self._timeout_total = 0
+        self.last_flush_duration_ns = 0  # how long the last flush_now took
 
     # -- asking for a flush ----------------------------------------------------------------------
 
@@ -173,7 +174,10 @@ class FlushService:
     def flush_now(self) -> int:
         """Flush in the calling thread; return the flushed log offset. Raises what
         CommitLog.flush raises (the thread retries; a caller at the stop lets it through)."""
+        started_ns = time.monotonic_ns()
         flushed_bytes = self._commit_log.flush()
+        # Read by on_flushed (the broker's flush-latency histogram), in this same thread.
+        self.last_flush_duration_ns = time.monotonic_ns() - started_ns
         self.positions.advance(FLUSHED, flushed_bytes)
         with self._condition:
             self._flush_total += 1

@@ -206,6 +206,11 @@ def _templates() -> tuple[tuple[int, dict[str, str], bytes], ...]:
             {"topic": TOPIC, "key": "k", "maxNum": "8", "beginTimestamp": "0", "endTimestamp": "1"},
             b"",
         ),
+        (
+            RequestCode.VIEW_BROKER_STATS_DATA,
+            {"statsName": "TOPIC_PUT_NUMS", "statsKey": TOPIC},
+            b"",
+        ),
         (RequestCode.LOCK_BATCH_MQ, {}, _lock_body()),
         (RequestCode.UNLOCK_BATCH_MQ, {}, _lock_body()),
         (

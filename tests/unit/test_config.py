@@ -177,3 +177,14 @@ def test_delay_levels_are_rocketmq_defaults() -> None:
     assert durations[0] == 1000
     assert durations[2] == 10_000
     assert durations[-1] == 2 * 3_600_000
+
+
+def test_http_endpoint_keys_load_and_are_bounded() -> None:
+    default = load_broker_config()
+    assert (default.http_port, default.http_host) == (5557, "127.0.0.1")
+    config = load_broker_config(overrides={"mqboxHttpPort": "0", "mqboxHttpHost": "0.0.0.0"})
+    assert (config.http_port, config.http_host) == (0, "0.0.0.0")
+    assert load_broker_config(overrides={"mqboxHttpPort": "-1"}).http_port == -1
+    for bad in ("-2", "65536", "web"):
+        with pytest.raises(ConfigError, match="mqboxHttpPort"):
+            load_broker_config(overrides={"mqboxHttpPort": bad})

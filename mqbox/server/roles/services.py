@@ -34,8 +34,12 @@ from mqbox.protocol.headers import (
     RegisterBrokerRequestHeader,
     TopicConfig,
 )
+from mqbox.run_files import write_json_atomically
 from mqbox.server import runtime
+from mqbox.server.home import HomeLayout
 from mqbox.server.runtime import RoleContext
+from mqbox.server.web.server import WebEndpoint
+from mqbox.server.web.sources import BrokerSources
 from mqbox.store import config_files
 from mqbox.store.layout import TOPICS_FILE_NAME, config_dir
 
@@ -101,6 +105,35 @@ class _TopicsWatcher:
         return True
 
 
+def start_web(ctx: RoleContext) -> tuple[BrokerSources, WebEndpoint] | None:
+    """The statistics sampler and the HTTP endpoint (server/web/), unless mqboxHttpPort is -1.
+    A port that cannot be bound is logged and leaves the broker without the endpoint (the
+    sampler still runs: 315 and 28 need it), never stops it."""
+    if ctx.statistics is None:
+        return None
+    sources = BrokerSources(ctx)
+    sources.start()
+    broker = ctx.broker
+    if broker.http_port < 0:
+        return None
+    try:
+        endpoint = WebEndpoint(sources, broker.http_host, broker.http_port)
+    except OSError as error:
+        log.warning(
+            "no HTTP endpoint: cannot bind %s:%d: %s",
+            broker.http_host,
+            broker.http_port,
+            error.strerror or error,
+        )
+        write_json_atomically(
+            HomeLayout(ctx.home).http_path, {"error": f"cannot bind: {error.strerror or error}"}
+        )
+        return None
+    endpoint.start(ctx.home)
+    log.info("HTTP endpoint: %s", endpoint.url)
+    return sources, endpoint
+
+
 def main(ctx: RoleContext) -> NoReturn:
     """The services role (runtime.py has the contract)."""
     rings = runtime.attach_rings(ctx)
@@ -110,12 +143,15 @@ def main(ctx: RoleContext) -> NoReturn:
         period_ms=ctx.broker.register_name_server_period_ms,
     )
     topics = _TopicsWatcher(ctx)
+    web = start_web(ctx)
     registrar.start()
     # Report ready once the name servers know the broker, so `mqbox start` returns with routes
     # in place; a name server that is down only delays that by FIRST_REGISTRATION_WAIT_MS.
     if not registrar.wait_registered(FIRST_REGISTRATION_WAIT_MS):
         log.warning("not registered with every name server of %s yet", ctx.broker.namesrv_addr)
-    ctx.report_ready({"namesrv_addr": ctx.broker.namesrv_addr})
+    ctx.report_ready(
+        {"namesrv_addr": ctx.broker.namesrv_addr, "http": web[1].url if web is not None else ""}
+    )
     log.info("ready: registering %s with %s", ctx.broker_address, ctx.broker.namesrv_addr)
 
     def on_batch(producer: str, ring: Ring, batch: ParcelBatch) -> None:
@@ -126,6 +162,9 @@ def main(ctx: RoleContext) -> NoReturn:
             registrar.register_now()
 
     def on_stop() -> None:
+        if web is not None:
+            web[1].stop()
+            web[0].stop()
         try:
             registrar.stop(UNREGISTER_TIMEOUT_MS)
         except MqboxError as error:

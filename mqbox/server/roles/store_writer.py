@@ -78,6 +78,7 @@ from mqbox.server.queue_counters import (
 from mqbox.server.roles.processors.topics import TopicConfigStore
 from mqbox.server.roles.store_housekeeper import StoreHousekeeper
 from mqbox.server.runtime import RoleContext
+from mqbox.server.statistics import HISTOGRAM_FLUSH
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillWriter
 from mqbox.store import recovery
@@ -188,6 +189,9 @@ class StoreWriter:
         if added:
             log.info("created system topics: %s", ", ".join(added))
         self.positions = StorePositions.create(store_positions_name(ctx.instance))
+        # The flush thread's words of the statistics block (it writes no others).
+        self.stats = runtime.statistics_writer(ctx)
+        self._flushed_seen_bytes = self.commit_log.flushed_log_offset_bytes
         self.positions.publish_write(self.commit_log.write_log_offset_bytes, 0)
         self.positions.publish_flushed(
             self.commit_log.flushed_log_offset_bytes, self.commit_log.flushed_store_timestamp_ms
@@ -305,6 +309,9 @@ class StoreWriter:
         """Run by the flush thread after each flush (and by close's last one): publish the
         flushed position and store time (the checkpoint's source), and under SYNC_FLUSH wake
         the main loop, which releases the acks the flush covered."""
+        if flushed_log_offset_bytes > self._flushed_seen_bytes:  # a flush that wrote something
+            self._flushed_seen_bytes = flushed_log_offset_bytes
+            self.stats.observe_ns(HISTOGRAM_FLUSH, self.flusher.last_flush_duration_ns)
         self.positions.publish_flushed(flushed_log_offset_bytes, store_timestamp_ms)
         if self.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             with contextlib.suppress(BlockingIOError):

@@ -140,7 +140,7 @@ from mqbox.protocol.headers import (
     SendMessageResponseHeader,
 )
 from mqbox.protocol.headers import validate_topic as validate_topic_name
-from mqbox.server import parcels
+from mqbox.server import parcels, runtime
 from mqbox.server.parcels import AppendAck
 from mqbox.server.queue_counters import StorePositions, store_positions_name
 from mqbox.server.roles.processors import Processor, Request, delivery, handles, run_processor
@@ -153,6 +153,7 @@ from mqbox.server.roles.processors.topics import (
 )
 from mqbox.server.roles.store_writer import store_config_of
 from mqbox.server.runtime import RoleContext
+from mqbox.server.statistics import HISTOGRAM_SEND, S_SEND_REFUSED, S_SEND_REQUESTS
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Outbox
 from mqbox.store import config_files
@@ -354,6 +355,8 @@ class _PendingSend:
     sizes_bytes: NDArray[np.int32] | None  # a batch's record sizes; None for one message
     record_count: int
     send_back: bool = False  # CONSUMER_SEND_MSG_BACK: answered 0 without ext, or 1
+    topic: str = ""  # the stored topic, for the statistics block
+    records_size_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -469,6 +472,7 @@ class SendProcessor(Processor):
         self._dead_letters = 0
         self._send_backs = 0
         self._send_backs_refused = 0
+        self.stats = runtime.statistics_writer(ctx)
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -493,6 +497,8 @@ class SendProcessor(Processor):
                 self._send_one(request, header, command.body, queue_id, sysflag, born_host)
         except _RefusedError as refused:
             self._refused += 1
+            self.stats.add(S_SEND_REQUESTS)
+            self.stats.add(S_SEND_REFUSED)
             self.reply(request, request.make_response(refused.code, {}, remark=refused.remark))
 
     def _check_topic(self, header: SendMessageRequestHeader) -> TopicConfig:
@@ -955,6 +961,8 @@ class SendProcessor(Processor):
             sizes,
             record_count,
             send_back,
+            topic_bytes.decode("utf-8", "surrogatepass"),
+            records_size_bytes,
         )
         outbox = self.writer_outbox
         ring = outbox.ring
@@ -980,6 +988,20 @@ class SendProcessor(Processor):
             return  # meant for this role's previous process
         self._acks += 1
         self.guarded(pending.request, self._answer, pending, ack)
+        self._count(pending, ack)
+
+    def _count(self, pending: _PendingSend, ack: AppendAck) -> None:
+        """The statistics block: one request, its latency from the processor taking it to the
+        answer, and the records stored (per request, never per message)."""
+        stats = self.stats
+        stats.add(S_SEND_REQUESTS)
+        stats.observe_ns(HISTOGRAM_SEND, time.monotonic_ns() - pending.request.received_ns)
+        if ack.response_code not in (_OK, _FLUSH_DISK_TIMEOUT):
+            stats.add(S_SEND_REFUSED)
+            return
+        stored_count = pending.record_count - ack.duplicate_count
+        if stored_count > 0:
+            stats.count_put(pending.topic, stored_count, pending.records_size_bytes)
 
     def _answer(self, pending: _PendingSend, ack: AppendAck) -> None:
         request = pending.request

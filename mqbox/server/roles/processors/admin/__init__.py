@@ -1,12 +1,13 @@
 """The admin processor: every request that is neither a SEND nor a PULL.
 
-Owns, in admin.0 (the only process that holds them; routing.py sends it their codes, and
-topology.py sends it the pulls' offset commits): the client tables (clients.py), consumer offsets
-and queue locks (offsets.py), and the calls to clients (307 relayed, 40 and 220 sent). In every
-admin processor: the store queries (queries.py), topic admin (topic_admin.py), mqbox's own views,
-REQUEST_CODE_NOT_SUPPORTED (3, with the Java broker's remark) for every other code, and the admin
-pool's share of the base class's plumbing (the workers' REQUEST_FAILED and idle CLOSE_CONNECTION).
-Each handler's docstring says what its code answers; base.py holds the state they share.
+Owns, in admin.0 (the only process that holds them; routing.py sends it their codes, and topology.py
+sends it the pulls' offset commits): the client tables (clients.py), consumer offsets and queue
+locks (offsets.py), and the calls to clients (307 relayed, 40 and 220 sent). In every admin
+processor: the store queries (queries.py), topic admin (topic_admin.py), broker statistics
+(statistics.py: 315), mqbox's own views, REQUEST_CODE_NOT_SUPPORTED (3, with the Java broker's
+remark) for every other code, and the admin pool's share of the base class's plumbing (the workers'
+REQUEST_FAILED and idle CLOSE_CONNECTION). Each handler's docstring says what its code answers;
+base.py holds the state they share.
 
 Never: writes the store, or holds a request other than a 307 waiting for its client (every other
 answer goes out at once: the C++ client gives a lock request 1 s and closes its connection on a
@@ -42,6 +43,7 @@ from mqbox.server.roles.processors.admin.base import (
 from mqbox.server.roles.processors.admin.clients import ClientManagement
 from mqbox.server.roles.processors.admin.offsets import ConsumerOffsetHandlers
 from mqbox.server.roles.processors.admin.queries import StoreQueries
+from mqbox.server.roles.processors.admin.statistics import BrokerStatistics
 from mqbox.server.roles.processors.admin.topic_admin import TopicAdmin
 from mqbox.server.roles.processors.client_manager import group_name_problem
 from mqbox.server.routing import MEMBER_ZERO_CODES
@@ -52,7 +54,9 @@ log = logging.getLogger("mqbox.admin")
 __all__ = ["AdminProcessor", "main"]
 
 
-class AdminProcessor(ClientManagement, ConsumerOffsetHandlers, StoreQueries, TopicAdmin):
+class AdminProcessor(
+    ClientManagement, ConsumerOffsetHandlers, StoreQueries, TopicAdmin, BrokerStatistics
+):
     """The admin role: the four sections of handlers and the hooks of the loop."""
 
     def _on_stop_requested(self) -> None:
