@@ -137,6 +137,13 @@ class BrokerConfig:
     )
     # how long the idempotent window remembers a UNIQ_KEY at least (store/idempotence.py)
     idempotent_window_ms: int = 600_000  # mqboxIdempotentWindowMs
+    # RocketMQ's plain ACL (docs/acl.md): every request is checked against plain_acl.yml
+    acl_enable: bool = False  # aclEnable
+    acl_file: str = ""  # mqboxAclFile: "" = <home>/conf/plain_acl.yml; relative to the home
+    # the account the broker signs its name-server requests with; "" = the ACL file's first
+    # admin account when aclEnable is true, else unsigned
+    namesrv_access_key: str = ""  # mqboxNamesrvAccessKey
+    namesrv_secret_key: str = ""  # mqboxNamesrvSecretKey
     pools: PoolConfig = dataclasses.field(default_factory=PoolConfig)
     limits: LimitConfig = dataclasses.field(default_factory=LimitConfig)
     restarts: RestartConfig = dataclasses.field(default_factory=RestartConfig)
@@ -158,6 +165,9 @@ class NamesrvConfig:
     kv_value_size_bytes_max: int = 16 * 1024  # mqboxKvValueBytesMax: UTF-8
     broker_count_max: int = 1024  # mqboxNamesrvBrokerCountMax: registered broker addresses
     topic_count_max: int = 65_536  # mqboxNamesrvTopicCountMax: routed topics
+    # plain ACL (docs/acl.md): registrations, wipes and other changes must be signed by an admin
+    acl_enable: bool = False  # aclEnable
+    acl_file: str = ""  # mqboxAclFile: "" = the broker's ACL file (mqbox start passes it)
     unknown_keys: tuple[str, ...] = ()
 
 
@@ -250,6 +260,10 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     ),
     "mqboxIdempotentWindowMs": ("idempotent_window_ms", _int_in(1, 7 * 86_400_000)),
     "mqboxIdempotentKeyCountMax": ("limits.idempotent_key_count_max", _int_in(1, 1 << 28)),
+    "aclEnable": ("acl_enable", _parse_bool),
+    "mqboxAclFile": ("acl_file", str.strip),
+    "mqboxNamesrvAccessKey": ("namesrv_access_key", str.strip),
+    "mqboxNamesrvSecretKey": ("namesrv_secret_key", str.strip),
     "mqboxRestartWindowMs": ("restarts.window_ms", _int_in(1000, 86_400_000)),
     "mqboxRoleRestartCountMax": ("restarts.role_restart_count_max", _int_in(0, 10_000)),
     "mqboxBrokerRestartCountMax": ("restarts.broker_restart_count_max", _int_in(0, 10_000)),
@@ -270,6 +284,8 @@ _NAMESRV_KEYS: dict[str, tuple[str, Any]] = {
     "mqboxKvValueBytesMax": ("kv_value_size_bytes_max", _int_in(1, 1 << 24)),
     "mqboxNamesrvBrokerCountMax": ("broker_count_max", _int_in(1, 1 << 20)),
     "mqboxNamesrvTopicCountMax": ("topic_count_max", _int_in(1, 1 << 24)),
+    "aclEnable": ("acl_enable", _parse_bool),
+    "mqboxAclFile": ("acl_file", str.strip),
 }
 
 CQ_ENTRY_SIZE_BYTES = 20
@@ -372,6 +388,8 @@ def validate_broker_config(config: BrokerConfig) -> None:
         if not hour.strip().isdigit() or not 0 <= int(hour) <= 23:
             raise ConfigError(f"deleteWhen={config.delete_when!r}: hours 00-23, ';'-separated")
     delay_level_durations_ms(config.message_delay_level)
+    if bool(config.namesrv_access_key) != bool(config.namesrv_secret_key):
+        raise ConfigError("mqboxNamesrvAccessKey and mqboxNamesrvSecretKey go together")
 
 
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
