@@ -51,7 +51,8 @@ def test_there_are_bench_scripts() -> None:
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.stem)
 def test_bench_smoke_prints_one_json_line(script: Path, tmp_path: Path) -> None:
-    environment = dict(os.environ, TMPDIR=str(tmp_path))
+    # PYTHONPATH: the scripts import this tree's mqbox, not whichever the venv installed
+    environment = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(BENCH_DIR.parent))
     result = subprocess.run(
         [sys.executable, str(script), "--smoke"],
         capture_output=True,
@@ -78,3 +79,24 @@ def test_figure_keys_name_existing_scripts() -> None:
     stems = {path.stem for path in SCRIPTS}
     assert FIGURE_KEYS.keys() <= stems
     assert FAILURE_KEYS.keys() <= stems
+
+
+@pytest.mark.parametrize("stem", ["produce", "latency"])
+def test_bench_smoke_with_the_acl_on(stem: str, tmp_path: Path) -> None:
+    """--acl: the appliance checks every request and the bench signs them; none is refused."""
+    # PYTHONPATH: the scripts import this tree's mqbox, not whichever the venv installed
+    environment = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(BENCH_DIR.parent))
+    result = subprocess.run(
+        [sys.executable, str(BENCH_DIR / f"{stem}.py"), "--smoke", "--acl"],
+        capture_output=True,
+        text=True,
+        timeout=SMOKE_TIMEOUT_SECS,
+        env=environment,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    document = json.loads(result.stdout.strip().splitlines()[-1])
+    assert document["params"]["acl"] is True
+    assert document["msgs"] > 0
+    for key in FAILURE_KEYS.get(stem, set()):
+        assert document[key] == 0, (key, document)
