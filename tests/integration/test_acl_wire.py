@@ -26,14 +26,14 @@ from typer.testing import CliRunner
 from mqbox.acl.signature import SessionCredentials, sign_request
 from mqbox.admin import broker_ops
 from mqbox.admin.cli import app
-from mqbox.client import ClientError, Producer, PullConsumer
+from mqbox.client import ClientError, ConsumeResult, Producer, PullConsumer, PushConsumer
 from mqbox.client.remoting import RemotingClient
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import RemotingCommand
 from mqbox.protocol.headers import UpdateAndCreateTopicRequestHeader
 from mqbox.protocol.mqbox_codes import INVOKE_BROKER_TO_RESET_OFFSET, MQBOX_RESET_CONSUMER_OFFSET
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
-from tests.support.consumers import group_name
+from tests.support.consumers import Collector, group_name
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.xdist_group("acl")
@@ -191,6 +191,31 @@ def test_a_signed_producer_and_consumer_work_and_unsigned_ones_do_not(
     reader = Producer(group_name("AclProducer"), appliance.namesrv_address, credentials=READER)
     with reader, pytest.raises(ClientError, match=f"No default permission for topic {topic}"):
         reader.send(topic, b"refused")
+
+
+def test_a_signed_push_consumer_retries_through_send_back(appliance: Appliance) -> None:
+    """Heartbeat, pull, send-back (36) and the pulls of its retry topic, all signed."""
+    topic = group_name("AclPushTopic")
+    group = group_name("AclPushGroup")
+    with Producer(
+        group_name("AclProducer"), appliance.namesrv_address, credentials=USER
+    ) as producer:
+        producer.send(topic, b"retried once")
+    answers = [ConsumeResult.RECONSUME_LATER, ConsumeResult.SUCCESS]
+    collector = Collector(answer=lambda _: answers.pop(0) if answers else ConsumeResult.SUCCESS)
+    with PushConsumer(
+        group,
+        appliance.namesrv_address,
+        retry_delay_level=1,
+        credentials=USER,
+        rebalance_interval_ms=1000,
+        consume_from="first",
+    ) as consumer:
+        consumer.subscribe(topic, "*", collector)
+        wait_until(lambda: collector.count() >= 2, "the message and its retry", DELIVERY_S)
+        statistics = consumer.statistics()
+    assert [seen.reconsume_times for seen in collector.seen()] == [0, 1]
+    assert statistics.sent_back == 1
 
 
 def test_each_permission_is_applied_per_resource(appliance: Appliance) -> None:
