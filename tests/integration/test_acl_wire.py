@@ -26,14 +26,28 @@ from typer.testing import CliRunner
 from mqbox.acl.signature import SessionCredentials, sign_request
 from mqbox.admin import broker_ops
 from mqbox.admin.cli import app
-from mqbox.client import ClientError, ConsumeResult, Producer, PullConsumer, PushConsumer
-from mqbox.client.remoting import RemotingClient
+from mqbox.client import (
+    ClientError,
+    ConsumeResult,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+    namesrv_api,
+)
+from mqbox.client.remoting import RemotingClient, RemotingResponseError
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import RemotingCommand
-from mqbox.protocol.headers import UpdateAndCreateTopicRequestHeader
+from mqbox.protocol.headers import (
+    DataVersion,
+    RegisterBrokerBody,
+    RegisterBrokerRequestHeader,
+    TopicConfig,
+    UpdateAndCreateTopicRequestHeader,
+)
 from mqbox.protocol.mqbox_codes import INVOKE_BROKER_TO_RESET_OFFSET, MQBOX_RESET_CONSUMER_OFFSET
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
 from tests.support.consumers import Collector, group_name
+from tests.support.namesrv_process import running_namesrv
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.xdist_group("acl")
@@ -392,3 +406,38 @@ def test_start_refuses_a_bad_acl_file_or_one_without_an_admin(
         pass
     assert fragment in str(caught.value)
     assert "plain_acl.yml" in str(caught.value)
+
+
+def test_a_standalone_name_server_with_acl_enable_checks_registrations(
+    tmp_path: Path, reap_pids: list[int]
+) -> None:
+    """namesrv.conf's aclEnable and mqboxAclFile, without `mqbox start`: an unsigned or
+    non-admin registration is refused and counted, an admin's is taken, reads stay open."""
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text(ACL_TEXT, encoding="utf-8")
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text(f"aclEnable=true\nmqboxAclFile={acl_file}\n", encoding="utf-8")
+    topic = group_name("AclNamesrvTopic")
+    header = RegisterBrokerRequestHeader(
+        "broker-fake", "127.0.0.1:1", "DefaultCluster", "127.0.0.1:2", 0
+    )
+    body = RegisterBrokerBody(
+        DataVersion(1, 1_700_000_000_000), {topic: TopicConfig(topic, 4, 4, 6)}
+    )
+    with running_namesrv(tmp_path / "namesrv", reap_pids, config_file=conf) as namesrv:
+        for credentials, fragment in ((None, "No accessKey"), (USER, "Need admin permission")):
+            with (
+                RemotingClient(namesrv.address, credentials=credentials) as client,
+                pytest.raises(RemotingResponseError) as refused,
+            ):
+                namesrv_api.register_broker(client, header, body)
+            assert refused.value.remark is not None
+            assert fragment in refused.value.remark
+        with RemotingClient(namesrv.address) as client:
+            assert namesrv_api.get_route(client, topic) is None
+        # (the registration lives as long as its connection, as a broker's does)
+        with RemotingClient(namesrv.address, credentials=ADMIN) as client:
+            namesrv_api.register_broker(client, header, body)
+            assert namesrv_api.get_route(client, topic) is not None
+        namesrv.stop()
+        assert namesrv.statistics()["acl"]["denied_count"] == 2
