@@ -20,6 +20,7 @@ SCRIPTS = sorted(path for path in BENCH_DIR.glob("*.py") if not path.name.starts
 SHARED_KEYS = {"bench", "params", "msgs", "secs", "msgs_per_s", "MB_per_s", "checksum", "host"}
 # The figures a script exists for: present and not null in its smoke line.
 FIGURE_KEYS = {
+    "acl": {"batch_check_us", "batch_check_ns_per_msg", "single_check_us"},
     "latency": {"cpp_p50_us", "cpp_p99_us", "cpp_count", "raw_p50_us", "raw_p99_us", "raw_count"},
     "sync_flush": {"single_msgs_per_s", "batch_msgs_per_s", "single_client_cpu_pct"},
     "memory": {"idle_pss_mb", "after_pss_mb", "ratio", "requests"},
