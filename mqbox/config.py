@@ -145,7 +145,13 @@ class BrokerConfig:
     )
     # how long the idempotent window remembers a UNIQ_KEY at least (store/idempotence.py)
     idempotent_window_ms: int = 600_000  # mqboxIdempotentWindowMs
-    acl_enable: bool = False  # aclEnable: off = every client may do everything (security.md)
+    # RocketMQ's plain ACL (docs/acl.md): every request is checked against plain_acl.yml
+    acl_enable: bool = False  # aclEnable
+    acl_file: str = ""  # mqboxAclFile: "" = <home>/conf/plain_acl.yml; relative to the home
+    # the account the broker signs its name-server requests with; "" = the ACL file's first
+    # admin account when aclEnable is true, else unsigned
+    namesrv_access_key: str = ""  # mqboxNamesrvAccessKey
+    namesrv_secret_key: str = ""  # mqboxNamesrvSecretKey
     # The HTTP endpoint (/metrics, the dashboard; server/web/): rocketmq-exporter's port by
     # default, 0 = any free port (written to <home>/run/http.json), -1 = no endpoint.
     http_port: int = HTTP_PORT_DEFAULT  # mqboxHttpPort
@@ -161,7 +167,7 @@ class NamesrvConfig:
     listen_port: int = NAMESRV_PORT_DEFAULT  # listenPort
     listen_address: str = LOOPBACK_ADDRESS  # mqboxListenAddress: the IPv4 address it binds
     # who may send 103/104/205 (namesrv/admission.py): "local", "*", addresses, CIDR networks;
-    # () = unset, which broker_white_list_of reads as "local"
+    # () = unset, which broker_white_list_of reads as "local" (ACL off) or "*" (ACL on)
     broker_white_list: tuple[str, ...] = ()  # mqboxNamesrvBrokerWhiteList
     scan_not_active_broker_interval_ms: int = 10_000  # scanNotActiveBrokerInterval
     broker_channel_expired_time_ms: int = 120_000  # brokerChannelExpiredTime (RocketMQ constant)
@@ -175,6 +181,9 @@ class NamesrvConfig:
     kv_value_size_bytes_max: int = 16 * 1024  # mqboxKvValueBytesMax: UTF-8
     broker_count_max: int = 1024  # mqboxNamesrvBrokerCountMax: registered broker addresses
     topic_count_max: int = 65_536  # mqboxNamesrvTopicCountMax: routed topics
+    # plain ACL (docs/acl.md): registrations, wipes and other changes must be signed by an admin
+    acl_enable: bool = False  # aclEnable
+    acl_file: str = ""  # mqboxAclFile: "" = the broker's ACL file (mqbox start passes it)
     unknown_keys: tuple[str, ...] = ()
 
 
@@ -231,9 +240,12 @@ def parse_broker_white_list(text: str) -> tuple[str, ...]:
     return entries
 
 
-def broker_white_list_of(config: NamesrvConfig) -> tuple[str, ...]:
-    """mqboxNamesrvBrokerWhiteList as the name server applies it: unset = `local`."""
-    return config.broker_white_list or (WHITE_LIST_LOCAL,)
+def broker_white_list_of(config: NamesrvConfig, acl_on: bool = False) -> tuple[str, ...]:
+    """mqboxNamesrvBrokerWhiteList as the name server applies it: unset = `local`, or `*` when
+    the ACL is on (then a broker proves who it is by an admin signature, docs/acl.md)."""
+    if config.broker_white_list:
+        return config.broker_white_list
+    return (WHITE_LIST_ANYONE,) if acl_on else (WHITE_LIST_LOCAL,)
 
 
 def is_loopback(address: str) -> bool:
@@ -322,6 +334,9 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "mqboxIdempotentWindowMs": ("idempotent_window_ms", _int_in(1, 7 * 86_400_000)),
     "mqboxIdempotentKeyCountMax": ("limits.idempotent_key_count_max", _int_in(1, 1 << 28)),
     "aclEnable": ("acl_enable", _parse_bool),
+    "mqboxAclFile": ("acl_file", str.strip),
+    "mqboxNamesrvAccessKey": ("namesrv_access_key", str.strip),
+    "mqboxNamesrvSecretKey": ("namesrv_secret_key", str.strip),
     "mqboxRestartWindowMs": ("restarts.window_ms", _int_in(1000, 86_400_000)),
     "mqboxRoleRestartCountMax": ("restarts.role_restart_count_max", _int_in(0, 10_000)),
     "mqboxBrokerRestartCountMax": ("restarts.broker_restart_count_max", _int_in(0, 10_000)),
@@ -344,6 +359,8 @@ _NAMESRV_KEYS: dict[str, tuple[str, Any]] = {
     "mqboxKvValueBytesMax": ("kv_value_size_bytes_max", _int_in(1, 1 << 24)),
     "mqboxNamesrvBrokerCountMax": ("broker_count_max", _int_in(1, 1 << 20)),
     "mqboxNamesrvTopicCountMax": ("topic_count_max", _int_in(1, 1 << 24)),
+    "aclEnable": ("acl_enable", _parse_bool),
+    "mqboxAclFile": ("acl_file", str.strip),
 }
 
 CQ_ENTRY_SIZE_BYTES = 20
@@ -465,6 +482,8 @@ def validate_broker_config(config: BrokerConfig) -> None:
         if not hour.strip().isdigit() or not 0 <= int(hour) <= 23:
             raise ConfigError(f"deleteWhen={config.delete_when!r}: hours 00-23, ';'-separated")
     delay_level_durations_ms(config.message_delay_level)
+    if bool(config.namesrv_access_key) != bool(config.namesrv_secret_key):
+        raise ConfigError("mqboxNamesrvAccessKey and mqboxNamesrvSecretKey go together")
 
 
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

@@ -25,6 +25,10 @@ Rules:
    expected one as an answer (26 for a group a broker never saw, 17 for a topic a broker
    already dropped).
 
+5. With credentials (`use_credentials`, from the CLI's --access-key/--secret-key or
+   $MQBOX_ACCESS_KEY/$MQBOX_SECRET_KEY), every request of the command is signed: the name
+   server's, the brokers', the Producer's and the PullConsumer's (plain ACL, docs/acl.md).
+
 `tail` is mqbox.client's PullConsumer with every readable queue assigned and auto-commit off:
 long polling on every queue at once, and nothing registered with a broker, so no group moves.
 """
@@ -40,6 +44,7 @@ import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Concatenate, Final, ParamSpec, Self, TypeVar
 
+from mqbox.acl.signature import SessionCredentials
 from mqbox.admin import ops
 from mqbox.client import admin_api, namesrv_api
 from mqbox.client.errors import ClientError, NamesrvUnreachableError
@@ -186,6 +191,15 @@ def read_target(broker: BrokerData) -> BrokerTarget | None:
     return None if address is None else BrokerTarget(broker.broker_name, address)
 
 
+_credentials: SessionCredentials | None = None
+
+
+def use_credentials(credentials: SessionCredentials | None) -> None:
+    """Sign every request of the wire commands that follow with `credentials` (rule 5)."""
+    global _credentials
+    _credentials = credentials
+
+
 class WireSession:
     """The connections one command uses (rule 1); a context manager that closes them."""
 
@@ -194,7 +208,8 @@ class WireSession:
         self.namesrv_addr: Final = resolved.address
         self.namesrv_source: Final = resolved.source
         self._namesrvs = NamesrvList(
-            self.namesrv_addr, lambda address: RemotingClient(address, timeout_ms)
+            self.namesrv_addr,
+            lambda address: RemotingClient(address, timeout_ms, credentials=_credentials),
         )
         self.namesrv_addresses: Final = self._namesrvs.addresses
         self.timeout_ms: Final = timeout_ms
@@ -256,7 +271,7 @@ class WireSession:
         MqboxError when it cannot be reached."""
         client = self._brokers.get(target.address)
         if client is None:
-            client = RemotingClient(target.address, self.timeout_ms)
+            client = RemotingClient(target.address, self.timeout_ms, credentials=_credentials)
             self._brokers[target.address] = client
         try:
             return call(client, *args, **kwargs)
@@ -729,7 +744,7 @@ def delete_topic(namesrv: Namesrv, topic: str) -> TopicDeleted:
             deleted.append(target.name)
         namesrvs: list[str] = []
         for address in session.namesrv_addresses:
-            with RemotingClient(address, session.timeout_ms) as client:
+            with RemotingClient(address, session.timeout_ms, credentials=_credentials) as client:
                 try:
                     namesrv_api.delete_topic(client, topic)
                 except RemotingError:
@@ -1023,7 +1038,7 @@ def send(
         "delay_level": delay_level,
     }
     try:
-        with Producer(PRODUCER_GROUP, resolved.address) as producer:
+        with Producer(PRODUCER_GROUP, resolved.address, credentials=_credentials) as producer:
             if queue_id is None:
                 sent = producer.send(topic, body, **options)
             else:
@@ -1100,6 +1115,7 @@ def tail(
         auto_commit=False,
         pull_batch_size=PULL_BATCH_MESSAGE_COUNT,
         timeout_ms=TIMEOUT_MS_DEFAULT,
+        credentials=_credentials,
     )
     assigned = {
         MessageQueue(topic, name, queue_id): at for (name, queue_id), at in positions.items()

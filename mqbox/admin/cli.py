@@ -7,7 +7,9 @@ The command tree: `start`, `stop`, `status` and `config` run the appliance (ops.
 create|update|delete|list|route|status`, `offset show|reset`, `cluster list`, `message
 get|query`, `send` and `tail` talk to it over the wire through the name server
 (broker_ops.py). Every wire command takes `--namesrv` and `--json`; `--json` prints one JSON
-document (`tail`: one JSON object per message and line).
+document (`tail`: one JSON object per message and line). With the plain ACL on, the wire commands
+sign their requests with `mqbox --access-key AK --secret-key SK <command>` (or $MQBOX_ACCESS_KEY
+and $MQBOX_SECRET_KEY); `acl show|validate` read the ACL file (docs/acl.md).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from mqbox.acl.signature import SessionCredentials
+from mqbox.acl.validator import load_acl_file
 from mqbox.admin import broker_ops, ops
 from mqbox.errors import MqboxError
 
@@ -44,6 +48,35 @@ ConfigOption = Annotated[
     Path | None, typer.Option("--config", help="A RocketMQ broker.conf (default: etc/broker.conf).")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+@app.callback()
+def credentials(
+    *,
+    access_key: Annotated[
+        str | None,
+        typer.Option(
+            "--access-key",
+            envvar="MQBOX_ACCESS_KEY",
+            help="Sign the wire commands' requests with this ACL account (docs/acl.md).",
+        ),
+    ] = None,
+    secret_key: Annotated[
+        str | None,
+        typer.Option(
+            "--secret-key",
+            envvar="MQBOX_SECRET_KEY",
+            help="The account's secret key (better given by $MQBOX_SECRET_KEY).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """mqbox: Apache RocketMQ's architecture as a single-host appliance."""
+    if not access_key and not secret_key:
+        return
+    if not access_key or not secret_key:
+        fail("--access-key and --secret-key go together")
+    broker_ops.use_credentials(SessionCredentials(access_key, secret_key))
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -983,6 +1016,50 @@ def top(
                 current = source.sample()
                 live.update(top_view.render(top_data.frame(current, previous)), refresh=True)
                 previous = current
+
+
+acl_app = typer.Typer(help="The plain ACL file (docs/acl.md).", no_args_is_help=True)
+app.add_typer(acl_app, name="acl")
+
+
+@acl_app.command("show")
+def acl_show(
+    *, home: HomeOption = None, config: ConfigOption = None, as_json: JsonOption = False
+) -> None:
+    """Show whether broker.conf turns the ACL on, its file, and its accounts (no secrets)."""
+    with _one_line_errors():
+        view = ops.acl_view(home, config)
+    if as_json:
+        _print_json(view)
+        return
+    print(f"aclEnable {str(view['acl_enable']).lower()}, file {view['file']}")
+    print("global white list: " + (", ".join(view["global_white_remote_addresses"]) or "-"))
+    for account in view["accounts"]:
+        perms = [f"{name}={perm}" for name, perm in account["topic_perms"].items()]
+        perms += [f"group {name}={perm}" for name, perm in account["group_perms"].items()]
+        print(
+            f"account {account['access_key']}: admin {str(account['admin']).lower()}, "
+            f"default topic {account['default_topic_perm']}, "
+            f"default group {account['default_group_perm']}, "
+            f"white address {account['white_remote_address'] or '-'}"
+            + (f", {', '.join(perms)}" if perms else "")
+        )
+
+
+@acl_app.command("validate")
+def acl_validate(
+    *,
+    file: Annotated[Path, typer.Argument(help="A plain_acl.yml.", show_default=False)],
+    as_json: JsonOption = False,
+) -> None:
+    """Check a plain_acl.yml as the broker would load it; exit 1 naming the first problem."""
+    with _one_line_errors():
+        rules = load_acl_file(file)
+    admins = sum(1 for account in rules.accounts.values() if account.admin)
+    if as_json:
+        _print_json({"file": str(file), "valid": True, **ops.acl_rules_view(rules)})
+        return
+    print(f"{file}: valid, {len(rules.accounts)} accounts ({admins} admin)")
 
 
 def main() -> None:

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import psutil
 
+from mqbox.acl.plain import RETRY_GROUP_TOPIC_PREFIX, AclConfig, is_group_resource, perm_text
+from mqbox.acl.validator import acl_file_path, load_acl_file
 from mqbox.clock import wall_clock_ms
 from mqbox.config import (
     BrokerConfig,
@@ -238,6 +240,8 @@ def config_as_dict(config: Any) -> dict[str, Any]:
 
     result = plain(config)
     assert isinstance(result, dict)
+    if result.get("namesrv_secret_key"):  # a secret is never printed
+        result["namesrv_secret_key"] = "<hidden>"
     return result
 
 
@@ -272,6 +276,49 @@ def warm_up_text(*, compiling: bool) -> str:
     if compiling:
         return "compiling the kernels, as a first start does (about 20 s on 2 cores)"
     return "loading the compiled kernels and starting every process (a few seconds)"
+
+
+def acl_view(home: Path | None, broker_conf: Path | None) -> dict[str, Any]:
+    """What `mqbox acl show` prints: whether broker.conf turns the ACL on, the file the broker
+    reads, and its rules without the secret keys; AclConfigError for a file that is not valid."""
+    _namesrv, broker = load_configs(broker_conf)
+    path = acl_file_path(broker.acl_file, home_dir(home))
+    view: dict[str, Any] = {"acl_enable": broker.acl_enable, "file": str(path)}
+    if not path.exists() and not broker.acl_enable:
+        view["accounts"] = []
+        view["global_white_remote_addresses"] = []
+        return view
+    view.update(acl_rules_view(load_acl_file(path)))
+    return view
+
+
+def acl_rules_view(config: AclConfig) -> dict[str, Any]:
+    """An ACL's rules as JSON-ready values; secret keys are left out."""
+    return {
+        "global_white_remote_addresses": [
+            pattern.text for pattern in config.global_white_remote_addresses
+        ],
+        "accounts": [
+            {
+                "access_key": account.access_key,
+                "admin": account.admin,
+                "white_remote_address": account.white_remote_address.text,
+                "default_topic_perm": perm_text(account.default_topic_perm),
+                "default_group_perm": perm_text(account.default_group_perm),
+                "topic_perms": {
+                    name: perm_text(perm)
+                    for name, perm in account.resource_perms.items()
+                    if not is_group_resource(name)
+                },
+                "group_perms": {
+                    name.removeprefix(RETRY_GROUP_TOPIC_PREFIX): perm_text(perm)
+                    for name, perm in account.resource_perms.items()
+                    if is_group_resource(name)
+                },
+            }
+            for account in config.accounts.values()
+        ],
+    }
 
 
 # ---------------------------------------------------------------------------------------------

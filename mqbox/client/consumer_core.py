@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self, TypedDict
 
+from mqbox.acl.signature import SessionCredentials
 from mqbox.client.allocate import STRATEGIES, AllocationInputError, Strategy, allocate
 from mqbox.client.batch_queue import BatchQueue
 from mqbox.client.consume_rules import (
@@ -171,6 +172,7 @@ class ConsumerOptions(TypedDict, total=False):
     persist_interval_ms: int
     timeout_ms: int
     rng: random.Random | None
+    credentials: SessionCredentials | None  # sign every request (plain ACL, docs/acl.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +226,7 @@ class ConsumerCore:
         persist_interval_ms: int = PERSIST_INTERVAL_MS,
         timeout_ms: int = TIMEOUT_MS_DEFAULT,
         rng: random.Random | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         check_group(group)
         if (namesrv is None) == (instance is None):
@@ -266,7 +269,11 @@ class ConsumerCore:
             if instance_name is None and not self.clustering:
                 instance_name = "DEFAULT"
             instance = ClientInstance(
-                namesrv, instance_name=instance_name, timeout_ms=timeout_ms, rng=self._rng
+                namesrv,
+                instance_name=instance_name,
+                timeout_ms=timeout_ms,
+                rng=self._rng,
+                credentials=credentials,
             )
         self.instance: Final = instance
         self.client_id: Final = instance.client_id

@@ -61,6 +61,7 @@ from typing import Any, Final, Protocol
 
 import psutil
 
+from mqbox.acl.signature import SessionCredentials
 from mqbox.client.errors import (
     ClientError,
     ClientStateError,
@@ -222,8 +223,12 @@ class ClientInstance:
         route_refresh_interval_ms: int = ROUTE_REFRESH_INTERVAL_MS,
         heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS,
         rng: random.Random | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
+        """`credentials`: every request to name servers and brokers is signed with them (plain
+        ACL, docs/acl.md)."""
         assert timeout_ms > 0
+        self.credentials: Final = credentials
         self.client_ip: Final = client_ip or local_ip()
         # changeInstanceNameToPID: "DEFAULT" becomes pid#nanotime, so two clients of one
         # process (or of one pid after a restart) never share an id.
@@ -233,7 +238,9 @@ class ClientInstance:
         self.route_refresh_interval_ms: Final = route_refresh_interval_ms
         self.heartbeat_interval_ms: Final = heartbeat_interval_ms
         self.rng: Final = rng if rng is not None else random.Random()
-        self.namesrv: Final = NamesrvList(namesrv, lambda address: Transport(address, timeout_ms))
+        self.namesrv: Final = NamesrvList(
+            namesrv, lambda address: Transport(address, timeout_ms, credentials=credentials)
+        )
         self.scheduler: Final = Scheduler(f"mqbox-client-{self.client_id}")
         self._lock = threading.Lock()
         self._routes = RouteTable(self.rng)
@@ -449,7 +456,10 @@ class ClientInstance:
                 if self._state == "shut down":
                     raise ClientStateError(f"client {self.client_id} is shut down")
                 transport = Transport(
-                    address, self.timeout_ms, request_handler=self._on_broker_request
+                    address,
+                    self.timeout_ms,
+                    request_handler=self._on_broker_request,
+                    credentials=self.credentials,
                 )
                 self._transports[address] = transport
             return transport

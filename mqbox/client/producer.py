@@ -61,6 +61,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Final, TypedDict, Unpack, cast
 
+from mqbox.acl.signature import SessionCredentials
 from mqbox.client import selector
 from mqbox.client.errors import (
     BrokerError,
@@ -187,10 +188,12 @@ class Producer:
         create_topic_key: str | None = DEFAULT_TOPIC,
         default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
         rng: random.Random | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         """`namesrv` (`;`-separated) makes a ClientInstance this producer owns and shuts down;
         `instance` shares one that the caller owns. `create_topic_key` None: a topic without a
-        route raises NoRouteError instead of borrowing TBW102's (rule 1)."""
+        route raises NoRouteError instead of borrowing TBW102's (rule 1). `credentials` (with
+        `namesrv`): every request of the instance is signed (plain ACL, docs/acl.md)."""
         check_group(group)
         if (namesrv is None) == (instance is None):
             raise ConfigError("give a producer either `namesrv` or `instance`")
@@ -214,7 +217,9 @@ class Producer:
         self._owns_instance = instance is None
         if instance is None:
             assert namesrv is not None
-            instance = ClientInstance(namesrv, instance_name=instance_name, rng=self._rng)
+            instance = ClientInstance(
+                namesrv, instance_name=instance_name, rng=self._rng, credentials=credentials
+            )
         self.instance: Final = instance
         self._fault = MQFaultStrategy(enabled=latency_fault_enable, rng=self._rng)
         self._fault_lock = threading.Lock()

@@ -39,6 +39,12 @@ mqboxNamesrvBrokerWhiteList (admission.py; `local` by default), else 16 NO_PERMI
 (routes.slot_refusal), 16 too. Both refusals are counted and logged at most every 10 s. The
 listener binds mqboxListenAddress (127.0.0.1 by default).
 
+With an ACL (`aclEnable=true`, docs/acl.md section 6), the requests that change what clients are
+told (acl.requests.NAMESRV_ADMIN_CODES: registration 103/104, permission wipes, topic deletion,
+KV writes) must be signed by an admin account of the ACL file, or come from an address the file
+white-lists; anything else is refused with SYSTEM_ERROR and the ACL's remark before any handler
+sees it. Reads (routes, cluster info) stay open, as on a Java name server.
+
 One request never stops the name server: `NamesrvRequestHandler.handle` is a request boundary.
 An exception a handler did not expect becomes SYSTEM_ERROR with a remark naming it, and its
 traceback is logged a few times a minute at most (resources.FailureLog); the tables are left as
@@ -68,6 +74,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Final, NoReturn
 
+from mqbox.acl.requests import NAMESRV_ADMIN_CODES
+from mqbox.acl.validator import AclStatistics, AclValidator
 from mqbox.config import LOOPBACK_ADDRESS, NamesrvConfig, broker_white_list_of
 from mqbox.errors import MqboxError
 from mqbox.namesrv.admission import WHITE_LIST_KEY, BrokerWhiteList
@@ -468,6 +476,7 @@ class NamesrvStatistics:
     broker_closed_count: int  # because their registering connection closed
     broker_registered_count: int  # broker addresses registered now
     handler: HandlerStatistics
+    acl: AclStatistics | None = None  # None without an ACL
 
 
 class _Peer:
@@ -521,7 +530,10 @@ class NamesrvServer:
         host: str | None = None,
         frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
         outbox_size_bytes_max: int = OUTBOX_SIZE_BYTES_MAX_DEFAULT,
+        acl_file: Path | None = None,
     ) -> None:
+        """`acl_file`: check NAMESRV_ADMIN_CODES against this plain_acl.yml (module docstring);
+        AclConfigError when it is not valid."""
         assert config.scan_not_active_broker_interval_ms > 0
         if host is None:
             host = config.listen_address  # mqboxListenAddress
@@ -544,9 +556,10 @@ class NamesrvServer:
         )
         self.handler = NamesrvRequestHandler(
             self.routes,
-            broker_white_list=BrokerWhiteList(broker_white_list_of(config)),
+            broker_white_list=BrokerWhiteList(broker_white_list_of(config, acl_file is not None)),
             broker_expired_ms=config.broker_channel_expired_time_ms,
         )
+        self.acl = None if acl_file is None else AclValidator(acl_file, logger=log)
         self.frame_size_bytes_max = frame_size_bytes_max
         self.outbox_size_bytes_max = outbox_size_bytes_max
         self.connection_count_max = config.connection_count_max
@@ -621,6 +634,7 @@ class NamesrvServer:
             broker_closed_count=self._broker_closed_count,
             broker_registered_count=self.routes.broker_count(),
             handler=self.handler.statistics(),
+            acl=None if self.acl is None else self.acl.statistics(),
         )
 
     # -- the loop -------------------------------------------------------------------------------
@@ -761,6 +775,8 @@ class NamesrvServer:
                             peer.sock.send(peer.outbox)
                     self._close_peer(peer)
                     return
+                if self.acl is not None and not self._acl_allows(command, peer):
+                    continue
                 response = handle(command, peer.connection_id, now_ms, peer_host=peer.host)
                 if response is not None:
                     peer.outbox += connection.send(response)
@@ -771,6 +787,20 @@ class NamesrvServer:
             return
         if peer.outbox:
             self._flush(peer)
+
+    def _acl_allows(self, command: RemotingCommand, peer: _Peer) -> bool:
+        """True if the ACL lets `command` through; else its refusal is in the peer's outbox."""
+        assert self.acl is not None
+        if command.is_response or command.code not in NAMESRV_ADMIN_CODES:
+            return True
+        host = peer.address.rpartition(":")[0]
+        remark = self.acl.check(command.code, command.ext_fields, command.body, host)
+        if remark is None:
+            return True
+        if not command.is_oneway:
+            refusal = command.make_response(ResponseCode.SYSTEM_ERROR, remark=remark)
+            peer.outbox += peer.connection.send(refusal)
+        return False
 
     def _flush(self, peer: _Peer) -> None:
         outbox = peer.outbox
@@ -849,6 +879,7 @@ def main(
     host: str | None = None,
     ready_file: Path | None = None,
     stats_file: Path | None = None,
+    acl_file: Path | None = None,
 ) -> NoReturn:
     """Run the name server in this process until SIGTERM or SIGINT, then exit 0.
 
@@ -864,9 +895,12 @@ def main(
     if host is None:
         host = config.listen_address
     try:
-        server = NamesrvServer(config, host=host)
+        server = NamesrvServer(config, host=host, acl_file=acl_file)
     except OSError as error:
         log.error("cannot listen on %s:%d: %s", host, config.listen_port, error)
+        raise SystemExit(1) from None
+    except MqboxError as error:  # the ACL file
+        log.error("cannot start: %s", error)
         raise SystemExit(1) from None
     server.install_signal_handlers()
 

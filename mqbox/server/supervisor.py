@@ -84,6 +84,7 @@ from typing import Any, Final, NoReturn, TypeGuard
 import psutil
 
 from mqbox import _jit
+from mqbox.acl.validator import acl_file_path, load_acl_file
 from mqbox.clock import wall_clock_ms
 from mqbox.config import (
     BrokerConfig,
@@ -287,6 +288,7 @@ class Supervisor:
         self._namesrv_restart_due_ns: int | None = None
         self._namesrv_port_to_reuse = 0
         self._namesrv_listen_address = "127.0.0.1"  # what the name server binds
+        self.namesrv_acl_path: Path | None = None  # set by _check_acl when it checks the ACL
         self._instances_to_sweep: set[str] = set()
         self._processes: dict[str, _RoleProcess] = {}  # live or starting, by role id
         self._restart_due_ns: dict[str, int] = {}
@@ -397,6 +399,7 @@ class Supervisor:
         prepare_home(self.layout.home)
         broker = load_broker_config(options.broker_config_path)
         namesrv_config = load_namesrv_config(options.namesrv_config_path)
+        broker = self._check_acl(broker, namesrv_config)
         # The lock first: a second supervisor of this home must not even write to its log.
         self._lock_home()
         runtime.configure_logging(
@@ -618,6 +621,31 @@ class Supervisor:
         log.info("broker listening on %s:%d", host, sock.getsockname()[1])
         return sock
 
+    def _check_acl(self, broker: BrokerConfig, namesrv: NamesrvConfig) -> BrokerConfig:
+        """Refuse to start with an ACL file that is not valid (ConfigError naming it), decide
+        the name server's ACL (on when either configuration turns it on, with the broker's
+        file unless namesrv.conf names one), and give the broker the account it signs its
+        registrations with: mqboxNamesrvAccessKey, else the first admin account of the file the
+        name server checks (docs/acl.md section 6)."""
+        home = self.layout.home
+        broker_path = acl_file_path(broker.acl_file, home)
+        namesrv_path = acl_file_path(namesrv.acl_file, home) if namesrv.acl_file else broker_path
+        if broker.acl_enable:
+            load_acl_file(broker_path)
+        if self.options.run_namesrv and (namesrv.acl_enable or broker.acl_enable):
+            self.namesrv_acl_path = namesrv_path
+        if broker.namesrv_access_key or not (broker.acl_enable or namesrv.acl_enable):
+            return broker
+        account = load_acl_file(namesrv_path).admin_account()
+        if account is None:
+            raise ConfigError(
+                f"aclEnable: the broker signs its name server requests with an admin account: "
+                f"add one to {namesrv_path} or set mqboxNamesrvAccessKey/mqboxNamesrvSecretKey"
+            )
+        return dataclasses.replace(
+            broker, namesrv_access_key=account.access_key, namesrv_secret_key=account.secret_key
+        )
+
     def _check_topology(self, topology: Topology) -> None:
         role_ids = [role.role_id for role in topology.roles]
         assert len(set(role_ids)) == len(role_ids), "role ids must be unique"
@@ -693,6 +721,8 @@ class Supervisor:
         ]
         if self.options.namesrv_config_path is not None:
             command += ["--config", str(self.options.namesrv_config_path)]
+        if self.namesrv_acl_path is not None:
+            command += ["--acl-file", str(self.namesrv_acl_path)]
         with self._namesrv_output.open("ab") as output:
             # Its own process group: a Ctrl-C in the terminal reaches the supervisor, which
             # stops the name server last, after the broker unregistered.

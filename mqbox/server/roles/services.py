@@ -25,7 +25,9 @@ from __future__ import annotations
 import logging
 from typing import Final, NoReturn
 
+from mqbox.acl.signature import SessionCredentials
 from mqbox.client.registration import BrokerRegistrar
+from mqbox.config import BrokerConfig
 from mqbox.errors import MqboxError
 from mqbox.ipc.ring import ParcelBatch, Ring
 from mqbox.protocol.headers import (
@@ -134,6 +136,15 @@ def start_web(ctx: RoleContext) -> tuple[BrokerSources, WebEndpoint] | None:
     return sources, endpoint
 
 
+def namesrv_credentials(broker: BrokerConfig) -> SessionCredentials | None:
+    """The account registrations are signed with: mqboxNamesrvAccessKey/SecretKey, which
+    `mqbox start` fills from the ACL file's first admin account when the ACL is on and they
+    are not given (supervisor._check_acl); None: unsigned."""
+    if not broker.namesrv_access_key:
+        return None
+    return SessionCredentials(broker.namesrv_access_key, broker.namesrv_secret_key)
+
+
 def main(ctx: RoleContext) -> NoReturn:
     """The services role (runtime.py has the contract)."""
     rings = runtime.attach_rings(ctx)
@@ -141,6 +152,7 @@ def main(ctx: RoleContext) -> NoReturn:
         ctx.broker.namesrv_addr,
         lambda: registration_request(ctx),
         period_ms=ctx.broker.register_name_server_period_ms,
+        credentials=namesrv_credentials(ctx.broker),
     )
     topics = _TopicsWatcher(ctx)
     web = start_web(ctx)
