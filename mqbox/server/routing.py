@@ -24,11 +24,9 @@ from typing import Final, NamedTuple
 from mqbox.protocol.codes import RequestCode
 from mqbox.protocol.mqbox_codes import (
     INVOKE_BROKER_TO_RESET_OFFSET,
-    MQBOX_CONSUMER_PROGRESS,
     MQBOX_NOOP,
     MQBOX_PULL_STATUS,
     MQBOX_RESET_CONSUMER_OFFSET,
-    MQBOX_TOPIC_STATUS,
 )
 from mqbox.server.topology import RoleKind
 
@@ -60,13 +58,19 @@ ROUTES: Final[Mapping[int, Route]] = {
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: _ADMIN_ZERO,
     RequestCode.GET_CONSUMER_RUNNING_INFO: _ADMIN_ZERO,
     RequestCode.CHECK_CLIENT_CONFIG: _ADMIN,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: _ADMIN_ZERO,
+    RequestCode.GET_PRODUCER_CONNECTION_LIST: _ADMIN_ZERO,
+    RequestCode.CONSUME_MESSAGE_DIRECTLY: _ADMIN_ZERO,  # relayed like 307
+    RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: _ADMIN_ZERO,  # 221 to each member
     # admin/offsets.py
     RequestCode.QUERY_CONSUMER_OFFSET: _ADMIN_ZERO,
     RequestCode.UPDATE_CONSUMER_OFFSET: _ADMIN_ZERO,
     RequestCode.LOCK_BATCH_MQ: _ADMIN_ZERO,
     RequestCode.UNLOCK_BATCH_MQ: _ADMIN_ZERO,
     INVOKE_BROKER_TO_RESET_OFFSET: _ADMIN_ZERO,
-    MQBOX_CONSUMER_PROGRESS: _ADMIN_ZERO,
+    RequestCode.GET_CONSUME_STATS: _ADMIN_ZERO,
+    RequestCode.GET_BROKER_CONSUME_STATS: _ADMIN_ZERO,
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: _ADMIN_ZERO,
     MQBOX_RESET_CONSUMER_OFFSET: _ADMIN_ZERO,
     # admin/queries.py
     RequestCode.GET_MAX_OFFSET: _ADMIN,
@@ -75,7 +79,12 @@ ROUTES: Final[Mapping[int, Route]] = {
     RequestCode.GET_EARLIEST_MSG_STORETIME: _ADMIN,
     RequestCode.VIEW_MESSAGE_BY_ID: _ADMIN,
     RequestCode.QUERY_MESSAGE: _ADMIN,
-    MQBOX_TOPIC_STATUS: _ADMIN,
+    RequestCode.GET_TOPIC_STATS_INFO: _ADMIN,
+    # admin/broker_info.py
+    RequestCode.GET_BROKER_RUNTIME_INFO: _ADMIN,
+    RequestCode.GET_BROKER_CONFIG: _ADMIN,
+    RequestCode.UPDATE_BROKER_CONFIG: _ADMIN,
+    RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: _ADMIN,
     # admin/topics.py
     RequestCode.UPDATE_AND_CREATE_TOPIC: _ADMIN,
     RequestCode.DELETE_TOPIC_IN_BROKER: _ADMIN,

@@ -56,9 +56,7 @@ from mqbox.protocol.headers import (
 )
 from mqbox.protocol.mqbox_codes import (
     INVOKE_BROKER_TO_RESET_OFFSET,
-    MQBOX_CONSUMER_PROGRESS,
     MQBOX_RESET_CONSUMER_OFFSET,
-    MQBOX_TOPIC_STATUS,
 )
 from mqbox.server.queue_counters import StorePositions, store_positions_name
 from mqbox.server.roles.processors.client_manager import group_name_problem
@@ -315,8 +313,8 @@ SPECS: Final[tuple[Spec, ...]] = (
         {"consumerGroup": GROUP, "clientId": CLIENT_ID},
         {"consumerGroup": GROUP_BAD, "clientId": (MISSING,)},
     ),
-    Spec(MQBOX_TOPIC_STATUS, {"topic": TOPIC}, {"topic": TOPIC_BAD}),
-    Spec(MQBOX_CONSUMER_PROGRESS, {"consumerGroup": GROUP}, {"consumerGroup": GROUP_BAD}),
+    Spec(RequestCode.GET_TOPIC_STATS_INFO, {"topic": TOPIC}, {"topic": TOPIC_BAD}),
+    Spec(RequestCode.GET_CONSUME_STATS, {"consumerGroup": GROUP}, {"consumerGroup": GROUP_BAD}),
     Spec(
         MQBOX_RESET_CONSUMER_OFFSET,
         {"consumerGroup": GROUP, "topic": TOPIC, "to": "timestamp", "timestamp": "0"},
@@ -382,8 +380,8 @@ def broker_state(appliance: Appliance) -> BrokerState:
     with RemotingClient(appliance.broker_address) as broker:
         listed = broker.invoke(RequestCode.GET_ALL_TOPIC_CONFIG)
         assert listed.code == ResponseCode.SUCCESS
-        progress = broker.invoke(MQBOX_CONSUMER_PROGRESS, {"consumerGroup": GROUP})
-    assert progress.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, progress.body[:200]
+        members = broker.invoke(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": GROUP})
+    assert members.code == ResponseCode.CONSUMER_NOT_ONLINE, members.body[:200]
     topics = frozenset(json.loads(listed.body)["topicConfigTable"])
     return BrokerState(pids, appended, written, topics)
 

@@ -69,11 +69,9 @@ from mqbox.protocol.headers import (
 )
 from mqbox.protocol.mqbox_codes import (
     INVOKE_BROKER_TO_RESET_OFFSET,
-    MQBOX_CONSUMER_PROGRESS,
     MQBOX_NOOP,
     MQBOX_PULL_STATUS,
     MQBOX_RESET_CONSUMER_OFFSET,
-    MQBOX_TOPIC_STATUS,
 )
 from mqbox.server.home import read_state
 from mqbox.server.routing import ROUTES
@@ -227,8 +225,8 @@ def _templates() -> tuple[tuple[int, dict[str, str], bytes], ...]:
             b"",
         ),
         (MQBOX_NOOP, {}, b""),
-        (MQBOX_TOPIC_STATUS, {"topic": TOPIC}, b""),
-        (MQBOX_CONSUMER_PROGRESS, group, b""),
+        (RequestCode.GET_TOPIC_STATS_INFO, {"topic": TOPIC}, b""),
+        (RequestCode.GET_CONSUME_STATS, group, b""),
         (MQBOX_RESET_CONSUMER_OFFSET, {**group, "topic": TOPIC, "to": "earliest"}, b""),
     )
 

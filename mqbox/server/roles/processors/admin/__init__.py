@@ -2,8 +2,9 @@
 
 Owns, in admin.0 (the only process that holds them; routing.py sends it their codes, and
 topology.py sends it the pulls' offset commits): the client tables (clients.py), consumer offsets
-and queue locks (offsets.py), and the calls to clients (307 relayed, 40 and 220 sent). In every
-admin processor: the store queries (queries.py), topic admin (topic_admin.py), mqbox's own views,
+and queue locks (offsets.py), and the calls to clients (307 and 309 relayed, 221 gathered for a
+223, 40 and 220 sent). In every admin processor: the store queries (queries.py), topic admin
+(topic_admin.py), the broker's runtime figures and configuration (broker_info.py),
 REQUEST_CODE_NOT_SUPPORTED (3, with the Java broker's remark) for every other code, and the admin
 pool's share of the base class's plumbing (the workers' REQUEST_FAILED and idle CLOSE_CONNECTION).
 Each handler's docstring says what its code answers; base.py holds the state they share.
@@ -19,10 +20,9 @@ naming the field (RemoteProtocolError, answered by the base class); a group name
 [A-Za-z0-9%|_-]{1,255} or a negative queue id, 1 as well; a topic that topics.json does not hold,
 17 TOPIC_NOT_EXIST. Nothing from outside reaches an assert.
 
-mqbox's own codes (protocol/mqbox_codes.py): RocketMQ has GET_TOPIC_STATS_INFO 202 and
-GET_CONSUME_STATS 208, but their bodies are maps keyed by JSON objects, which is not JSON; the
-private range keeps mqbox's CLI off RocketMQ's numbers. Every ext value is a string, every body
-standard JSON.
+RocketMQ's statistics codes (202, 208, 317, 223...) answer in Java's fastjson text, whose maps
+may be keyed by objects (protocol/admin_bodies.py); mqbox's own codes (protocol/mqbox_codes.py)
+cover only what RocketMQ has no code for, with string ext values and standard JSON bodies.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from mqbox.server.roles.processors.admin.base import (
     HOUSEKEEPING_INTERVAL_NS,
     AdminStatistics,
 )
+from mqbox.server.roles.processors.admin.broker_info import BrokerInfo
 from mqbox.server.roles.processors.admin.clients import ClientManagement
 from mqbox.server.roles.processors.admin.offsets import ConsumerOffsetHandlers
 from mqbox.server.roles.processors.admin.queries import StoreQueries
@@ -52,8 +53,10 @@ log = logging.getLogger("mqbox.admin")
 __all__ = ["AdminProcessor", "main"]
 
 
-class AdminProcessor(ClientManagement, ConsumerOffsetHandlers, StoreQueries, TopicAdmin):
-    """The admin role: the four sections of handlers and the hooks of the loop."""
+class AdminProcessor(
+    ClientManagement, ConsumerOffsetHandlers, StoreQueries, TopicAdmin, BrokerInfo
+):
+    """The admin role: the five sections of handlers and the hooks of the loop."""
 
     def _on_stop_requested(self) -> None:
         """The base's stop, plus the offsets saved before an orderly exit (SIGTERM)."""
@@ -94,7 +97,9 @@ class AdminProcessor(ClientManagement, ConsumerOffsetHandlers, StoreQueries, Top
         if self._client_calls:
             for key in [key for key in self._client_calls if key[0] == event.conn_id]:
                 call = self._client_calls.pop(key)
-                self._fail_client_call(call, ResponseCode.SYSTEM_ERROR, "its connection closed")
+                self._fail_client_call(
+                    key, call, ResponseCode.SYSTEM_ERROR, "its connection closed"
+                )
 
     def on_parcel(self, producer: str, parcel_type: int, payload: memoryview) -> None:
         if parcel_type != admin_parcels.COMMIT_OFFSET:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from mqbox.clock import wall_clock_ms
+from mqbox.config import BrokerConfig
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.message import STORETIMESTAMP_POSITION_BYTES
 from mqbox.protocol.codes import FLAG_RESPONSE, ResponseCode
@@ -35,6 +36,7 @@ from mqbox.server.queue_counters import (
     store_positions_name,
 )
 from mqbox.server.roles.processors import Processor, Request
+from mqbox.server.roles.processors.admin.runtime_info import broker_boot_timestamp_ms
 from mqbox.server.roles.processors.client_manager import (
     CLIENT_EXPIRY_MS_DEFAULT,
     ClientManager,
@@ -180,15 +182,32 @@ class StoreView:
         reader = self.for_queue(topic, queue_id)
         if reader is None:
             return 0
-        max_queue_index = reader.max_offset(topic, queue_id)
-        if max_queue_index <= reader.min_offset(topic, queue_id):
+        return self.store_timestamp_ms(topic, queue_id, reader.max_offset(topic, queue_id) - 1)
+
+    def store_timestamp_ms(self, topic: str, queue_id: int, queue_index: int) -> int:
+        """Store time of the queue's message at `queue_index` (Java's getMessageStoreTimeStamp);
+        0 if the queue no longer or not yet holds it."""
+        reader = self.for_queue(topic, queue_id)
+        if reader is None or not reader.min_offset(topic, queue_id) <= queue_index:
             return 0
-        plan = reader.get_messages(topic, queue_id, max_queue_index - 1, 1)
+        if queue_index >= reader.max_offset(topic, queue_id):
+            return 0
+        plan = reader.get_messages(topic, queue_id, queue_index, 1)
         if plan.status is not GetMessageStatus.FOUND:
             return 0
         record = reader.read_plan_bytes(plan)
         value: int = _STORE_TIMESTAMP.unpack_from(record, STORETIMESTAMP_POSITION_BYTES)[0]
         return value
+
+    def positions(self) -> StorePositions | None:
+        """The store writer's published positions (queue_counters.py); None before it runs."""
+        self._attach()
+        return self._positions
+
+    def counters(self) -> QueueCounters | None:
+        """The dispatcher's published counters; None before it runs."""
+        self._attach()
+        return self._counters
 
     def close(self) -> None:
         if self._reader is not None:
@@ -222,13 +241,24 @@ class AdminStatistics:
 
 
 @dataclasses.dataclass(slots=True)
+class _StatusGather:
+    """A 223 waiting for its members' answers to 221: the answer goes out when `pending` is
+    empty (each call answered, timed out, or its connection closed)."""
+
+    request: Request
+    pending: set[tuple[int, int]]  # keys of AdminBase._client_calls still out
+    results: dict[str, Any]  # client id -> its messageQueueTable ({MessageQueue: offset})
+
+
+@dataclasses.dataclass(slots=True)
 class _ClientCall:
-    """A 307 sent on to a client, waiting for its answer."""
+    """A request (307, 309, 221) sent on to a client, waiting for its answer."""
 
     request: Request  # the admin's request, answered with the client's response
     group: str
     client_id: str
     deadline_ns: int  # self.clock_ns() terms
+    gather: _StatusGather | None = None  # a 221 of a 223: its answer joins the gather instead
 
 
 class AdminBase(Processor):
@@ -286,6 +316,11 @@ class AdminBase(Processor):
         self._client_calls_relayed = 0
         self._client_calls_failed = 0
         self._reset_notices_sent = 0
+        self.boot_timestamp_ms = broker_boot_timestamp_ms()
+
+    def on_broker_config(self, broker: BrokerConfig) -> None:
+        """The topic store reads autoCreateTopicEnable from its copy (runtime_config.py)."""
+        self.topics.broker = broker
 
     def send_request(self, conn_id: int, command: RemotingCommand) -> None:
         """Send a broker request to a client on its connection: oneway (40, 220), or a call
