@@ -316,6 +316,42 @@ SPECS: Final[tuple[Spec, ...]] = (
     Spec(RequestCode.GET_TOPIC_STATS_INFO, {"topic": TOPIC}, {"topic": TOPIC_BAD}),
     Spec(RequestCode.GET_CONSUME_STATS, {"consumerGroup": GROUP}, {"consumerGroup": GROUP_BAD}),
     Spec(
+        RequestCode.GET_CONSUMER_CONNECTION_LIST,
+        {"consumerGroup": GROUP},
+        {"consumerGroup": GROUP_BAD},
+    ),
+    Spec(
+        RequestCode.GET_PRODUCER_CONNECTION_LIST,
+        {"producerGroup": "SweepPG"},
+        {"producerGroup": NAME_BAD},
+    ),
+    Spec(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": TOPIC}, {"topic": (MISSING, "")}),
+    Spec(RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": "false"}, {"isOrder": (MISSING, "")}),
+    Spec(
+        RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+        {"topic": TOPIC, "group": GROUP},
+        {"topic": (MISSING, ""), "group": GROUP_BAD},
+    ),
+    Spec(
+        RequestCode.CONSUME_MESSAGE_DIRECTLY,
+        {
+            "consumerGroup": GROUP,
+            "clientId": CLIENT_ID,
+            "msgId": "7F000001000027430000000000000000",
+        },
+        {
+            "consumerGroup": GROUP_BAD,
+            "clientId": (MISSING, ""),
+            "msgId": (MISSING, "", "XYZ", "G" * 32, "7F00000100002743FFFFFFFFFFFFFFFF"),
+        },
+    ),
+    Spec(
+        RequestCode.UPDATE_BROKER_CONFIG,
+        {},
+        {},
+        bodies=(b"listenPort=1\n", b"no separator\n", b"autoCreateTopicEnable=maybe\n", b"x=1"),
+    ),
+    Spec(
         MQBOX_RESET_CONSUMER_OFFSET,
         {"consumerGroup": GROUP, "topic": TOPIC, "to": "timestamp", "timestamp": "0"},
         {
