@@ -326,6 +326,8 @@ class PushConsumer(ConsumerCore):
         table (nothing is committed or sent back, as in Java's consumeMessageDirectly). Java's
         ConsumeMessageDirectlyResult: consumeResult CR_SUCCESS, CR_LATER (any other answer),
         CR_RETURN_NULL or CR_THROW_EXCEPTION (remark: the exception)."""
+        if not self._handlers:
+            return None
         batch = decode_pull_body(record, broker_name=broker_name)
         if len(batch) != 1:
             message = f"the body holds {len(batch)} whole stored records, not one"

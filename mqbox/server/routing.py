@@ -8,8 +8,9 @@ pool may serve it), and `DEFAULT_ROUTE` for every code not listed. The worker fo
 of a pool a connection reaches (the worker: `conn % pool size`).
 
 Member 0 only: state with one owner. admin.0 alone holds the client, offset and lock tables (and
-the calls to clients, 307, which need a client's connection from those tables), so the worker
-sends those codes to admin.0 whatever the connection, and any admin pool size serves them.
+the calls to clients, 307, 309 and 223, which need a client's connection from those tables), so
+the worker sends those codes to admin.0 whatever the connection, and any admin pool size serves
+them.
 
 The default route is the admin pool, whose processors answer REQUEST_CODE_NOT_SUPPORTED (3) for a
 code they have no handler for, as the Java broker does. ARCHITECTURE.md ("Adding a RocketMQ

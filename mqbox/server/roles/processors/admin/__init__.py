@@ -9,11 +9,11 @@ REQUEST_CODE_NOT_SUPPORTED (3, with the Java broker's remark) for every other co
 pool's share of the base class's plumbing (the workers' REQUEST_FAILED and idle CLOSE_CONNECTION).
 Each handler's docstring says what its code answers; base.py holds the state they share.
 
-Never: writes the store, or holds a request other than a 307 waiting for its client (every other
-answer goes out at once: the C++ client gives a lock request 1 s and closes its connection on a
-timeout). A held 307 is a table entry, not a wait: the loop keeps serving everyone meanwhile.
-Should admin.k (k > 0) ever get a member-0 code, it answers SYSTEM_ERROR with a remark (a
-worker bug; it holds no tables to answer from).
+Never: writes the store, or holds a request other than a 307, 309 or 223 waiting for its
+clients (every other answer goes out at once: the C++ client gives a lock request 1 s and closes
+its connection on a timeout). A held request is a table entry, not a wait: the loop keeps
+serving everyone meanwhile. Should admin.k (k > 0) ever get a member-0 code, it answers
+SYSTEM_ERROR with a remark (a worker bug; it holds no tables to answer from).
 
 Bad input: a typed header or body that does not parse is answered SYSTEM_ERROR (1) with a remark
 naming the field (RemoteProtocolError, answered by the base class); a group name outside
@@ -68,7 +68,7 @@ class AdminProcessor(
         self.offsets.persist_now()
 
     def handle(self, request: Request) -> None:
-        """A client's answer to a broker request goes to the 307 waiting for it; a member-0
+        """A client's answer to a broker request goes to the request waiting for it; a member-0
         code reaching admin.k (k > 0) is a worker bug, answered SYSTEM_ERROR; the rest by the
         handler tables."""
         if request.flag & FLAG_RESPONSE:

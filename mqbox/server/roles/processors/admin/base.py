@@ -76,7 +76,7 @@ TOPIC_QUEUE_COUNT_MAX: Final = 1024  # as many as BenchmarkTest, the largest sys
 PERM_MAX: Final = 0xF
 _STORE_TIMESTAMP: Final = struct.Struct(">q")
 CLIENT_CALL_TIMEOUT_MS_DEFAULT: Final = 10_000  # Java's Broker2Client.callClient
-CLIENT_CALL_COUNT_MAX: Final = 1024  # calls to clients (307) in flight at once
+CLIENT_CALL_COUNT_MAX: Final = 1024  # calls to clients (307, 309, 221) in flight at once
 EXPRESSION_TYPE_TAG: Final = "TAG"
 REMARK_NO_CONSUMER: Final = "no consumer for this group"
 REMARK_QUERY_NOT_FOUND: Final = "mqbox: nothing committed, and the queue no longer starts at 0"
@@ -234,7 +234,7 @@ class AdminStatistics:
     producer_count: int
     offsets_persisted: int
     locks_held: int
-    client_calls_pending: int  # 307s waiting for their client
+    client_calls_pending: int  # calls (307, 309, 221) waiting for their client
     client_calls_relayed: int
     client_calls_failed: int  # timed out, or the client's connection closed first
     reset_notices_sent: int  # RESET_CONSUMER_CLIENT_OFFSET requests
@@ -302,7 +302,7 @@ class AdminBase(Processor):
             )
         self._system_topic_names = frozenset(t.topic_name for t in system_topics(ctx.broker))
         self._notify_pending: set[str] = set()
-        # (client conn id, opaque of the request sent to it) -> the 307 waiting for the answer
+        # (client conn id, opaque of the request sent to it) -> the call waiting for the answer
         self._client_calls: dict[tuple[int, int], _ClientCall] = {}
         self._notify_opaques = self._opaque_counter()
         self._subscriptions_version = 0
