@@ -395,7 +395,7 @@ class OffsetRow:
     topic: str
     queue_id: int
     broker_queue_index: int  # the queue's entry count
-    consumer_queue_index: int  # the group's next index; -1 when nothing is committed
+    consumer_queue_index: int  # the group's next index; 0 when nothing is committed (Java)
     lag: int
 
 
@@ -801,15 +801,13 @@ def offset_show(namesrv: Namesrv, group: str, topic: str | None = None) -> Offse
                 key=lambda target: target.name,
             )
         for target in targets:
-            try:
-                progress = session.ask_broker(target, admin_api.consumer_progress, group, topic)
-            except BrokerAnswerError as error:
-                if error.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
-                    raise
+            stats = session.ask_broker(target, admin_api.consume_stats, group, topic)
+            members = session.ask_broker(target, admin_api.consumer_connections, group)
+            if not stats.queues and not members:
                 continue
             known = True
-            client_ids.update(progress.client_ids)
-            total_lag += progress.total_lag
+            client_ids.update(member.client_id for member in members)
+            total_lag += stats.total_lag
             rows.extend(
                 OffsetRow(
                     target.name,
@@ -819,12 +817,12 @@ def offset_show(namesrv: Namesrv, group: str, topic: str | None = None) -> Offse
                     queue.consumer_queue_index,
                     queue.lag,
                 )
-                for queue in progress.queues
+                for queue in stats.queues
             )
     if not known:
         raise MqboxError(
-            f"consumer group {group} is unknown: no broker has a client, a committed offset or "
-            "a configuration for it"
+            f"consumer group {group} is unknown: no broker has an online member or a committed "
+            "offset for it"
         )
     rows.sort(key=lambda row: (row.topic, row.broker_name, row.queue_id))
     return OffsetShow(group, tuple(sorted(client_ids)), total_lag, tuple(rows))
@@ -1071,10 +1069,11 @@ def tail(
     """Messages of every readable queue of the topic as they arrive, until `count` of them (None:
     no end) or `timeout_s` (None: no end). Each queue starts at `start`: "earliest", "latest",
     or an ISO 8601 time (the first message stored at or after it: the broker's nearest index
-    (29), then what was stored before the time is skipped); without one, at the group's
-    committed index where it has one, else at "latest". Nothing is committed: tail never moves
-    a group. MqboxError when `timeout_s` ends it short of `count`. `on_idle` runs after each
-    poll that brought nothing (the CLI's waiting indicator).
+    (29), then what was stored before the time is skipped); without one, where the group's
+    consumers would (QUERY_CONSUMER_OFFSET: its committed index, or 0 on a queue that still
+    starts at 0), else at "latest". Nothing is committed: tail never moves a group. MqboxError
+    when `timeout_s` ends it short of `count`. `on_idle` runs after each poll that brought
+    nothing (the CLI's waiting indicator).
 
     The reading is mqbox.client's PullConsumer with the queues assigned (so it registers with no
     broker and never joins the group's rebalance) and auto-commit off; one poll waits at most
@@ -1163,11 +1162,12 @@ def _tail_positions(
     """Where tail starts on each queue (see `tail`)."""
     committed: dict[tuple[str, int], int] = {}
     if start is None and group is not None:
-        for target in {target for target, _ in queues}:
-            progress = session.ask_broker(target, admin_api.consumer_progress, group, topic)
-            for queue in progress.queues:
-                if queue.topic == topic and queue.consumer_queue_index >= 0:
-                    committed[(target.name, queue.queue_id)] = queue.consumer_queue_index
+        for target, queue_id in queues:
+            found = session.ask_broker(
+                target, admin_api.query_consumer_offset, group, topic, queue_id
+            )
+            if found is not None:
+                committed[(target.name, queue_id)] = found
     positions: dict[tuple[str, int], int] = {}
     for target, queue_id in queues:
         key = (target.name, queue_id)

@@ -605,10 +605,9 @@ def offset_show(
         f"{'CONSUMER OFFSET':>15} {'LAG':>10}"
     )
     for row in shown.queues:
-        consumer = str(row.consumer_queue_index) if row.consumer_queue_index >= 0 else "-"
         print(
             f"{row.topic:<24} {row.broker_name:<16} {row.queue_id:>5} "
-            f"{row.broker_queue_index:>14} {consumer:>15} {row.lag:>10}"
+            f"{row.broker_queue_index:>14} {row.consumer_queue_index:>15} {row.lag:>10}"
         )
 
 
@@ -904,8 +903,8 @@ def tail(
         str | None,
         typer.Option(
             "--group",
-            help="Start at this group's committed offsets (nothing is committed) "
-            "where --from is not given.",
+            help="Start where this group's consumers would (its committed offsets; nothing "
+            "is committed) where --from is not given.",
         ),
     ] = None,
     count: Annotated[

@@ -8,10 +8,11 @@ Sources (one `TopSource.sample()` each second):
 - brokers and their addresses: the name server's cluster table (106), through a WireSession that
   stays open between samples;
 - topics: each broker's topic table (21); a topic's stored total is the sum of its queues' max
-  offsets (mqbox's topic status, 10001), so its put rate is the change of that sum per second;
+  offsets (GET_TOPIC_STATS_INFO, 202), so its put rate is the change of that sum per second;
 - consumer groups: the `%RETRY%<group>` topics a broker makes when a consumer group first
   heartbeats, plus the groups named with --group; a group's committed total per topic and its
-  lag come from mqbox's consumer progress (10002), so its get rate is the change of the
+  lag come from GET_CONSUME_STATS (208), its members from GET_CONSUMER_CONNECTION_LIST (203),
+  so its get rate is the change of the
   committed sum per second (what the group acknowledged, as rocketmq-exporter's
   consumer TPS is);
 - processes: the pids the supervisor records in `<home>/run/state.json`, measured with psutil
@@ -349,7 +350,10 @@ class TopSource:
             for target in targets:
                 try:
                     progress = self._session.ask_broker(
-                        target, admin_api.consumer_progress, group, None
+                        target, admin_api.consume_stats, group, None
+                    )
+                    members = self._session.ask_broker(
+                        target, admin_api.consumer_connections, group
                     )
                 except broker_ops.BrokerAnswerError as error:
                     if error.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
@@ -358,7 +362,7 @@ class TopSource:
                 except MqboxError as error:
                     problems.append(" ".join(str(error).split()))
                     continue
-                clients.setdefault(group, set()).update(progress.client_ids)
+                clients.setdefault(group, set()).update(member.client_id for member in members)
                 for queue in progress.queues:
                     if queue.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and not self._all_topics:
                         continue

@@ -2,11 +2,12 @@
 the clients and tests: one function per code.
 
 Owns: building each request from typed headers (mqbox.protocol.headers), and reading each answer
-into typed values: the topic admin codes (17 UPDATE_AND_CREATE_TOPIC, 215 DELETE_TOPIC_IN_BROKER, 21
-GET_ALL_TOPIC_CONFIG), the store queries (30, 31, 33 VIEW_MESSAGE_BY_ID, 12 QUERY_MESSAGE), 315
-VIEW_BROKER_STATS_DATA, one SEND_MESSAGE (10) and one PULL_MESSAGE (11), and mqbox's own admin views
-(10001 topic status, 10002 consumer progress, 10003 reset offsets; their ext and bodies are
-documented beside their handlers in mqbox/server/roles/processors/admin/). Never: sockets
+into typed values: the topic admin codes (17 UPDATE_AND_CREATE_TOPIC, 215 DELETE_TOPIC_IN_BROKER,
+21 GET_ALL_TOPIC_CONFIG), the store queries (29 SEARCH_OFFSET_BY_TIMESTAMP, 30, 31, 33
+VIEW_MESSAGE_BY_ID, 12 QUERY_MESSAGE), one SEND_MESSAGE (10) and one PULL_MESSAGE (11), RocketMQ's
+statistics and broker admin codes (202, 208, 203, 204, 28, 26, 25; bodies in
+protocol/admin_bodies.py; 315 VIEW_BROKER_STATS_DATA), and mqbox's own 10003 (reset offsets;
+documented beside its handler in mqbox/server/roles/processors/admin/). Never: sockets
 (remoting.py), retries, routing (the caller picks the broker), or output.
 
 Every function raises `RemotingResponseError` for a response code it does not expect (its `code`
@@ -24,16 +25,21 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from mqbox.client.remoting import RemotingCaller, RemotingResponseError
+from mqbox.config import parse_properties
 from mqbox.message import StoredMessage, decode_record
+from mqbox.protocol import admin_bodies
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import RemotingCommand, loads_json
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.headers import (
     DataVersion,
     DeleteTopicRequestHeader,
+    KvTable,
+    MessageQueue,
     OffsetResponseHeader,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
+    QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
     QueueRequestHeader,
     SearchOffsetRequestHeader,
@@ -45,9 +51,7 @@ from mqbox.protocol.headers import (
     ViewMessageRequestHeader,
 )
 from mqbox.protocol.mqbox_codes import (
-    MQBOX_CONSUMER_PROGRESS,
     MQBOX_RESET_CONSUMER_OFFSET,
-    MQBOX_TOPIC_STATUS,
     RESET_TO_EARLIEST,
     RESET_TO_LATEST,
     RESET_TO_TIMESTAMP,
@@ -201,6 +205,20 @@ def search_offset(
     return OffsetResponseHeader.from_ext(response.ext_fields).queue_index
 
 
+def query_consumer_offset(
+    client: RemotingCaller, group: str, topic: str, queue_id: int, *, timeout_ms: int | None = None
+) -> int | None:
+    """14 QUERY_CONSUMER_OFFSET: where the group's consumers start on the queue (its committed
+    index, or 0 for a queue that still starts at 0); None for 22 QUERY_NOT_FOUND."""
+    code = RequestCode.QUERY_CONSUMER_OFFSET
+    ext = QueryConsumerOffsetRequestHeader(group, topic, queue_id).to_ext()
+    response = client.invoke(code, ext, timeout_ms=timeout_ms)
+    if response.code == ResponseCode.QUERY_NOT_FOUND:
+        return None
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    return OffsetResponseHeader.from_ext(response.ext_fields).queue_index
+
+
 def decode_records(body: bytes) -> tuple[StoredMessage, ...]:
     """The stored records of a PULL, VIEW or QUERY body, back to back as in the commit log.
 
@@ -324,7 +342,28 @@ def pull_message(
 
 
 # ---------------------------------------------------------------------------------------------
-# mqbox's own views: 10001, 10002, 10003
+# RocketMQ's statistics codes: 202, 208, 203, 204, 28, 26, 25 (fastjson bodies, admin_bodies.py)
+
+
+def _fastjson(body: bytes, where: str) -> dict[Any, Any]:
+    document = admin_bodies.loads_fastjson(body) if body else None
+    if not isinstance(document, dict):
+        raise RemoteProtocolError(f"{where}: the body is not an object")
+    return document
+
+
+def _queue_table(document: dict[Any, Any], where: str) -> list[tuple[MessageQueue, dict[str, Any]]]:
+    """The rows of an offsetTable keyed by MessageQueue, in (topic, queue id) order."""
+    table: object = document.get("offsetTable", {})
+    if not isinstance(table, dict):
+        raise RemoteProtocolError(f"{where}.offsetTable: not an object")
+    rows: list[tuple[MessageQueue, dict[str, Any]]] = []
+    for queue, row in table.items():
+        if not isinstance(queue, MessageQueue):
+            raise RemoteProtocolError(f"{where}.offsetTable: key {queue!r} is not a queue")
+        rows.append((queue, _object(row, f"{where}.offsetTable[]")))
+    rows.sort(key=lambda item: (item[0].topic, item[0].queue_id))
+    return rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +376,7 @@ class QueueStatus:
 
 @dataclass(frozen=True, slots=True)
 class TopicStatus:
-    """MQBOX_TOPIC_STATUS answer: one entry per queue id below max(read, write queue count)."""
+    """GET_TOPIC_STATS_INFO's TopicStatsTable: one entry per write queue, by queue id."""
 
     topic: str
     queues: tuple[QueueStatus, ...]
@@ -346,23 +385,23 @@ class TopicStatus:
 def topic_status(
     client: RemotingCaller, topic: str, *, timeout_ms: int | None = None
 ) -> TopicStatus:
-    """MQBOX_TOPIC_STATUS (10001); 17 TOPIC_NOT_EXIST raises RemotingResponseError."""
-    response = client.invoke(MQBOX_TOPIC_STATUS, {"topic": topic}, timeout_ms=timeout_ms)
-    _expect(client, MQBOX_TOPIC_STATUS, response, ResponseCode.SUCCESS)
-    where = "MQBOX_TOPIC_STATUS"
-    document = _body(response.body, where)
-    queues = []
-    for item in _list(document.get("queues"), f"{where}.queues"):
-        fields = _object(item, f"{where}.queues[]")
-        queues.append(
-            QueueStatus(
-                _int(fields, "queueId", where),
-                _int(fields, "minOffset", where),
-                _int(fields, "maxOffset", where),
-                _int(fields, "lastUpdateTimestamp", where),
-            )
+    """GET_TOPIC_STATS_INFO (202); 17 TOPIC_NOT_EXIST raises RemotingResponseError."""
+    code = RequestCode.GET_TOPIC_STATS_INFO
+    ext = admin_bodies.TopicRequestHeader(topic).to_ext()
+    response = client.invoke(code, ext, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    where = "TopicStatsTable"
+    queues = tuple(
+        QueueStatus(
+            queue.queue_id,
+            _int(row, "minOffset", where),
+            _int(row, "maxOffset", where),
+            _int(row, "lastUpdateTimestamp", where),
         )
-    return TopicStatus(_text(document, "topic", where), tuple(queues))
+        for queue, row in _queue_table(_fastjson(response.body, where), where)
+        if queue.topic == topic
+    )
+    return TopicStatus(topic, queues)
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,57 +409,142 @@ class QueueProgress:
     topic: str
     queue_id: int  # queueId
     broker_queue_index: int  # brokerOffset: the queue's entry count
-    consumer_queue_index: int  # consumerOffset: the group's next index; -1 if none committed
-    lag: int  # entries the group has yet to consume
+    consumer_queue_index: int  # consumerOffset: the group's next index; 0 if none committed
+    last_timestamp_ms: int  # lastTimestamp: store time of the last message consumed, 0 if none
+
+    @property
+    def lag(self) -> int:
+        """Entries the group has yet to consume (Java's brokerOffset - consumerOffset)."""
+        return max(0, self.broker_queue_index - self.consumer_queue_index)
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerProgress:
-    """MQBOX_CONSUMER_PROGRESS answer."""
+class ConsumeStats:
+    """GET_CONSUME_STATS's ConsumeStats."""
 
-    group: str
-    client_ids: tuple[str, ...]  # clientIds: the group's live consumers on this broker
-    total_lag: int  # totalLag
+    consume_tps: float  # consumeTps
     queues: tuple[QueueProgress, ...]
 
+    @property
+    def total_lag(self) -> int:
+        return sum(queue.lag for queue in self.queues)
 
-def consumer_progress(
+
+def consume_stats(
     client: RemotingCaller,
     group: str,
     topic: str | None = None,
     *,
     timeout_ms: int | None = None,
-) -> ConsumerProgress:
-    """MQBOX_CONSUMER_PROGRESS (10002) over every topic the group is known for, or only `topic`.
-    26 SUBSCRIPTION_GROUP_NOT_EXIST (a group nobody knows) raises RemotingResponseError."""
-    ext = {"consumerGroup": group}
-    if topic is not None:
-        ext["topic"] = topic
-    response = client.invoke(MQBOX_CONSUMER_PROGRESS, ext, timeout_ms=timeout_ms)
-    _expect(client, MQBOX_CONSUMER_PROGRESS, response, ResponseCode.SUCCESS)
-    where = "MQBOX_CONSUMER_PROGRESS"
-    document = _body(response.body, where)
-    queues = []
-    for item in _list(document.get("queues"), f"{where}.queues"):
-        fields = _object(item, f"{where}.queues[]")
-        queues.append(
-            QueueProgress(
-                _text(fields, "topic", where),
-                _int(fields, "queueId", where),
-                _int(fields, "brokerOffset", where),
-                _int(fields, "consumerOffset", where),
-                _int(fields, "lag", where),
+) -> ConsumeStats:
+    """GET_CONSUME_STATS (208) over the topics the broker knows the group for, or only `topic`;
+    an unknown group gives no queues (Java)."""
+    code = RequestCode.GET_CONSUME_STATS
+    ext = admin_bodies.GetConsumeStatsRequestHeader(group, topic).to_ext()
+    response = client.invoke(code, ext, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    where = "ConsumeStats"
+    document = _fastjson(response.body, where)
+    tps = document.get("consumeTps", 0.0)
+    if isinstance(tps, bool) or not isinstance(tps, int | float):
+        raise RemoteProtocolError(f"{where}.consumeTps: {tps!r} is not a number")
+    queues = tuple(
+        QueueProgress(
+            queue.topic,
+            queue.queue_id,
+            _int(row, "brokerOffset", where),
+            _int(row, "consumerOffset", where),
+            _int(row, "lastTimestamp", where),
+        )
+        for queue, row in _queue_table(document, where)
+    )
+    return ConsumeStats(float(tps), queues)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConnection:
+    """Java's Connection: one client of a group on one broker."""
+
+    client_id: str  # clientId
+    client_addr: str  # clientAddr: "ip:port" as the broker sees it
+    language: str  # LanguageCode's name
+    version: int
+
+
+def _connections(document: dict[Any, Any], where: str) -> tuple[ClientConnection, ...]:
+    items = _list(document.get("connectionSet", []), f"{where}.connectionSet")
+    connections = []
+    for item in items:
+        fields = _object(item, f"{where}.connectionSet[]")
+        connections.append(
+            ClientConnection(
+                _text(fields, "clientId", where),
+                _text(fields, "clientAddr", where),
+                _text(fields, "language", where),
+                _int(fields, "version", where),
             )
         )
-    client_ids = tuple(
-        str(item) for item in _list(document.get("clientIds", []), f"{where}.clientIds")
-    )
-    return ConsumerProgress(
-        _text(document, "group", where),
-        client_ids,
-        _int(document, "totalLag", where),
-        tuple(queues),
-    )
+    return tuple(sorted(connections, key=lambda connection: connection.client_id))
+
+
+def consumer_connections(
+    client: RemotingCaller, group: str, *, timeout_ms: int | None = None
+) -> tuple[ClientConnection, ...]:
+    """GET_CONSUMER_CONNECTION_LIST (203): the group's online members; () for 206
+    CONSUMER_NOT_ONLINE."""
+    code = RequestCode.GET_CONSUMER_CONNECTION_LIST
+    response = client.invoke(code, {"consumerGroup": group}, timeout_ms=timeout_ms)
+    if response.code == ResponseCode.CONSUMER_NOT_ONLINE:
+        return ()
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    return _connections(_fastjson(response.body, "ConsumerConnection"), "ConsumerConnection")
+
+
+def producer_connections(
+    client: RemotingCaller, group: str, *, timeout_ms: int | None = None
+) -> tuple[ClientConnection, ...]:
+    """GET_PRODUCER_CONNECTION_LIST (204): the producer group's members; 1 (no member) raises."""
+    code = RequestCode.GET_PRODUCER_CONNECTION_LIST
+    ext = admin_bodies.ProducerGroupRequestHeader(group).to_ext()
+    response = client.invoke(code, ext, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    return _connections(_fastjson(response.body, "ProducerConnection"), "ProducerConnection")
+
+
+def broker_runtime_info(client: RemotingCaller, *, timeout_ms: int | None = None) -> dict[str, str]:
+    """GET_BROKER_RUNTIME_INFO (28): the KVTable's table."""
+    code = RequestCode.GET_BROKER_RUNTIME_INFO
+    response = client.invoke(code, {}, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    return dict(KvTable.from_json(response.body).table)
+
+
+def broker_config(client: RemotingCaller, *, timeout_ms: int | None = None) -> dict[str, str]:
+    """GET_BROKER_CONFIG (26): the Java-properties body as a dict."""
+    code = RequestCode.GET_BROKER_CONFIG
+    response = client.invoke(code, {}, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    try:
+        return parse_properties(response.body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise RemoteProtocolError(
+            f"GET_BROKER_CONFIG: the body is not properties: {error}"
+        ) from None
+
+
+def update_broker_config(
+    client: RemotingCaller, values: dict[str, str], *, timeout_ms: int | None = None
+) -> None:
+    """UPDATE_BROKER_CONFIG (25) with `values` as a Java-properties body; 1 (a key that cannot
+    change at run time, a bad value) raises RemotingResponseError."""
+    code = RequestCode.UPDATE_BROKER_CONFIG
+    body = "".join(f"{key}={value}\n" for key, value in values.items()).encode("utf-8")
+    response = client.invoke(code, {}, body=body, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+
+
+# ---------------------------------------------------------------------------------------------
+# mqbox's own code: 10003
 
 
 @dataclass(frozen=True, slots=True)

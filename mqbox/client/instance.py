@@ -7,8 +7,8 @@ route table (route_table.RouteTable) under one lock, each topic's route refreshe
 ROUTE_REFRESH_INTERVAL_MS and soon after a send failed; one transport.Transport per broker
 address; HEART_BEAT (34) every HEARTBEAT_INTERVAL_MS to every broker address with the groups
 registered here (facts B.11); UNREGISTER_CLIENT (35) when a group leaves; the scheduler thread of
-the periodic tasks; and the requests brokers send (40, 220, 307, 309), handed to the consumer of
-the group they name. Never: choosing queues or retrying sends (producer.py), rebalancing or
+the periodic tasks; and the requests brokers send (40, 220, 221, 307, 309), handed to the consumer
+of the group they name. Never: choosing queues or retrying sends (producer.py), rebalancing or
 pulling (the consumers).
 
 The seam for consumers. A consumer registers its group with an object that has the three
@@ -18,7 +18,7 @@ methods of `ConsumerHooks`:
         hooks.heartbeat_consumer() -> HeartbeatConsumer   its consumerDataSet entry, built at
                                                           every heartbeat (subscriptions included)
         hooks.topics() -> Iterable[str]                    topics whose routes to keep fresh
-        hooks.on_broker_request(transport, request)        40 / 220 / 307 / 309 naming the group
+        hooks.on_broker_request(transport, request)        40/220/221/307/309 naming the group
 
 `on_broker_request` runs on the instance's request thread, never in a transport's reading thread,
 so it may block and make sync calls; it answers with `transport.respond(request, ...)` unless the
@@ -103,6 +103,7 @@ GROUP_FIELD_BY_REQUEST_CODE: Final = {
     int(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED): "consumerGroup",
     int(RequestCode.RESET_CONSUMER_CLIENT_OFFSET): "group",
     int(RequestCode.GET_CONSUMER_RUNNING_INFO): "consumerGroup",
+    int(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT): "group",
     int(RequestCode.CONSUME_MESSAGE_DIRECTLY): "consumerGroup",
 }
 

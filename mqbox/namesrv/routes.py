@@ -449,6 +449,29 @@ class RouteTable:
         """206 GET_ALL_TOPIC_LIST_FROM_NAMESERVER: every topic with queue data, first seen first."""
         return tuple(self._topic_queue_table)
 
+    def topics_of_cluster(self, cluster: str) -> tuple[str, ...]:
+        """224 GET_TOPICS_BY_CLUSTER: the topics with queue data on a broker of `cluster`."""
+        names = self._cluster_addr_table.get(cluster, set())
+        return tuple(
+            topic
+            for topic, queue_datas in self._topic_queue_table.items()
+            if any(broker_name in names for broker_name in queue_datas)
+        )
+
+    def system_topic_list(self) -> tuple[tuple[str, ...], str | None]:
+        """304 GET_SYSTEM_TOPIC_LIST_FROM_NS: (every cluster name and broker name, the address
+        of one registered broker or None), as Java's getSystemTopicList."""
+        names: list[str] = []
+        for cluster, broker_names in sorted(self._cluster_addr_table.items()):
+            names.append(cluster)
+            names.extend(sorted(broker_names))
+        broker_addr = None
+        for entry in self._broker_addr_table.values():
+            if entry.broker_addrs:
+                broker_addr = entry.broker_addrs[min(entry.broker_addrs)]
+                break
+        return tuple(dict.fromkeys(names)), broker_addr
+
     def broker_live(self, broker_addr: str) -> BrokerLiveInfo | None:
         """The live entry of `broker_addr`, for tests and statistics."""
         return self._broker_live_table.get(broker_addr)

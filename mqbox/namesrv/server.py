@@ -86,6 +86,10 @@ from mqbox.namesrv.routes import (
     RouteLimits,
     RouteTable,
 )
+from mqbox.protocol.admin_bodies import (
+    GetKvListByNamespaceRequestHeader,
+    GetTopicsByClusterRequestHeader,
+)
 from mqbox.protocol.codes import (
     DELETE_KV_CONFIG,
     GET_KV_CONFIG,
@@ -218,6 +222,9 @@ class NamesrvRequestHandler:
             PUT_KV_CONFIG: self._put_kv_config,
             GET_KV_CONFIG: self._get_kv_config,
             DELETE_KV_CONFIG: self._delete_kv_config,
+            RequestCode.GET_KVLIST_BY_NAMESPACE: self._kv_list,
+            RequestCode.GET_TOPICS_BY_CLUSTER: self._topics_by_cluster,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self._system_topic_list,
         }
         self._handlers: Final = {int(code): handler for code, handler in handlers.items()}
 
@@ -443,6 +450,38 @@ class NamesrvRequestHandler:
         header = KvConfigRequestHeader.from_ext(request.ext_fields)
         self.routes.kv_delete(header.namespace, header.key)
         return request.make_response(_SUCCESS)
+
+    def _kv_list(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand:
+        """219 GET_KVLIST_BY_NAMESPACE: the namespace's KVTable; 22 with Java's remark when it
+        holds nothing."""
+        header = GetKvListByNamespaceRequestHeader.from_ext(request.ext_fields)
+        table = self.routes.kv_namespace(header.namespace)
+        if not table:
+            return request.make_response(
+                ResponseCode.QUERY_NOT_FOUND,
+                remark=f"No config item, Namespace: {header.namespace}",
+            )
+        return request.make_response(_SUCCESS, body=KvTable(table).to_json())
+
+    def _topics_by_cluster(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand:
+        """224 GET_TOPICS_BY_CLUSTER: TopicList of the topics any broker of the cluster routes
+        (an unknown cluster: an empty list; Java fails there without a remark)."""
+        header = GetTopicsByClusterRequestHeader.from_ext(request.ext_fields)
+        topics = self.routes.topics_of_cluster(header.cluster)
+        return request.make_response(_SUCCESS, body=TopicList(topics).to_json())
+
+    def _system_topic_list(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand:
+        """304 GET_SYSTEM_TOPIC_LIST_FROM_NS: Java's RouteInfoManager.getSystemTopicList, the
+        cluster names and broker names (each is a topic a broker registers), and brokerAddr, one
+        broker's address, which Java's admin then asks for its own system topics (305)."""
+        names, broker_addr = self.routes.system_topic_list()
+        return request.make_response(_SUCCESS, body=TopicList(names, broker_addr).to_json())
 
 
 def log_removed(removed: RemovedBroker, why: str) -> None:

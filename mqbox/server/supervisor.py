@@ -117,6 +117,7 @@ from mqbox.server.home import (
     store_root_of,
 )
 from mqbox.server.runtime import RoleContext
+from mqbox.server.runtime_config import apply_home_overrides
 from mqbox.server.statistics import StatisticsBlock
 from mqbox.server.topology import START_ORDER, RoleKind, RoleSpec, Topology, broker_topology
 from mqbox.store.layout import DIRECTORY_MODE, abort_path
@@ -397,7 +398,10 @@ class Supervisor:
         # and the run files also pass modes 0600 and 0700 explicitly.
         os.umask(PRIVATE_UMASK)
         prepare_home(self.layout.home)
-        broker = load_broker_config(options.broker_config_path)
+        # The runtime keys UPDATE_BROKER_CONFIG persisted in the home win (runtime_config.py).
+        broker = apply_home_overrides(
+            load_broker_config(options.broker_config_path), self.layout.home
+        )
         namesrv_config = load_namesrv_config(options.namesrv_config_path)
         broker = self._check_acl(broker, namesrv_config)
         # The lock first: a second supervisor of this home must not even write to its log.

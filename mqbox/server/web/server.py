@@ -9,8 +9,9 @@ yet, the ACL issue owns that), serves a file outside static/ (the names are a fi
 lets an exception reach the services role's loop (a failing view answers 500 with the reason).
 
 Message lookups and the live group view go through the broker's own remoting port, as any
-client would (VIEW_MESSAGE_BY_ID 33, QUERY_MESSAGE 12, MQBOX_TOPIC_STATUS 10001,
-MQBOX_CONSUMER_PROGRESS 10002), over one blocking connection kept under a lock.
+client would (VIEW_MESSAGE_BY_ID 33, QUERY_MESSAGE 12, GET_TOPIC_STATS_INFO 202,
+GET_CONSUME_STATS 208, GET_CONSUMER_CONNECTION_LIST 203), over one blocking connection kept under
+a lock.
 """
 
 from __future__ import annotations
@@ -256,14 +257,15 @@ class WebEndpoint:
 
     def group(self, query: Mapping[str, str]) -> dict[str, Any]:
         name = _required(query, "name")
-        progress = self._ask(admin_api.consumer_progress, name)
+        progress = self._ask(admin_api.consume_stats, name)
+        members = self._ask(admin_api.consumer_connections, name)
         with self.sources.lock:
             history = self.sources.history
             topics = {queue.topic for queue in progress.queues}
             rates = {topic: history.rate(GROUP_GET_NUMS, f"{topic}@{name}") for topic in topics}
         return {
-            "group": progress.group,
-            "members": list(progress.client_ids),
+            "group": name,
+            "members": [member.client_id for member in members],
             "lag_total": progress.total_lag,
             "get_tps_by_topic": rates,
             "queues": [

@@ -10,8 +10,8 @@ anything a role owns (it only reads), or speaks HTTP (server.py does).
 
 Lag is computed from admin.0's saved consumerOffset.json (saved at most every 5 s while offsets
 change, docs/metrics.md) against the dispatcher's per-queue counts, so it may be up to that much
-behind; the dashboard's group page asks the broker itself (MQBOX_CONSUMER_PROGRESS, 10002) for
-the live figure and the members.
+behind; the dashboard's group page asks the broker itself (GET_CONSUME_STATS 208,
+GET_CONSUMER_CONNECTION_LIST 203) for the live figure and the members.
 """
 
 from __future__ import annotations

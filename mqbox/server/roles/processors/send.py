@@ -74,7 +74,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mqbox._jit import kernel
-from mqbox.config import delay_level_durations_ms
+from mqbox.config import BrokerConfig, delay_level_durations_ms
 from mqbox.errors import AutoCreateLimitError, MessageIllegalError, MqboxError
 from mqbox.ipc.ring import Ring
 from mqbox.message import (
@@ -475,6 +475,11 @@ class SendProcessor(Processor):
         self.stats = runtime.statistics_writer(ctx)
 
     # -- requests ---------------------------------------------------------------------------------
+
+    def on_broker_config(self, broker: BrokerConfig) -> None:
+        """autoCreateTopicEnable and autoCreateSubscriptionGroup are read from the topic
+        store's copy (server/runtime_config.py)."""
+        self.topics.broker = broker
 
     @handles(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
     def _send(self, request: Request) -> None:

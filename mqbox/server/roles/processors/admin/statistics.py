@@ -12,27 +12,19 @@ them (docs/metrics.md section 4).
 
 from __future__ import annotations
 
-from typing import Any
-
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import RemotingCommand, dumps_json
 from mqbox.protocol.headers import ViewBrokerStatsDataRequestHeader
-from mqbox.run_files import read_json
 from mqbox.server.roles.processors import Request, handles
 from mqbox.server.roles.processors.admin.base import AdminBase, _shown
 from mqbox.server.statistics_history import (
     runtime_info_from_document,
-    statistics_file_path,
     stats_item_from_document,
 )
 
 
 class BrokerStatistics(AdminBase):
     """Handlers of the broker statistics codes (any admin processor)."""
-
-    def published_statistics(self) -> dict[str, Any] | None:
-        """The sampler's last document; None before its first write (or without a sampler)."""
-        return read_json(statistics_file_path(self.ctx.home))
 
     def runtime_statistics(self) -> dict[str, str]:
         """The statistics keys of GET_BROKER_RUNTIME_INFO (28), every value a string."""
