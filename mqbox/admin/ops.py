@@ -32,6 +32,7 @@ import psutil
 from mqbox.config import (
     BrokerConfig,
     NamesrvConfig,
+    ignored_keys_warning,
     load_broker_config,
     load_namesrv_config,
 )
@@ -75,6 +76,18 @@ def load_configs(broker_conf: Path | None) -> tuple[NamesrvConfig, BrokerConfig]
     namesrv = load_namesrv_config(namesrv_path)
     broker = load_broker_config(broker_path)
     return namesrv, broker
+
+
+def ignored_key_warnings(broker_conf: Path | None) -> list[str]:
+    """One line per configuration file `mqbox start` reads that has keys mqbox ignores.
+    ConfigError if a file does not load (a refused key among them)."""
+    namesrv, broker = load_configs(broker_conf)
+    namesrv_path, broker_path = config_paths(broker_conf)
+    lines = [
+        ignored_keys_warning(namesrv_path or "namesrv", namesrv.unknown_keys),
+        ignored_keys_warning(broker_path, broker.unknown_keys),
+    ]
+    return [line for line in lines if line is not None]
 
 
 def namesrv_addr(option: str | None) -> str:
@@ -193,7 +206,7 @@ def start_daemon(
                 f"see {output_path}"
             ) from None
         raise MqboxError(
-            f"the appliance exited with status {error.status}: {_last_line(output_path)}"
+            f"the appliance exited with status {error.status}: {last_line(output_path)}"
         ) from None
     except BaseException:
         launch.stop(popen, STOP_TIMEOUT_S_DEFAULT)
@@ -205,7 +218,8 @@ def start_daemon(
     return report
 
 
-def _last_line(path: Path) -> str:
+def last_line(path: Path) -> str:
+    """The last line of a log file, for an error message."""
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
     except OSError:
@@ -234,6 +248,23 @@ def _supervisor_pid(home: Path) -> int | None:
         return int(HomeLayout(home).pid_path.read_text(encoding="utf-8").strip())
     except (OSError, ValueError):
         return None
+
+
+def supervisor_running(home: Path) -> bool:
+    """True if the supervisor recorded in `home` runs (an mqbox process, not a reused pid)."""
+    from mqbox.server.home import read_state
+
+    recorded = (read_state(home) or {}).get("supervisor") or {}
+    pid = int(recorded.get("pid") or _supervisor_pid(home) or 0)
+    process = _live(pid, recorded.get("create_time")) if pid else None
+    return process is not None and _looks_like_mqbox(process)
+
+
+def read_last_stop_reason(home: Path) -> str:
+    """Why the last run in `home` stopped after a failure; "" if it did not."""
+    from mqbox.server.home import read_last_stop
+
+    return str((read_last_stop(home) or {}).get("reason") or "")
 
 
 def _live(pid: int, create_time: float | None) -> psutil.Process | None:

@@ -24,6 +24,7 @@ from typing import Final, NamedTuple
 from mqbox.protocol.codes import RequestCode
 from mqbox.protocol.mqbox_codes import (
     INVOKE_BROKER_TO_RESET_OFFSET,
+    MQBOX_BROKER_STATUS,
     MQBOX_CONSUMER_PROGRESS,
     MQBOX_NOOP,
     MQBOX_PULL_STATUS,
@@ -76,6 +77,8 @@ ROUTES: Final[Mapping[int, Route]] = {
     RequestCode.VIEW_MESSAGE_BY_ID: _ADMIN,
     RequestCode.QUERY_MESSAGE: _ADMIN,
     MQBOX_TOPIC_STATUS: _ADMIN,
+    # admin/broker_status.py
+    MQBOX_BROKER_STATUS: _ADMIN,
     # admin/topics.py
     RequestCode.UPDATE_AND_CREATE_TOPIC: _ADMIN,
     RequestCode.DELETE_TOPIC_IN_BROKER: _ADMIN,

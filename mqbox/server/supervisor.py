@@ -85,7 +85,13 @@ import psutil
 
 from mqbox import _jit
 from mqbox.clock import wall_clock_ms
-from mqbox.config import BrokerConfig, RestartConfig, load_broker_config, load_namesrv_config
+from mqbox.config import (
+    BrokerConfig,
+    RestartConfig,
+    ignored_keys_warning,
+    load_broker_config,
+    load_namesrv_config,
+)
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
@@ -205,6 +211,9 @@ class ApplianceOptions:
     topology: str | None = None
     run_namesrv: bool = True
     namesrv_module: str = "mqbox.namesrv"
+    # With run_namesrv False: the name server(s) to register with instead of namesrvAddr (a
+    # layout's brokers get the address of the name server `mqbox start --layout` started).
+    namesrv_addr: str | None = None
     ready_timeout_s: float | None = None  # None = per kind (long for the store roles)
     stop_timeout_s: float | None = None  # None = per kind (long for the store writer)
     # Deaths of one role within the restart window; None = mqboxRoleRestartCountMax.
@@ -384,6 +393,8 @@ class Supervisor:
         os.umask(PRIVATE_UMASK)
         prepare_home(self.layout.home)
         broker = load_broker_config(options.broker_config_path)
+        if options.namesrv_addr is not None:
+            broker = dataclasses.replace(broker, namesrv_addr=options.namesrv_addr)
         namesrv_config = load_namesrv_config(options.namesrv_config_path)
         # The lock first: a second supervisor of this home must not even write to its log.
         self._lock_home()
@@ -392,12 +403,16 @@ class Supervisor:
             stderr_level=logging.WARNING if options.log_to_stderr else None,
         )
         log.info("starting in %s (pid %d)", self.layout.home, os.getpid())
+        ignored = ignored_keys_warning(options.broker_config_path or "", broker.unknown_keys)
+        if ignored is not None:
+            log.info("%s", ignored)
         # Every role and the name server inherit the limit: each connection is a descriptor, and
         # the usual soft limit (1024) is far below what mqboxConnectionCountMax allows.
         soft_before, soft_now = raise_file_limit()
         log.info("descriptor limit: soft %d (was %d)", soft_now, soft_before)
-        with contextlib.suppress(FileNotFoundError):
-            self.layout.last_stop_path.unlink()
+        for stale_path in (self.layout.last_stop_path, self.layout.ha_state_path):
+            with contextlib.suppress(FileNotFoundError):
+                stale_path.unlink()
         self._restarts = broker.restarts
         self.instance = instance_name(self.layout.home, broker.broker_name)
         self._sweep_stale(self.instance)
@@ -410,7 +425,8 @@ class Supervisor:
         self._listen_socket = self._bind_broker(broker.broker_ip1 or "127.0.0.1", broker_port)
         bound_port = int(self._listen_socket.getsockname()[1])
         self.broker_address = f"{broker.broker_ip1 or '127.0.0.1'}:{bound_port}"
-        broker = dataclasses.replace(broker, listen_port=bound_port)
+        # RocketMQ's BrokerStartup sets haListenPort to listenPort + 1 whatever the file says.
+        broker = dataclasses.replace(broker, listen_port=bound_port, ha_listen_port=bound_port + 1)
         factory: TopologyFactory = broker_topology
         if options.topology is not None:
             factory = resolve_callable(options.topology)
@@ -1313,6 +1329,9 @@ class Supervisor:
             "broker": {
                 "broker_name": self.broker.broker_name if self.broker else "",
                 "cluster_name": self.broker.broker_cluster_name if self.broker else "",
+                "broker_id": self.broker.broker_id if self.broker else 0,
+                "broker_role": self.broker.broker_role.value if self.broker else "",
+                "ha_port": self.broker.ha_listen_port if self.broker else 0,
                 "address": self.broker_address,
                 "namesrv_addr": self.broker.namesrv_addr if self.broker else "",
                 "store_root": str(self.store_root) if self.store_root else "",
@@ -1400,6 +1419,7 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--topology", help="module:function building the topology (tests)")
     parser.add_argument("--namesrv-module", default="mqbox.namesrv")
     parser.add_argument("--no-namesrv", action="store_true", help="use namesrvAddr as it is")
+    parser.add_argument("--namesrv-addr", help="with --no-namesrv: register here, not namesrvAddr")
     parser.add_argument("--ready-timeout-s", type=float)
     parser.add_argument("--stop-timeout-s", type=float)
     parser.add_argument(
@@ -1423,6 +1443,7 @@ def options_from_arguments(arguments: argparse.Namespace) -> ApplianceOptions:
         topology=arguments.topology,
         run_namesrv=not arguments.no_namesrv,
         namesrv_module=arguments.namesrv_module,
+        namesrv_addr=arguments.namesrv_addr,
         ready_timeout_s=arguments.ready_timeout_s,
         stop_timeout_s=arguments.stop_timeout_s,
         restart_count_max=arguments.restart_count_max,

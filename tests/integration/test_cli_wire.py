@@ -198,8 +198,13 @@ def test_cluster_list_names_the_broker(appliance: Appliance) -> None:
     assert broker["broker_id"] == 0
     assert broker["address"] == appliance.broker
     assert broker["broker_name"] == "broker-a"
+    assert broker["role"] == "ASYNC_MASTER"
+    assert broker["version"].startswith("mqbox")
+    # Replication has not reported (no run/ha.json): its columns say so.
+    assert (broker["ha_state"], broker["slave_lag_bytes"]) == ("n/a", None)
     text = ok(appliance, "cluster", "list")
-    assert "master" in text
+    assert "ASYNC_MASTER" in text
+    assert "n/a" in text
     assert appliance.broker in text
 
 

@@ -39,6 +39,7 @@ from mqbox.server.roles.processors.admin.base import (
     HOUSEKEEPING_INTERVAL_NS,
     AdminStatistics,
 )
+from mqbox.server.roles.processors.admin.broker_status import BrokerStatus
 from mqbox.server.roles.processors.admin.clients import ClientManagement
 from mqbox.server.roles.processors.admin.offsets import ConsumerOffsetHandlers
 from mqbox.server.roles.processors.admin.queries import StoreQueries
@@ -52,8 +53,10 @@ log = logging.getLogger("mqbox.admin")
 __all__ = ["AdminProcessor", "main"]
 
 
-class AdminProcessor(ClientManagement, ConsumerOffsetHandlers, StoreQueries, TopicAdmin):
-    """The admin role: the four sections of handlers and the hooks of the loop."""
+class AdminProcessor(
+    ClientManagement, ConsumerOffsetHandlers, StoreQueries, TopicAdmin, BrokerStatus
+):
+    """The admin role: the sections of handlers and the hooks of the loop."""
 
     def _on_stop_requested(self) -> None:
         """The base's stop, plus the offsets saved before an orderly exit (SIGTERM)."""
