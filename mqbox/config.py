@@ -126,7 +126,7 @@ class BrokerConfig:
     broker_ip1: str = "127.0.0.1"  # brokerIP1: the address clients are told to use
     broker_ip2: str = ""  # brokerIP2: the HA address slaves are told to use; "" = brokerIP1
     # haListenPort. RocketMQ's BrokerStartup overrides it with listenPort + 1 whatever the file
-    # says, and so does the supervisor once the listening port is bound (docs/protocol.md 4.7).
+    # says, and so does the supervisor once the listening port is bound (docs/layout.md).
     ha_listen_port: int = BROKER_PORT_DEFAULT + 1
     ha_master_address: str = ""  # haMasterAddress: a slave's fixed master HA address; "" = learn
     slave_read_enable: bool = False  # slaveReadEnable: the master may send pulls to a slave

@@ -18,7 +18,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,10 +27,10 @@ import pytest
 
 from mqbox.ipc import names
 from mqbox.server.home import HomeLayout, read_state, recorded_processes
+from tests.support.cli import REPO_ROOT, environment, mqbox_command, run_mqbox
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # Empty: these tests start the real broker (every role of topology.broker_topology).
 ROLE_ARGS: tuple[str, ...] = ()
 # The first start on a machine compiles every kernel; later ones load numba's cache.
@@ -39,32 +38,8 @@ START_TIMEOUT_S = 300.0
 MEMORY_BUDGET_BYTES = 500 << 20
 
 
-def mqbox_command() -> list[str]:
-    script = Path(sys.executable).with_name("mqbox")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "from mqbox.admin.cli import main; main()"]
-
-
-def environment() -> dict[str, str]:
-    """PYTHONPATH reaches tests/support when the console script runs the appliance in-process."""
-    path = os.environ.get("PYTHONPATH", "")
-    return {
-        **os.environ,
-        "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{path}" if path else str(REPO_ROOT),
-    }
-
-
 def mqbox(*arguments: str, timeout_s: float = START_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*mqbox_command(), *arguments],
-        cwd=REPO_ROOT,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+    return run_mqbox(*arguments, timeout_s=timeout_s)
 
 
 def appliance_pids(home: Path) -> list[int]:

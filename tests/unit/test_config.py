@@ -307,5 +307,5 @@ def test_a_layout_refuses_a_broker_twice_colliding_ports_and_unknown_keys(tmp_pa
     with pytest.raises(ConfigError, match="unknown key 'colour'"):
         load_layout(odd)
     refused = _write_layout(tmp_path / "refused", {"a.conf": "aclEnable = true\n"})
-    with pytest.raises(ConfigError, match="a.conf: aclEnable=true"):
+    with pytest.raises(ConfigError, match=r"a\.conf: aclEnable=true"):
         load_layout(refused)
