@@ -159,6 +159,8 @@ def start(
         except MqboxError as error:
             fail(str(error))
         return
+    if layout_ops.is_layout_home(home):
+        fail(f"{ops.home_dir(home)} holds a layout: `start --layout DIR` or `start --broker NAME`")
     try:
         for line in ops.ignored_key_warnings(config):
             print(f"mqbox: warning: {line}", file=sys.stderr)

@@ -136,6 +136,14 @@ def is_layout_home(home: Path | None) -> bool:
     return read_layout_state(ops.home_dir(home)) is not None
 
 
+def running_brokers(home: Path) -> list[str]:
+    """The brokers of the layout recorded in `home` whose supervisors run."""
+    state = read_layout_state(home) or {}
+    names = [str(broker.get("name")) for broker in state.get("brokers") or []]
+    paths = HomeLayout(home)
+    return [name for name in names if ops.supervisor_running(paths.broker_home(name))]
+
+
 def broker_home(home: Path | None, name: str) -> Path:
     """The home of broker `name` of the layout started in `home`; MqboxError if there is no
     layout there or it has no such broker."""
@@ -182,6 +190,12 @@ def start_layout(
     paths = prepare_home(home_path)
     lock_fd = lock_home(paths)  # MqboxError if anything runs in this home
     try:
+        still_running = running_brokers(home_path)  # the name server of their layout died
+        if still_running:
+            raise MqboxError(
+                f"brokers of an earlier layout still run in {home_path} "
+                f"({', '.join(still_running)}); `mqbox stop --home {home_path}` stops them"
+            )
         namesrv_process, namesrv_address = _start_namesrv(
             paths,
             layout,
@@ -386,8 +400,7 @@ def stop_layout(
     if state is None:
         raise MqboxError(f"no layout runs in {home_path}")
     paths = HomeLayout(home_path)
-    names = [str(broker["name"]) for broker in state.get("brokers") or []]
-    running = [name for name in names if ops.supervisor_running(paths.broker_home(name))]
+    running = running_brokers(home_path)
     results: list[ops.StopResult] = []
     killed: list[str] = []
     if running:

@@ -126,6 +126,7 @@ EXIT_ROLE_BUG: Final = 70  # a role's main() returned or raised (EX_SOFTWARE)
 
 
 LISTEN_BACKLOG: Final = 1024
+FREE_PORT_PAIR_ATTEMPTS: Final = 20  # port 0: tries at a port whose HA port (+1) is free too
 PRIVATE_UMASK: Final = 0o077
 # Starting: the store writer and the dispatcher may run a long recovery before they are ready.
 READY_TIMEOUT_S_DEFAULT: Final = 60.0
@@ -583,6 +584,16 @@ class Supervisor:
                 )
 
     def _bind_broker(self, host: str, port: int) -> socket.socket:
+        """The broker's listening socket on host:port. With port 0, a free port whose successor
+        (the HA port, listenPort + 1) is free too, as far as a probe can tell."""
+        for _ in range(FREE_PORT_PAIR_ATTEMPTS if port == 0 else 1):
+            sock = self._bind_broker_once(host, port)
+            if port != 0 or _port_free(host, int(sock.getsockname()[1]) + 1):
+                break
+            sock.close()
+        return sock
+
+    def _bind_broker_once(self, host: str, port: int) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -1380,15 +1391,26 @@ def _namesrv_preexec() -> None:
     runtime.set_parent_death_signal(signal.SIGTERM)
 
 
-def _check_port_free(what: str, host: str, port: int) -> None:
-    """MqboxError if nothing could listen on host:port now (a clear message beats the child's)."""
+def _port_problem(host: str, port: int) -> str | None:
+    """Why nothing could listen on host:port now; None if something could."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as error:
-            reason = error.strerror or str(error)
-            raise MqboxError(f"{what} cannot listen on {host}:{port}: {reason}") from None
+            return error.strerror or str(error)
+    return None
+
+
+def _port_free(host: str, port: int) -> bool:
+    return port <= 65535 and _port_problem(host, port) is None
+
+
+def _check_port_free(what: str, host: str, port: int) -> None:
+    """MqboxError if nothing could listen on host:port now (a clear message beats the child's)."""
+    reason = _port_problem(host, port)
+    if reason is not None:
+        raise MqboxError(f"{what} cannot listen on {host}:{port}: {reason}")
 
 
 def _last_line(path: Path | None) -> str:

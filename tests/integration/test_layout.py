@@ -14,6 +14,9 @@ run files' PIDs and killed in the end.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,11 +27,14 @@ import pytest
 
 from mqbox.ipc import names
 from mqbox.server.home import instance_name, read_state
+from tests.support.cli import REPO_ROOT, environment, mqbox_command
 from tests.support.layout import (
     EXAMPLE_2M_2S,
     RunningLayout,
+    kill_all,
     layout_pids,
     mqbox,
+    parse_started,
     running_layout,
 )
 
@@ -144,6 +150,9 @@ def test_a_2m_2s_layout_starts_serves_stops_one_broker_and_stops(tmp_path: Path)
         second = mqbox("start", "--home", str(home), "--layout", str(EXAMPLE_2M_2S))
         assert second.returncode != 0
         assert "already running" in second.stderr
+        single = mqbox("start", "--daemon", "--home", str(home), "--broker-port", "0")
+        assert single.returncode != 0
+        assert "holds a layout" in single.stderr
         unknown = mqbox("stop", "--home", str(home), "--broker", "broker-c")
         assert unknown.returncode != 0
         assert "broker-c" in unknown.stderr
@@ -160,6 +169,62 @@ def test_a_2m_2s_layout_starts_serves_stops_one_broker_and_stops(tmp_path: Path)
         after = mqbox("status", "--home", str(home))
         assert after.returncode != 0
         assert "not running" in after.stderr
+
+
+def test_a_foreground_layout_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
+    home = tmp_path / "layout"
+    command = [*mqbox_command(), "start", "--home", str(home), "--layout", str(EXAMPLE_2M_2S)]
+    command += ["--namesrv-port", "0", "--broker-port", "0"]
+    popen = subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        env=environment(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a process group of its own, as a terminal would give it
+    )
+    pids: list[int] = [popen.pid]
+    try:
+        assert popen.stdout is not None
+        lines = [popen.stdout.readline() for _ in range(2 + len(ROLES))]
+        assert set(parse_started(home, "".join(lines)).brokers) == set(ROLES), lines
+        pids += layout_pids(home)
+        os.killpg(popen.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
+        assert popen.wait(timeout=120) == 0, popen.stderr.read() if popen.stderr else ""
+        assert "layout stopped" in popen.stdout.read()
+        wait_until(lambda: gone(pids), "every process of the layout to end", 20)
+        assert not (home / "run" / "layout.json").exists()
+    finally:
+        pids += layout_pids(home)
+        kill_all(pids)
+        for stream in (popen.stdout, popen.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.mark.crash
+def test_brokers_outliving_a_killed_name_server_block_a_new_start_and_stop_ends_them(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "layout"
+    with running_layout(home) as layout:
+        namesrv_pid = int(json_of("status", "--home", str(home))["namesrv_pid"])
+        broker_pids = [pid for pid in layout_pids(home) if pid != namesrv_pid]
+        os.kill(namesrv_pid, signal.SIGKILL)
+        wait_until(lambda: gone([namesrv_pid]), "the name server to die")
+        status = mqbox("status", "--home", str(home))
+        assert status.returncode != 0
+        assert "name server is not running" in status.stderr
+        again = mqbox("start", "--home", str(home), "--layout", str(EXAMPLE_2M_2S))
+        assert again.returncode != 0
+        assert "brokers of an earlier layout still run" in again.stderr
+        assert not gone(broker_pids)  # the refused start touched nothing
+        stopped = mqbox("stop", "--home", str(home))
+        assert stopped.returncode == 0, stopped.stderr
+        wait_until(lambda: gone(broker_pids), "every broker to end", 20)
+        assert layout.brokers  # the layout had started
 
 
 def _conf(path: Path, text: str) -> Path:
