@@ -27,7 +27,7 @@ import pytest
 
 from mqbox.ipc import names
 from mqbox.server.home import HomeLayout, read_state, recorded_processes
-from tests.support.cli import REPO_ROOT, environment, mqbox_command, run_mqbox
+from tests.support.cli import foreground_mqbox, run_mqbox
 
 pytestmark = pytest.mark.integration
 
@@ -165,18 +165,9 @@ def test_daemon_start_status_stop(home: Path) -> None:
 
 @pytest.mark.usefixtures("cleanup")
 def test_foreground_start_stops_everything_on_ctrl_c(home: Path, reap_pids: list[int]) -> None:
-    command = [*mqbox_command(), "start", "--home", str(home)]
+    command = ["start", "--home", str(home)]
     command += ["--namesrv-port", "0", "--broker-port", "0", *ROLE_ARGS]
-    popen = subprocess.Popen(
-        command,
-        cwd=REPO_ROOT,
-        env=environment(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # a process group of its own, as a terminal would give it
-    )
+    popen = foreground_mqbox(*command)
     reap_pids.append(popen.pid)
     try:
         assert popen.stdout is not None

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +26,7 @@ import pytest
 
 from mqbox.ipc import names
 from mqbox.server.home import instance_name, read_state
-from tests.support.cli import REPO_ROOT, environment, mqbox_command
+from tests.support.cli import foreground_mqbox
 from tests.support.layout import (
     EXAMPLE_2M_2S,
     RunningLayout,
@@ -173,18 +172,9 @@ def test_a_2m_2s_layout_starts_serves_stops_one_broker_and_stops(tmp_path: Path)
 
 def test_a_foreground_layout_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     home = tmp_path / "layout"
-    command = [*mqbox_command(), "start", "--home", str(home), "--layout", str(EXAMPLE_2M_2S)]
+    command = ["start", "--home", str(home), "--layout", str(EXAMPLE_2M_2S)]
     command += ["--namesrv-port", "0", "--broker-port", "0"]
-    popen = subprocess.Popen(
-        command,
-        cwd=REPO_ROOT,
-        env=environment(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # a process group of its own, as a terminal would give it
-    )
+    popen = foreground_mqbox(*command)
     pids: list[int] = [popen.pid]
     try:
         assert popen.stdout is not None

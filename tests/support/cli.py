@@ -39,3 +39,18 @@ def run_mqbox(*arguments: str, timeout_s: float) -> subprocess.CompletedProcess[
         timeout=timeout_s,
         check=False,
     )
+
+
+def foreground_mqbox(*arguments: str) -> subprocess.Popen[str]:
+    """`mqbox ARGUMENTS` running on, in a process group of its own as a terminal would give it
+    (os.killpg(pid, SIGINT) is a Ctrl-C), its stdout and stderr as text pipes."""
+    return subprocess.Popen(
+        [*mqbox_command(), *arguments],
+        cwd=REPO_ROOT,
+        env=environment(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
