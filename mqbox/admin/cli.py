@@ -251,7 +251,14 @@ def status(
     print(f"mqbox {report.status} in {report.home}")
     if report.reason:
         print(f"broker restarts: {report.broker_restarts}, the last for: {report.reason}")
-    print(f"namesrv {report.namesrv or '-'}   broker {report.broker_name} {report.broker}")
+    print(
+        f"namesrv {report.namesrv or '-'}   broker {report.broker_name} {report.broker} "
+        f"{report.broker_role} brokerId {report.broker_id}"
+    )
+    print(
+        f"replication {report.ha_state}   slave lag {_count_or_na(report.slave_lag_bytes)} bytes, "
+        f"{_count_or_na(report.slave_lag_messages)} messages"
+    )
     print(
         f"store {report.store_root}: {_megabytes(report.store_size_bytes)} MB"
         f"   memory (PSS anon + shmem): {_megabytes(report.pss_bytes)} MB"

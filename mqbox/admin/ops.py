@@ -427,6 +427,8 @@ class ApplianceStatus:
     namesrv: str  # ip:port
     broker: str  # ip:port
     broker_name: str
+    broker_id: int
+    broker_role: str  # ASYNC_MASTER, SYNC_MASTER or SLAVE
     instance: str
     store_root: str
     store_size_bytes: int
@@ -434,6 +436,10 @@ class ApplianceStatus:
     broker_restarts: int  # times every role of the broker was restarted after a critical death
     # Why it restarted last (while running) or stopped (after a failure); "" if neither happened.
     reason: str
+    # Replication as run/ha.json reports it (server/home.HaState); "n/a" and None until it does.
+    ha_state: str
+    slave_lag_bytes: int | None
+    slave_lag_messages: int | None
 
     @property
     def pss_bytes(self) -> int:
@@ -493,7 +499,7 @@ def disk_usage_bytes(root: Path) -> int:
 
 def status(home: Path | None) -> ApplianceStatus:
     """Every process of the appliance in `home`, measured now (CPU over CPU_SAMPLE_S)."""
-    from mqbox.server.home import read_last_stop, read_state
+    from mqbox.server.home import read_ha_state, read_last_stop, read_state
 
     home = home_dir(home)
     state = read_state(home) or {}
@@ -582,6 +588,7 @@ def status(home: Path | None) -> ApplianceStatus:
             )
         )
     store_root = str(broker.get("store_root", ""))
+    ha = read_ha_state(home)
     last_failure = state.get("last_failure") if running else read_last_stop(home)
     return ApplianceStatus(
         home=home,
@@ -590,12 +597,17 @@ def status(home: Path | None) -> ApplianceStatus:
         namesrv=f"{namesrv.get('host')}:{namesrv.get('port')}" if namesrv.get("port") else "",
         broker=broker_address,
         broker_name=str(broker.get("broker_name", "")),
+        broker_id=int(broker.get("broker_id") or 0),
+        broker_role=str(broker.get("broker_role", "")),
         instance=str(state.get("instance", "")),
         store_root=store_root,
         store_size_bytes=disk_usage_bytes(Path(store_root)) if store_root else 0,
         processes=tuple(measured),
         broker_restarts=int(state.get("broker_restarts") or 0) if running else 0,
         reason=str((last_failure or {}).get("reason") or ""),
+        ha_state=ha.state,
+        slave_lag_bytes=ha.slave_lag_bytes,
+        slave_lag_messages=ha.slave_lag_messages,
     )
 
 
