@@ -4,17 +4,28 @@ Owns: the key names, their defaults, units and bounds, and the parser of Java-pr
 Never: reads the environment beyond the explicit overrides its callers pass, or starts anything.
 
 RocketMQ's own key names are used where RocketMQ has one, so a RocketMQ `broker.conf` loads as it
-is: keys mqbox does not know are kept in `unknown_keys` and ignored, the way the Java broker ignores
-them. Keys that only mqbox has (pool sizes) start with `mqbox`. Both RocketMQ spellings of the
-segment-size keys are accepted (`mapedFileSize...` in 4.x up to 4.5, `mappedFileSize...` later).
+is. A key mqbox does not know is one of three things: a RocketMQ key that changes what the broker
+does and that mqbox does not implement (`REFUSED_BROKER_KEYS`, the one table of them: set to
+anything but RocketMQ's default it is a ConfigError naming the key and the file, so a broker never
+silently behaves unlike its configuration); a key starting with `mqbox` that mqbox does not have
+(a typo of one of its own keys: a ConfigError with the nearest names); or anything else, a tuning
+knob that is harmless to ignore, kept in `unknown_keys` (`ignored_keys_warning` is the one line
+`mqbox start` prints about them). Keys that only mqbox has (pool sizes) start with `mqbox`. Both
+RocketMQ spellings of the segment-size keys are accepted (`mapedFileSize...` in 4.x up to 4.5,
+`mappedFileSize...` later).
+
+A layout (`load_layout`, `mqbox start --layout`) names a name server file and several broker files
+in one `mqbox.conf`; `member_name` is how one broker of it is named on the command line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import difflib
 import enum
 import ipaddress
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +132,12 @@ class BrokerConfig:
     broker_ip1: str = "127.0.0.1"  # brokerIP1: the address clients are told to use
     # the IPv4 address the listener binds; "" = brokerIP1 (docs/security.md)
     listen_address: str = ""  # mqboxListenAddress
-    ha_listen_port: int = BROKER_PORT_DEFAULT + 1  # haListenPort
+    broker_ip2: str = ""  # brokerIP2: the HA address slaves are told to use; "" = brokerIP1
+    # haListenPort. RocketMQ's BrokerStartup overrides it with listenPort + 1 whatever the file
+    # says, and so does the supervisor once the listening port is bound (docs/layout.md).
+    ha_listen_port: int = BROKER_PORT_DEFAULT + 1
+    ha_master_address: str = ""  # haMasterAddress: a slave's fixed master HA address; "" = learn
+    slave_read_enable: bool = False  # slaveReadEnable: the master may send pulls to a slave
     store_path_root_dir: str = ""  # storePathRootDir; "" = <home>/store/<brokerName>
     commit_log_segment_size_bytes: int = 1 << 30  # mapedFileSizeCommitLog
     consume_queue_entry_count: int = 300_000  # mapedFileSizeConsumeQueue / 20
@@ -275,7 +291,10 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "listenPort": ("listen_port", _PORT),
     "brokerIP1": ("broker_ip1", str.strip),
     "mqboxListenAddress": ("listen_address", _optional_listen_address),
+    "brokerIP2": ("broker_ip2", str.strip),
     "haListenPort": ("ha_listen_port", _PORT),
+    "haMasterAddress": ("ha_master_address", str.strip),
+    "slaveReadEnable": ("slave_read_enable", _parse_bool),
     "storePathRootDir": ("store_path_root_dir", str.strip),
     "mapedFileSizeCommitLog": ("commit_log_segment_size_bytes", _int_in(4096, 1 << 40)),
     "mappedFileSizeCommitLog": ("commit_log_segment_size_bytes", _int_in(4096, 1 << 40)),
@@ -392,14 +411,97 @@ def parse_properties(text: str) -> dict[str, str]:
     return result
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RefusedKey:
+    """A RocketMQ broker key that changes behaviour and that mqbox does not implement."""
+
+    # The value with which RocketMQ behaves as mqbox does (booleans compare as booleans);
+    # None: any value at all changes what RocketMQ does.
+    harmless: str | None
+    does: str  # what RocketMQ does with it, for the error
+
+
+# The one table of refused keys (RocketMQ 4.9's BrokerConfig and MessageStoreConfig). A branch that
+# implements one of these adds it to _BROKER_KEYS and drops its row here.
+REFUSED_BROKER_KEYS: Mapping[str, RefusedKey] = {
+    "enablePropertyFilter": RefusedKey("false", "lets consumers subscribe with SQL92 filters"),
+    "filterSupportRetry": RefusedKey("false", "applies SQL92 filters to retry topics"),
+    "enableCalcFilterBitMap": RefusedKey("false", "builds filter bit maps at dispatch"),
+    "enableConsumeQueueExt": RefusedKey("false", "writes extended consume-queue files"),
+    "transientStorePoolEnable": RefusedKey(
+        "false", "writes the CommitLog through an off-heap buffer pool"
+    ),
+    "enableDLegerCommitLog": RefusedKey("false", "replicates the CommitLog with DLedger (Raft)"),
+    "duplicationEnable": RefusedKey("false", "keeps a slave's store times as the master's"),
+    "offsetCheckInSlave": RefusedKey("false", "lets a slave answer OFFSET_MOVED"),
+    "enableLmq": RefusedKey("false", "enables light message queues"),
+    "enableMultiDispatch": RefusedKey("false", "dispatches one message to several queues"),
+    "traceTopicEnable": RefusedKey("false", "creates the message trace topic"),
+    "rejectTransactionMessage": RefusedKey("false", "refuses transactional messages"),
+    "fetchNamesrvAddrByAddressServer": RefusedKey(
+        "false", "asks an HTTP address server for the name servers"
+    ),
+    "brokerPermission": RefusedKey("6", "makes the whole broker read-only or write-only"),
+    "startAcceptSendRequestTimeStamp": RefusedKey("0", "refuses sends before a time"),
+    "storePathCommitLog": RefusedKey(None, "keeps the CommitLog outside storePathRootDir"),
+    "storePathConsumeQueue": RefusedKey(None, "keeps consume queues outside storePathRootDir"),
+    "storePathIndex": RefusedKey(None, "keeps the index outside storePathRootDir"),
+    "readOnlyCommitLogStorePaths": RefusedKey(None, "reads CommitLog segments from more paths"),
+}
+
+
+def _refusal(key: str, text: str, source: str) -> str | None:
+    """Why `key=text` cannot be honoured, or None if it is harmless to ignore."""
+    refused = REFUSED_BROKER_KEYS.get(key)
+    if refused is not None:
+        harmless = refused.harmless
+        if harmless is not None:
+            if harmless in ("true", "false"):
+                with contextlib.suppress(ValueError):
+                    if _parse_bool(text) == _parse_bool(harmless):
+                        return None
+            elif text.strip() == harmless:
+                return None
+        return (
+            f"{source}: {key}={text}: RocketMQ {refused.does}, which mqbox does not implement; "
+            + ("remove the key" if harmless is None else f"remove it or set {key}={harmless}")
+        )
+    return None
+
+
+def _unknown_own_key(key: str, keys: Mapping[str, Any], source: str) -> str | None:
+    """The error for an `mqbox...` key mqbox does not have (a typo), or None."""
+    if not key.lower().startswith("mqbox"):
+        return None
+    near = difflib.get_close_matches(key, [k for k in keys if k.startswith("mqbox")], n=2)
+    hint = f"; did you mean {' or '.join(near)}?" if near else ""
+    return f"{source}: {key} is not an mqbox key{hint}"
+
+
+def ignored_keys_warning(source: str | Path, unknown_keys: Sequence[str]) -> str | None:
+    """The one line `mqbox start` prints about keys it ignores, or None if there are none."""
+    if not unknown_keys:
+        return None
+    return f"{source}: ignoring {len(unknown_keys)} key(s) mqbox does not use: " + ", ".join(
+        unknown_keys
+    )
+
+
 def _apply(
-    target: Any, keys: Mapping[str, tuple[str, Any]], values: Mapping[str, str], source: str
+    target: Any,
+    keys: Mapping[str, tuple[str, Any]],
+    values: Mapping[str, str],
+    source: str,
+    refuse: Callable[[str, str, str], str | None] = lambda key, text, source: None,
 ) -> Any:
     top: dict[str, Any] = {}
     nested: dict[str, dict[str, Any]] = {}
     unknown: list[str] = []
     for key, text in values.items():
         if key not in keys:
+            problem = refuse(key, text, source) or _unknown_own_key(key, keys, source)
+            if problem is not None:
+                raise ConfigError(problem)
             unknown.append(key)
             continue
         field_name, parse = keys[key]
@@ -435,7 +537,9 @@ def load_broker_config(
     """Defaults, then the file's keys, then `overrides` (RocketMQ key names)."""
     values = _read(path) if path is not None else {}
     values.update(overrides or {})
-    config: BrokerConfig = _apply(BrokerConfig(), _BROKER_KEYS, values, str(path or "overrides"))
+    config: BrokerConfig = _apply(
+        BrokerConfig(), _BROKER_KEYS, values, str(path or "overrides"), _refusal
+    )
     validate_broker_config(config)
     return config
 
@@ -514,3 +618,102 @@ def delay_level_durations_ms(text: str) -> tuple[int, ...]:
             f"messageDelayLevel has {len(durations)} levels, more than {DELAY_LEVEL_COUNT_MAX}"
         )
     return tuple(durations)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layouts: several brokers (and their name server) started together on one host
+# ---------------------------------------------------------------------------------------------
+
+LAYOUT_FILE_NAME = "mqbox.conf"  # the file `--layout DIRECTORY` reads
+_LAYOUT_KEYS = frozenset({"namesrv", "brokers"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LayoutMember:
+    """One broker of a layout."""
+
+    name: str  # member_name(broker): `--broker NAME`, and its sub-home's directory name
+    config_path: Path
+    broker: BrokerConfig
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LayoutConfig:
+    """A layout file: `namesrv = FILE` (optional) and `brokers = FILE;FILE;...`, paths relative
+    to the layout file."""
+
+    path: Path
+    namesrv_config_path: Path | None
+    namesrv: NamesrvConfig
+    members: tuple[LayoutMember, ...]
+
+    def member(self, name: str) -> LayoutMember:
+        """The broker called `name`; ConfigError naming the ones there are."""
+        for member in self.members:
+            if member.name == name:
+                return member
+        known = ", ".join(member.name for member in self.members)
+        raise ConfigError(f"{self.path}: no broker {name!r} (the layout has {known})")
+
+
+def member_name(broker: BrokerConfig) -> str:
+    """How a layout names a broker: brokerName for the master (brokerId 0), brokerName-s for
+    the slave with brokerId 1, brokerName-sN for brokerId N > 1."""
+    if broker.broker_id == 0:
+        return broker.broker_name
+    if broker.broker_id == 1:
+        return f"{broker.broker_name}-s"
+    return f"{broker.broker_name}-s{broker.broker_id}"
+
+
+def layout_file(path: Path) -> Path:
+    """A layout directory's mqbox.conf, or the file itself."""
+    return path / LAYOUT_FILE_NAME if path.is_dir() else path
+
+
+def load_layout(path: Path) -> LayoutConfig:
+    """Load a layout and every file it names; ConfigError for a bad file, a broker named twice,
+    or fixed ports that collide (a broker's HA port is its listenPort + 1)."""
+    file = layout_file(path.expanduser()).resolve()
+    values = _read(file)
+    for key in values:
+        if key not in _LAYOUT_KEYS:
+            raise ConfigError(f"{file}: unknown key {key!r} (a layout has namesrv and brokers)")
+    base = file.parent
+    namesrv_text = values.get("namesrv", "").strip()
+    namesrv_path = (base / namesrv_text).resolve() if namesrv_text else None
+    items = [item.strip() for item in values.get("brokers", "").split(";")]
+    paths = [(base / item).resolve() for item in items if item]
+    if not paths:
+        raise ConfigError(f"{file}: brokers names no broker file")
+    members: list[LayoutMember] = []
+    for broker_path in paths:
+        broker = load_broker_config(broker_path)
+        member = LayoutMember(member_name(broker), broker_path, broker)
+        clash = next((m for m in members if m.name == member.name), None)
+        if clash is not None:
+            raise ConfigError(
+                f"{file}: {clash.config_path} and {broker_path} are both brokerName="
+                f"{broker.broker_name} brokerId={broker.broker_id}"
+            )
+        members.append(member)
+    namesrv = load_namesrv_config(namesrv_path)
+    _check_layout_ports(file, namesrv, members)
+    return LayoutConfig(file, namesrv_path, namesrv, tuple(members))
+
+
+def _check_layout_ports(
+    file: Path, namesrv: NamesrvConfig, members: Sequence[LayoutMember]
+) -> None:
+    taken: dict[int, str] = {}
+    wanted = [(namesrv.listen_port, "the name server")]
+    for member in members:
+        port = member.broker.listen_port
+        if port != 0:
+            wanted += [(port, member.name), (port + 1, f"{member.name}'s HA port")]
+    for port, what in wanted:
+        if port == 0:
+            continue
+        if port in taken:
+            raise ConfigError(f"{file}: {what} and {taken[port]} both want port {port}")
+        taken[port] = what

@@ -81,6 +81,7 @@ from mqbox.protocol.command import INT64_MAX
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.headers import (
     BrokerData,
+    ClusterInfo,
     MessageQueue,
     QueryMessageRequestHeader,
     TopicRouteData,
@@ -95,6 +96,7 @@ Namesrv = str | ops.NamesrvAddress | None
 
 TIMEOUT_MS_DEFAULT: Final = 5_000  # the C++ client's route-query timeout; every call here is quick
 MASTER_ID: Final = 0
+NOT_AVAILABLE: Final = "n/a"  # what a view shows for a figure nobody reports (yet)
 PRODUCER_GROUP: Final = "mqbox_cli"
 TAIL_GROUP_DEFAULT: Final = "mqbox_tail"
 DEFAULT_TOPIC: Final = "TBW102"  # the template a send names, as every RocketMQ producer does
@@ -382,6 +384,12 @@ class ClusterBroker:
     broker_name: str
     broker_id: int
     address: str
+    # From the broker itself (MQBOX_BROKER_STATUS); NOT_AVAILABLE when it does not answer.
+    role: str = NOT_AVAILABLE  # ASYNC_MASTER, SYNC_MASTER or SLAVE
+    version: str = NOT_AVAILABLE
+    ha_state: str = NOT_AVAILABLE  # replication's state (run/ha.json of the broker's home)
+    slave_lag_bytes: int | None = None
+    slave_lag_messages: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -760,9 +768,34 @@ def delete_topic(namesrv: Namesrv, topic: str) -> TopicDeleted:
 
 
 def cluster_list(namesrv: Namesrv) -> ClusterList:
-    """Every broker address the name server knows, by cluster, broker name and broker id."""
+    """Every broker address the name server knows, by cluster, broker name and broker id, with
+    what each broker says of itself (role, version, replication)."""
     with WireSession(namesrv) as session:
         info = session.ask_namesrv(namesrv_api.cluster_info)
+        rows = _cluster_rows(info)
+        return ClusterList(tuple(_with_broker_status(session, row) for row in rows))
+
+
+def _with_broker_status(session: WireSession, row: ClusterBroker) -> ClusterBroker:
+    """`row` completed by the broker's MQBOX_BROKER_STATUS; as it is if the broker does not
+    answer (it may have just died: the name server keeps it up to 120 s)."""
+    try:
+        status = session.ask_broker(
+            BrokerTarget(row.broker_name, row.address), admin_api.broker_status
+        )
+    except MqboxError:
+        return row
+    return dataclasses.replace(
+        row,
+        role=status.broker_role,
+        version=status.version,
+        ha_state=status.ha_state,
+        slave_lag_bytes=status.slave_lag_bytes,
+        slave_lag_messages=status.slave_lag_messages,
+    )
+
+
+def _cluster_rows(info: ClusterInfo) -> list[ClusterBroker]:
     cluster_of = {
         broker_name: cluster
         for cluster, names in info.cluster_addr_table.items()
@@ -774,7 +807,7 @@ def cluster_list(namesrv: Namesrv) -> ClusterList:
         for broker_id, address in broker.broker_addrs.items()
     ]
     rows.sort(key=lambda row: (row.cluster, row.broker_name, row.broker_id))
-    return ClusterList(tuple(rows))
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ import typer
 
 from mqbox.acl.signature import SessionCredentials
 from mqbox.acl.validator import load_acl_file
-from mqbox.admin import broker_ops, ops
+from mqbox.admin import broker_ops, layout_ops, ops
 from mqbox.errors import MqboxError
 
 app = typer.Typer(
@@ -48,6 +48,22 @@ ConfigOption = Annotated[
     Path | None, typer.Option("--config", help="A RocketMQ broker.conf (default: etc/broker.conf).")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+LayoutOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--layout",
+        help="A layout directory (its mqbox.conf) or file: a name server and several brokers "
+        "(e.g. etc/examples/2m-2s); each broker runs in HOME/brokers/NAME.",
+    ),
+]
+BrokerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--broker",
+        help="One broker of the layout running in --home: brokerName for the master "
+        "(brokerId 0), brokerName-s for brokerId 1, brokerName-sN for brokerId N.",
+    ),
+]
 
 
 @app.callback()
@@ -137,11 +153,57 @@ def _starting_notice(home: Path, *, spinner: bool) -> Iterator[None]:
     yield
 
 
+def _print_layout_started(started: layout_ops.LayoutStarted) -> None:
+    print(f"mqbox layout {started.layout_path} running in {started.home}")
+    print(f"namesrv {started.namesrv} (pid {started.namesrv_pid})")
+    for broker in started.brokers:
+        _print_broker_started(broker)
+    sys.stdout.flush()
+
+
+def _print_broker_started(broker: layout_ops.StartedBroker) -> None:
+    print(
+        f"broker  {broker.name} {broker.address} {broker.role} brokerId {broker.broker_id} "
+        f"(supervisor pid {broker.pid}, home {broker.home})"
+    )
+
+
+def _start_layout(
+    home: Path | None,
+    layout: Path | None,
+    broker: str | None,
+    *,
+    namesrv_port: int | None,
+    broker_port: int | None,
+    daemon: bool,
+) -> None:
+    """`start --layout` (every broker, in the foreground unless --daemon) or `start --broker`
+    (one broker of the running layout, in the background)."""
+    if broker is not None:
+        _print_broker_started(layout_ops.start_broker(home, broker))
+        return
+    assert layout is not None
+    started = layout_ops.start_layout(
+        home, layout, namesrv_port=namesrv_port, broker_port=broker_port
+    )
+    for line in started.warnings:
+        print(f"mqbox: warning: {line}", file=sys.stderr)
+    _print_layout_started(started)
+    if daemon:
+        return
+    layout_ops.wait_for_stop_signal(lambda: layout_ops.is_layout_home(started.home))
+    if layout_ops.is_layout_home(started.home):
+        stopped = layout_ops.stop_layout(started.home)
+        print(f"mqbox layout stopped in {stopped.home} ({stopped.seconds:.1f} s)")
+
+
 @app.command()
 def start(
     *,
     home: HomeOption = None,
     config: ConfigOption = None,
+    layout: LayoutOption = None,
+    broker: BrokerOption = None,
     namesrv_port: Annotated[
         int | None, typer.Option("--namesrv-port", help="Name server port (0 = any free port).")
     ] = None,
@@ -163,8 +225,29 @@ def start(
     """Start the name server and the broker; in the foreground unless --daemon (Ctrl-C stops).
     Warns on stderr when a listener binds a non-loopback address with aclEnable=false.
     The first start on a machine compiles the kernels (about 20 s on 2 cores); later starts
-    load them from numba's cache."""
+    load them from numba's cache.
+    With --layout: the layout's name server and every broker of it; with --broker NAME: that
+    broker of the layout running in --home, alone."""
+    if layout is not None or broker is not None:
+        if config is not None:
+            fail("--config and --layout/--broker do not go together (a layout names its files)")
+        try:
+            _start_layout(
+                home,
+                layout,
+                broker,
+                namesrv_port=namesrv_port,
+                broker_port=broker_port,
+                daemon=daemon,
+            )
+        except MqboxError as error:
+            fail(str(error))
+        return
+    if layout_ops.is_layout_home(home):
+        fail(f"{ops.home_dir(home)} holds a layout: `start --layout DIR` or `start --broker NAME`")
     try:
+        for line in ops.ignored_key_warnings(config):
+            print(f"mqbox: warning: {line}", file=sys.stderr)
         options = ops.start_options(
             home,
             config,
@@ -194,15 +277,26 @@ def start(
 def stop(
     *,
     home: HomeOption = None,
+    broker: BrokerOption = None,
     timeout_s: Annotated[
         float,
         typer.Option("--timeout-s", help="Seconds to wait for the orderly stop before SIGKILL."),
     ] = ops.STOP_TIMEOUT_S_DEFAULT,
 ) -> None:
-    """Stop the appliance running in --home (SIGTERM, then SIGKILL after --timeout-s). Exit
+    """Stop the appliance running in --home (SIGTERM, then SIGKILL after --timeout-s): every
+    broker of a layout and its name server, or with --broker NAME that broker alone. Exit
     status 1 when the stop was not clean (a process killed or failing while stopping)."""
     try:
-        result = ops.stop(home, timeout_s=timeout_s)
+        if broker is not None:
+            result = layout_ops.stop_broker(home, broker, timeout_s=timeout_s)
+        elif layout_ops.is_layout_home(home):
+            stopped = layout_ops.stop_layout(home, timeout_s=timeout_s)
+            if stopped.killed:
+                fail(f"{stopped.home}: killed after {timeout_s:g} s: " + ", ".join(stopped.killed))
+            print(f"mqbox layout stopped in {stopped.home} ({stopped.seconds:.1f} s)")
+            return
+        else:
+            result = ops.stop(home, timeout_s=timeout_s)
     except MqboxError as error:
         fail(str(error))
     if result.unclean:
@@ -226,13 +320,20 @@ def _duration(seconds: float) -> str:
 
 
 @app.command()
-def status(*, home: HomeOption = None, as_json: JsonOption = False) -> None:
-    """Show every role with pid, CPU, memory, ports, store size and uptime."""
-    report = ops.status(home)
+def status(
+    *, home: HomeOption = None, broker: BrokerOption = None, as_json: JsonOption = False
+) -> None:
+    """Show every role with pid, CPU, memory, ports, store size and uptime; for a layout, each
+    broker (role, address, processes, memory, replication), or with --broker NAME its roles."""
+    if layout_ops.is_layout_home(home) and broker is None:
+        _print_layout_status(layout_ops.layout_status(home), as_json)
+        return
+    try:
+        report = ops.status(layout_ops.broker_home(home, broker) if broker else home)
+    except MqboxError as error:
+        fail(str(error))
     if as_json:
-        print(json.dumps(report.as_dict(), sort_keys=True))
-        if not report.running:
-            raise typer.Exit(1)
+        _print_status_json(report.as_dict(), report.running)
         return
     if not report.running:
         stopped_by = f"; it stopped after a failure: {report.reason}" if report.reason else ""
@@ -241,8 +342,13 @@ def status(*, home: HomeOption = None, as_json: JsonOption = False) -> None:
     if report.reason:
         print(f"broker restarts: {report.broker_restarts}, the last for: {report.reason}")
     print(
-        f"namesrv {report.namesrv or '-'}   broker {report.broker_name} {report.broker}"
+        f"namesrv {report.namesrv or '-'}   broker {report.broker_name} {report.broker} "
+        f"{report.broker_role} brokerId {report.broker_id}"
         f"   http {report.http or '-'}"
+    )
+    print(
+        f"replication {report.ha_state}   slave lag {_count_or_na(report.slave_lag_bytes)} bytes, "
+        f"{_count_or_na(report.slave_lag_messages)} messages"
     )
     print(
         f"store {report.store_root}: {_megabytes(report.store_size_bytes)} MB"
@@ -258,6 +364,39 @@ def status(*, home: HomeOption = None, as_json: JsonOption = False) -> None:
             f"{_megabytes(process.rss_bytes):>8} {process.port or '-':>6} "
             f"{_duration(process.uptime_s):>8}"
         )
+
+
+def _print_status_json(document: Mapping[str, Any], running: bool) -> None:
+    """`status --json`: the document, and exit status 1 when nothing runs."""
+    print(json.dumps(document, sort_keys=True))
+    if not running:
+        raise typer.Exit(1)
+
+
+def _print_layout_status(report: layout_ops.LayoutStatus, as_json: bool) -> None:
+    if as_json:
+        _print_status_json(report.as_dict(), report.running)
+        return
+    if not report.running:
+        fail(f"the layout's name server is not running in {report.home}")
+    print(f"mqbox layout {report.layout_path} in {report.home}")
+    print(f"namesrv {report.namesrv} (pid {report.namesrv_pid})")
+    print(
+        f"{'BROKER':<14} {'NAME':<12} {'ID':>3} {'ROLE':<12} {'STATE':<8} {'ADDRESS':<21} "
+        f"{'HA PORT':>7} {'PROCS':>5} {'PSS MB':>7} {'STORE MB':>8} {'HA STATE':<9} "
+        f"{'LAG BYTES':>9} {'LAG MSGS':>8}"
+    )
+    for broker in report.brokers:
+        print(
+            f"{broker.name:<14} {broker.broker_name:<12} {broker.broker_id:>3} {broker.role:<12} "
+            f"{'running' if broker.running else 'stopped':<8} {broker.address or '-':<21} "
+            f"{broker.ha_port or '-':>7} {broker.processes_up:>5} "
+            f"{_megabytes(broker.pss_bytes):>7} {_megabytes(broker.store_size_bytes):>8} "
+            f"{broker.ha_state:<9} {_count_or_na(broker.slave_lag_bytes):>9} "
+            f"{_count_or_na(broker.slave_lag_messages):>8}"
+        )
+        if broker.reason:
+            print(f"  {broker.name}: {broker.reason}")
 
 
 @app.command("config")
@@ -649,16 +788,26 @@ def offset_reset(
 def cluster_list(
     *, namesrv: NamesrvOption = None, home: WireHomeOption = None, as_json: JsonOption = False
 ) -> None:
-    """Every broker address the name server knows, by cluster."""
+    """Every broker the name server knows, by cluster: role, address, version, replication."""
     with _one_line_errors():
         listed = broker_ops.cluster_list(_namesrv(namesrv, home))
     if as_json:
         _print_json(ops.config_as_dict(listed))
         return
-    print(f"{'CLUSTER':<16} {'BROKER':<16} {'ID':>3} {'ROLE':<7} ADDRESS")
+    print(
+        f"{'CLUSTER':<16} {'BROKER':<16} {'ID':>3} {'ROLE':<12} {'ADDRESS':<21} {'VERSION':<12} "
+        f"{'HA STATE':<10} {'LAG BYTES':>10} {'LAG MSGS':>9}"
+    )
     for row in listed.brokers:
-        role = "master" if row.broker_id == broker_ops.MASTER_ID else "slave"
-        print(f"{row.cluster:<16} {row.broker_name:<16} {row.broker_id:>3} {role:<7} {row.address}")
+        print(
+            f"{row.cluster:<16} {row.broker_name:<16} {row.broker_id:>3} {row.role:<12} "
+            f"{row.address:<21} {row.version:<12} {row.ha_state:<10} "
+            f"{_count_or_na(row.slave_lag_bytes):>10} {_count_or_na(row.slave_lag_messages):>9}"
+        )
+
+
+def _count_or_na(count: int | None) -> str:
+    return broker_ops.NOT_AVAILABLE if count is None else str(count)
 
 
 class BodyFormat(enum.StrEnum):

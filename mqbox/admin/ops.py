@@ -37,6 +37,7 @@ from mqbox.config import (
     NamesrvConfig,
     broker_listen_address,
     broker_white_list_of,
+    ignored_keys_warning,
     is_loopback,
     load_broker_config,
     load_namesrv_config,
@@ -81,6 +82,18 @@ def load_configs(broker_conf: Path | None) -> tuple[NamesrvConfig, BrokerConfig]
     namesrv = load_namesrv_config(namesrv_path)
     broker = load_broker_config(broker_path)
     return namesrv, broker
+
+
+def ignored_key_warnings(broker_conf: Path | None) -> list[str]:
+    """One line per configuration file `mqbox start` reads that has keys mqbox ignores.
+    ConfigError if a file does not load (a refused key among them)."""
+    namesrv, broker = load_configs(broker_conf)
+    namesrv_path, broker_path = config_paths(broker_conf)
+    lines = [
+        ignored_keys_warning(namesrv_path or "namesrv", namesrv.unknown_keys),
+        ignored_keys_warning(broker_path, broker.unknown_keys),
+    ]
+    return [line for line in lines if line is not None]
 
 
 def exposure_warning(namesrv: NamesrvConfig, broker: BrokerConfig) -> str | None:
@@ -136,8 +149,15 @@ def running_state(home: Path) -> dict[str, Any] | None:
 
 
 def running_namesrv(home: Path) -> str | None:
-    """The name server address the broker of the appliance running in `home` registers with;
-    None when no supervisor of it runs there."""
+    """The name server address the broker of the appliance running in `home` registers with
+    (or a layout's name server, when `home` holds a running layout); None when nothing of it
+    runs there."""
+    from mqbox.server.home import process_alive, read_layout_state
+
+    layout = (read_layout_state(home) or {}).get("namesrv") or {}
+    pid = int(layout.get("pid") or 0)
+    if pid and layout.get("address") and process_alive(pid, layout.get("create_time")):
+        return str(layout["address"])
     state = running_state(home)
     if state is None:
         return None
@@ -401,7 +421,7 @@ def start_daemon(
                 f"see {output_path}"
             ) from None
         raise MqboxError(
-            f"the appliance exited with status {error.status}: {_last_line(output_path)}"
+            f"the appliance exited with status {error.status}: {last_line(output_path)}"
         ) from None
     except BaseException:
         launch.stop(popen, STOP_TIMEOUT_S_DEFAULT)
@@ -413,7 +433,8 @@ def start_daemon(
     return report
 
 
-def _last_line(path: Path) -> str:
+def last_line(path: Path) -> str:
+    """The last line of a log file, for an error message."""
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
     except OSError:
@@ -446,6 +467,23 @@ def _supervisor_pid(home: Path) -> int | None:
         return int(HomeLayout(home).pid_path.read_text(encoding="utf-8").strip())
     except (OSError, ValueError):
         return None
+
+
+def supervisor_running(home: Path) -> bool:
+    """True if the supervisor recorded in `home` runs (an mqbox process, not a reused pid)."""
+    from mqbox.server.home import read_state
+
+    recorded = (read_state(home) or {}).get("supervisor") or {}
+    pid = int(recorded.get("pid") or _supervisor_pid(home) or 0)
+    process = live_process(pid, recorded.get("create_time")) if pid else None
+    return process is not None and _looks_like_mqbox(process)
+
+
+def read_last_stop_reason(home: Path) -> str:
+    """Why the last run in `home` stopped after a failure; "" if it did not."""
+    from mqbox.server.home import read_last_stop
+
+    return str((read_last_stop(home) or {}).get("reason") or "")
 
 
 def live_process(pid: int, create_time: float | None) -> psutil.Process | None:
@@ -626,6 +664,8 @@ class ApplianceStatus:
     namesrv: str  # ip:port
     broker: str  # ip:port
     broker_name: str
+    broker_id: int
+    broker_role: str  # ASYNC_MASTER, SYNC_MASTER or SLAVE
     instance: str
     store_root: str
     store_size_bytes: int
@@ -633,6 +673,10 @@ class ApplianceStatus:
     broker_restarts: int  # times every role of the broker was restarted after a critical death
     # Why it restarted last (while running) or stopped (after a failure); "" if neither happened.
     reason: str
+    # Replication as run/ha.json reports it (server/home.HaState); "n/a" and None until it does.
+    ha_state: str
+    slave_lag_bytes: int | None
+    slave_lag_messages: int | None
     http: str = ""  # the HTTP endpoint's URL (/metrics, the dashboard), from run/http.json
 
     @property
@@ -740,7 +784,7 @@ def disk_usage_bytes(root: Path) -> int:
 
 def status(home: Path | None) -> ApplianceStatus:
     """Every process of the appliance in `home`, measured now (CPU over CPU_SAMPLE_S)."""
-    from mqbox.server.home import read_http, read_last_stop, read_state
+    from mqbox.server.home import read_ha_state, read_http, read_last_stop, read_state
 
     home = home_dir(home)
     state = read_state(home) or {}
@@ -794,6 +838,7 @@ def status(home: Path | None) -> ApplianceStatus:
             )
         )
     store_root = str(broker.get("store_root", ""))
+    ha = read_ha_state(home)
     last_failure = state.get("last_failure") if running else read_last_stop(home)
     return ApplianceStatus(
         home=home,
@@ -802,6 +847,8 @@ def status(home: Path | None) -> ApplianceStatus:
         namesrv=f"{namesrv.get('host')}:{namesrv.get('port')}" if namesrv.get("port") else "",
         broker=broker_address,
         broker_name=str(broker.get("broker_name", "")),
+        broker_id=int(broker.get("broker_id") or 0),
+        broker_role=str(broker.get("broker_role", "")),
         instance=str(state.get("instance", "")),
         store_root=store_root,
         store_size_bytes=disk_usage_bytes(Path(store_root)) if store_root else 0,
@@ -809,6 +856,9 @@ def status(home: Path | None) -> ApplianceStatus:
         broker_restarts=int(state.get("broker_restarts") or 0) if running else 0,
         reason=str((last_failure or {}).get("reason") or ""),
         http=str((read_http(home) or {}).get("url") or "") if running else "",
+        ha_state=ha.state,
+        slave_lag_bytes=ha.slave_lag_bytes,
+        slave_lag_messages=ha.slave_lag_messages,
     )
 
 

@@ -51,6 +51,7 @@ from mqbox.protocol.headers import (
     ViewMessageRequestHeader,
 )
 from mqbox.protocol.mqbox_codes import (
+    MQBOX_BROKER_STATUS,
     MQBOX_RESET_CONSUMER_OFFSET,
     RESET_TO_EARLIEST,
     RESET_TO_LATEST,
@@ -598,4 +599,44 @@ def reset_consumer_offset(
     notified = _int(document, "clientsNotified", where) if "clientsNotified" in document else 0
     return ResetResult(
         _text(document, "group", where), _text(document, "topic", where), tuple(queues), notified
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# MQBOX_BROKER_STATUS (10010)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatus:
+    """MQBOX_BROKER_STATUS answer: a broker's identity and replication."""
+
+    cluster_name: str  # clusterName
+    broker_name: str  # brokerName
+    broker_id: int  # brokerId
+    broker_role: str  # brokerRole: ASYNC_MASTER, SYNC_MASTER or SLAVE
+    version: str  # version
+    ha_state: str  # haState: "n/a" until replication reports
+    slave_lag_bytes: int | None  # slaveLagBytes
+    slave_lag_messages: int | None  # slaveLagMessages
+
+
+def broker_status(client: RemotingCaller, *, timeout_ms: int | None = None) -> BrokerStatus:
+    """MQBOX_BROKER_STATUS (10010)."""
+    response = client.invoke(MQBOX_BROKER_STATUS, {}, timeout_ms=timeout_ms)
+    _expect(client, MQBOX_BROKER_STATUS, response, ResponseCode.SUCCESS)
+    where = "MQBOX_BROKER_STATUS"
+    document = _body(response.body, where)
+
+    def count_or_none(key: str) -> int | None:
+        return None if document.get(key) is None else _int(document, key, where)
+
+    return BrokerStatus(
+        _text(document, "clusterName", where),
+        _text(document, "brokerName", where),
+        _int(document, "brokerId", where),
+        _text(document, "brokerRole", where),
+        _text(document, "version", where),
+        _text(document, "haState", where),
+        count_or_none("slaveLagBytes"),
+        count_or_none("slaveLagMessages"),
     )

@@ -8,6 +8,17 @@ services role's), plus recognising the processes a state file lists. Never: star
 anything (supervisor.py, admin/ops.py), or touches the store's files (store_root_of only names
 the directory).
 
+A layout home (`mqbox start --layout`, admin/layout_ops.py) is a home whose `run/` holds the
+name server's files and `run/layout.json` (what runs: the layout file, the name server, the
+brokers), and whose `brokers/<NAME>/` are ordinary single-broker homes, one per broker of the
+layout (NAME is config.member_name: broker-a, broker-a-s, ...). The name server process holds the
+layout home's lock (it inherits the descriptor), so nothing else starts in that home while it
+runs; each broker's supervisor holds its own sub-home's lock.
+
+`run/ha.json` of a broker's home is where replication reports itself (HaState): the HA roles
+write it, `mqbox status` and the MQBOX_BROKER_STATUS answer (`mqbox cluster list`) read it; with
+no such file both say "n/a".
+
 mqbox/admin imports this module without the supervisor, so `mqbox status` loads neither numpy
 nor numba.
 """
@@ -43,6 +54,9 @@ SUPERVISOR_LOG_FILE_NAME: Final = "supervisor.log"
 RUN_CONFIG_FILE_NAME: Final = "config.json"  # the configuration the running appliance uses
 HTTP_FILE_NAME: Final = "http.json"  # the services role's bound HTTP endpoint (server/web/)
 STATE_VERSION: Final = 1
+LAYOUT_STATE_FILE_NAME: Final = "layout.json"  # a layout home's: what `--layout` started
+BROKERS_DIR_NAME: Final = "brokers"  # a layout home's: one single-broker home per broker
+HA_STATE_FILE_NAME: Final = "ha.json"  # a broker home's: replication's report (HaState)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -86,6 +100,55 @@ class HomeLayout:
     @property
     def http_path(self) -> Path:
         return self.run_dir / HTTP_FILE_NAME
+
+    @property
+    def layout_state_path(self) -> Path:
+        return self.run_dir / LAYOUT_STATE_FILE_NAME
+
+    @property
+    def ha_state_path(self) -> Path:
+        return self.run_dir / HA_STATE_FILE_NAME
+
+    def broker_home(self, member_name: str) -> Path:
+        """The home of one broker of a layout started in this home."""
+        return self.home / BROKERS_DIR_NAME / member_name
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HaState:
+    """What `run/ha.json` says about a broker's replication. The HA roles write it with
+    run_files.write_json_atomically as {"state": str, "slave_lag_bytes": int,
+    "slave_lag_messages": int, "updated_at_ms": int}; a field they cannot know is left out."""
+
+    state: str  # e.g. "streaming", "connecting"; "n/a" with no file
+    slave_lag_bytes: int | None
+    slave_lag_messages: int | None
+
+    @classmethod
+    def of(cls, document: Mapping[str, Any] | None) -> HaState:
+        """The state a run file holds; every field "n/a" (None) without one."""
+        document = document or {}
+
+        def count(key: str) -> int | None:
+            value = document.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        state = document.get("state")
+        return cls(
+            state if isinstance(state, str) and state else "n/a",
+            count("slave_lag_bytes"),
+            count("slave_lag_messages"),
+        )
+
+
+def read_ha_state(home: Path) -> HaState:
+    """The replication state of the broker whose home is `home` ("n/a" without a report)."""
+    return HaState.of(read_json(HomeLayout(home).ha_state_path))
+
+
+def read_layout_state(home: Path) -> dict[str, Any] | None:
+    """`run/layout.json` of a layout home, or None if no layout was started there."""
+    return read_json(HomeLayout(home).layout_state_path)
 
 
 def prepare_home(home: Path) -> HomeLayout:

@@ -25,6 +25,7 @@ from typing import Final, NamedTuple
 from mqbox.protocol.codes import RequestCode
 from mqbox.protocol.mqbox_codes import (
     INVOKE_BROKER_TO_RESET_OFFSET,
+    MQBOX_BROKER_STATUS,
     MQBOX_NOOP,
     MQBOX_PULL_STATUS,
     MQBOX_RESET_CONSUMER_OFFSET,
@@ -87,6 +88,8 @@ ROUTES: Final[Mapping[int, Route]] = {
     RequestCode.GET_BROKER_CONFIG: _ADMIN,
     RequestCode.UPDATE_BROKER_CONFIG: _ADMIN,
     RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: _ADMIN,
+    # admin/broker_status.py
+    MQBOX_BROKER_STATUS: _ADMIN,
     # admin/topics.py
     RequestCode.UPDATE_AND_CREATE_TOPIC: _ADMIN,
     RequestCode.DELETE_TOPIC_IN_BROKER: _ADMIN,

@@ -91,6 +91,7 @@ from mqbox.config import (
     NamesrvConfig,
     RestartConfig,
     broker_listen_address,
+    ignored_keys_warning,
     key_values,
     load_broker_config,
     load_namesrv_config,
@@ -132,6 +133,7 @@ EXIT_ROLE_BUG: Final = 70  # a role's main() returned or raised (EX_SOFTWARE)
 
 
 LISTEN_BACKLOG: Final = 1024
+FREE_PORT_PAIR_ATTEMPTS: Final = 20  # port 0: tries at a port whose HA port (+1) is free too
 PRIVATE_UMASK: Final = 0o077
 # Starting: the store writer and the dispatcher may run a long recovery before they are ready.
 READY_TIMEOUT_S_DEFAULT: Final = 60.0
@@ -217,6 +219,9 @@ class ApplianceOptions:
     topology: str | None = None
     run_namesrv: bool = True
     namesrv_module: str = "mqbox.namesrv"
+    # With run_namesrv False: the name server(s) to register with instead of namesrvAddr (a
+    # layout's brokers get the address of the name server `mqbox start --layout` started).
+    namesrv_addr: str | None = None
     ready_timeout_s: float | None = None  # None = per kind (long for the store roles)
     stop_timeout_s: float | None = None  # None = per kind (long for the store writer)
     # Deaths of one role within the restart window; None = mqboxRoleRestartCountMax.
@@ -402,6 +407,8 @@ class Supervisor:
         broker = apply_home_overrides(
             load_broker_config(options.broker_config_path), self.layout.home
         )
+        if options.namesrv_addr is not None:
+            broker = dataclasses.replace(broker, namesrv_addr=options.namesrv_addr)
         namesrv_config = load_namesrv_config(options.namesrv_config_path)
         broker = self._check_acl(broker, namesrv_config)
         # The lock first: a second supervisor of this home must not even write to its log.
@@ -411,11 +418,18 @@ class Supervisor:
             stderr_level=logging.WARNING if options.log_to_stderr else None,
         )
         log.info("starting in %s (pid %d)", self.layout.home, os.getpid())
+        ignored = ignored_keys_warning(options.broker_config_path or "", broker.unknown_keys)
+        if ignored is not None:
+            log.info("%s", ignored)
         # Every role and the name server inherit the limit: each connection is a descriptor, and
         # the usual soft limit (1024) is far below what mqboxConnectionCountMax allows.
         soft_before, soft_now = raise_file_limit()
         log.info("descriptor limit: soft %d (was %d)", soft_now, soft_before)
-        for stale in (self.layout.last_stop_path, self.layout.http_path):
+        for stale in (
+            self.layout.last_stop_path,
+            self.layout.http_path,
+            self.layout.ha_state_path,
+        ):
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
         self._restarts = broker.restarts
@@ -430,7 +444,8 @@ class Supervisor:
         self._listen_socket = self._bind_broker(broker_listen_address(broker), broker_port)
         bound_port = int(self._listen_socket.getsockname()[1])
         self.broker_address = f"{broker.broker_ip1 or '127.0.0.1'}:{bound_port}"
-        broker = dataclasses.replace(broker, listen_port=bound_port)
+        # RocketMQ's BrokerStartup sets haListenPort to listenPort + 1 whatever the file says.
+        broker = dataclasses.replace(broker, listen_port=bound_port, ha_listen_port=bound_port + 1)
         factory: TopologyFactory = broker_topology
         if options.topology is not None:
             factory = resolve_callable(options.topology)
@@ -611,6 +626,16 @@ class Supervisor:
                 )
 
     def _bind_broker(self, host: str, port: int) -> socket.socket:
+        """The broker's listening socket on host:port. With port 0, a free port whose successor
+        (the HA port, listenPort + 1) is free too, as far as a probe can tell."""
+        for _ in range(FREE_PORT_PAIR_ATTEMPTS if port == 0 else 1):
+            sock = self._bind_broker_once(host, port)
+            if port != 0 or _port_free(host, int(sock.getsockname()[1]) + 1):
+                break
+            sock.close()
+        return sock
+
+    def _bind_broker_once(self, host: str, port: int) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -1399,6 +1424,9 @@ class Supervisor:
             "broker": {
                 "broker_name": self.broker.broker_name if self.broker else "",
                 "cluster_name": self.broker.broker_cluster_name if self.broker else "",
+                "broker_id": self.broker.broker_id if self.broker else 0,
+                "broker_role": self.broker.broker_role.value if self.broker else "",
+                "ha_port": self.broker.ha_listen_port if self.broker else 0,
                 "address": self.broker_address,
                 "namesrv_addr": self.broker.namesrv_addr if self.broker else "",
                 "store_root": str(self.store_root) if self.store_root else "",
@@ -1447,15 +1475,26 @@ def _namesrv_preexec() -> None:
     runtime.set_parent_death_signal(signal.SIGTERM)
 
 
-def _check_port_free(what: str, host: str, port: int) -> None:
-    """MqboxError if nothing could listen on host:port now (a clear message beats the child's)."""
+def _port_problem(host: str, port: int) -> str | None:
+    """Why nothing could listen on host:port now; None if something could."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as error:
-            reason = error.strerror or str(error)
-            raise MqboxError(f"{what} cannot listen on {host}:{port}: {reason}") from None
+            return error.strerror or str(error)
+    return None
+
+
+def _port_free(host: str, port: int) -> bool:
+    return port <= 65535 and _port_problem(host, port) is None
+
+
+def _check_port_free(what: str, host: str, port: int) -> None:
+    """MqboxError if nothing could listen on host:port now (a clear message beats the child's)."""
+    reason = _port_problem(host, port)
+    if reason is not None:
+        raise MqboxError(f"{what} cannot listen on {host}:{port}: {reason}")
 
 
 def _last_line(path: Path | None) -> str:
@@ -1486,6 +1525,7 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--topology", help="module:function building the topology (tests)")
     parser.add_argument("--namesrv-module", default="mqbox.namesrv")
     parser.add_argument("--no-namesrv", action="store_true", help="use namesrvAddr as it is")
+    parser.add_argument("--namesrv-addr", help="with --no-namesrv: register here, not namesrvAddr")
     parser.add_argument("--ready-timeout-s", type=float)
     parser.add_argument("--stop-timeout-s", type=float)
     parser.add_argument(
@@ -1509,6 +1549,7 @@ def options_from_arguments(arguments: argparse.Namespace) -> ApplianceOptions:
         topology=arguments.topology,
         run_namesrv=not arguments.no_namesrv,
         namesrv_module=arguments.namesrv_module,
+        namesrv_addr=arguments.namesrv_addr,
         ready_timeout_s=arguments.ready_timeout_s,
         stop_timeout_s=arguments.stop_timeout_s,
         restart_count_max=arguments.restart_count_max,

@@ -46,9 +46,10 @@ from mqbox.ipc import names
 from mqbox.server.home import read_state, recorded_processes
 from tests.conftest import unique_name
 from tests.integration import test_cli_wire
-from tests.integration.test_cli_lifecycle import environment, mqbox, mqbox_command
+from tests.integration.test_cli_lifecycle import mqbox
 from tests.integration.test_cli_wire import _kill_recorded, closed_port, one_error_line
 from tests.support.appliance import running_supervisor
+from tests.support.cli import environment, mqbox_command
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -39,7 +39,8 @@ from mqbox.admin.cli import app
 from mqbox.config import load_broker_config
 from mqbox.ipc import names
 from mqbox.message import encode_offset_msg_id, pack_host
-from mqbox.server.home import process_alive, read_state, recorded_processes
+from mqbox.run_files import write_json_atomically
+from mqbox.server.home import HomeLayout, process_alive, read_state, recorded_processes
 
 pytestmark = pytest.mark.integration
 
@@ -199,9 +200,38 @@ def test_cluster_list_names_the_broker(appliance: Appliance) -> None:
     assert broker["broker_id"] == 0
     assert broker["address"] == appliance.broker
     assert broker["broker_name"] == "broker-a"
+    assert broker["role"] == "ASYNC_MASTER"
+    assert broker["version"].startswith("mqbox")
+    # Replication has not reported (no run/ha.json): its columns say so.
+    assert (broker["ha_state"], broker["slave_lag_bytes"]) == ("n/a", None)
     text = ok(appliance, "cluster", "list")
-    assert "master" in text
+    assert "ASYNC_MASTER" in text
+    assert "n/a" in text
     assert appliance.broker in text
+
+
+def test_replication_s_run_file_reaches_cluster_list_and_status(appliance: Appliance) -> None:
+    """run/ha.json is the one place the HA roles report to (docs/layout.md section 4)."""
+    ha_path = HomeLayout(appliance.home).ha_state_path
+    report = {"state": "streaming", "slave_lag_bytes": 4096, "slave_lag_messages": 7}
+    write_json_atomically(ha_path, {**report, "updated_at_ms": 1})
+    try:
+        (broker,) = ok_json(appliance, "cluster", "list")["brokers"]
+        assert (broker["ha_state"], broker["slave_lag_bytes"], broker["slave_lag_messages"]) == (
+            "streaming",
+            4096,
+            7,
+        )
+        status = ops.status(appliance.home)
+        assert (status.ha_state, status.slave_lag_bytes, status.slave_lag_messages) == (
+            "streaming",
+            4096,
+            7,
+        )
+        assert (status.broker_role, status.broker_id) == ("ASYNC_MASTER", 0)
+    finally:
+        ha_path.unlink()
+    assert ops.status(appliance.home).ha_state == "n/a"
 
 
 def test_the_name_server_can_come_from_the_environment(appliance: Appliance) -> None:

@@ -19,13 +19,13 @@ import pytest
 
 from mqbox.server.home import HomeLayout
 from tests.integration.test_cli_lifecycle import (
-    REPO_ROOT,
     address_of,
     appliance_pids,
     mqbox,
     processes_mentioning,
     start_daemon,
 )
+from tests.support.cli import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 

@@ -69,6 +69,7 @@ from mqbox.protocol.headers import (
 )
 from mqbox.protocol.mqbox_codes import (
     INVOKE_BROKER_TO_RESET_OFFSET,
+    MQBOX_BROKER_STATUS,
     MQBOX_NOOP,
     MQBOX_PULL_STATUS,
     MQBOX_RESET_CONSUMER_OFFSET,
@@ -189,6 +190,7 @@ def _templates() -> tuple[tuple[int, dict[str, str], bytes], ...]:
         ),
         (RequestCode.PULL_MESSAGE, pull.to_ext(), b""),
         (MQBOX_PULL_STATUS, {}, b""),
+        (MQBOX_BROKER_STATUS, {}, b""),
         (RequestCode.HEART_BEAT, {}, _heartbeat_body()),
         (RequestCode.UNREGISTER_CLIENT, {"clientID": CLIENT_ID, "consumerGroup": GROUP}, b""),
         (RequestCode.GET_CONSUMER_LIST_BY_GROUP, group, b""),

@@ -566,7 +566,7 @@ def cpp_child(
 
 def produce(
     directory: Path,
-    appliance: Appliance,
+    appliance: Appliance | str,
     topic: str,
     messages: Sequence[SentMessage],
     reap_pids: list[int],
@@ -577,10 +577,10 @@ def produce(
 ) -> list[dict[str, Any]]:
     """Send `messages` from one C++ producer child with `method` (sync, async, oneway, orderly
     with `order_args`, batch with `batches` of indexes; `delay_levels` maps a seq to its delay
-    level); its events once it ended."""
+    level); its events once it ended. `appliance` may be a name server address (a layout)."""
     spec = {
         "mode": "produce",
-        "namesrv": appliance.namesrv_address,
+        "namesrv": appliance if isinstance(appliance, str) else appliance.namesrv_address,
         "group": unique_name("PG"),
         "topic": topic,
         "method": method,

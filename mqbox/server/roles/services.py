@@ -58,12 +58,12 @@ def registration_request(
     """REGISTER_BROKER's header and body for this broker, with the topic table as stored now.
     Raises ConfigError (an MqboxError: the registrar retries) if topics.json is unreadable."""
     broker = ctx.broker
-    host = broker.broker_ip1 or "127.0.0.1"
+    ha_host = broker.broker_ip2 or broker.broker_ip1 or "127.0.0.1"  # RocketMQ: brokerIP2
     header = RegisterBrokerRequestHeader(
         broker_name=broker.broker_name,
         broker_addr=ctx.broker_address,
         cluster_name=broker.broker_cluster_name,
-        ha_server_addr=f"{host}:{broker.ha_listen_port}",
+        ha_server_addr=f"{ha_host}:{broker.ha_listen_port}",
         broker_id=broker.broker_id,
     )
     table = config_files.load_topics(config_dir(ctx.store_root), use_backup_if_corrupt=True)

@@ -41,6 +41,7 @@ from mqbox.server.roles.processors.admin.base import (
     AdminStatistics,
 )
 from mqbox.server.roles.processors.admin.broker_info import BrokerInfo
+from mqbox.server.roles.processors.admin.broker_status import BrokerStatus
 from mqbox.server.roles.processors.admin.clients import ClientManagement
 from mqbox.server.roles.processors.admin.offsets import ConsumerOffsetHandlers
 from mqbox.server.roles.processors.admin.queries import StoreQueries
@@ -56,9 +57,15 @@ __all__ = ["AdminProcessor", "main"]
 
 
 class AdminProcessor(
-    ClientManagement, ConsumerOffsetHandlers, StoreQueries, TopicAdmin, BrokerInfo, BrokerStatistics
+    ClientManagement,
+    ConsumerOffsetHandlers,
+    StoreQueries,
+    TopicAdmin,
+    BrokerInfo,
+    BrokerStatistics,
+    BrokerStatus,
 ):
-    """The admin role: the six sections of handlers and the hooks of the loop."""
+    """The admin role: the seven sections of handlers and the hooks of the loop."""
 
     def _on_stop_requested(self) -> None:
         """The base's stop, plus the offsets saved before an orderly exit (SIGTERM)."""
