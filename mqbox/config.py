@@ -27,7 +27,7 @@ import enum
 import ipaddress
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import psutil
 
@@ -553,6 +553,9 @@ def load_namesrv_config(
     return config
 
 
+_SECRET_KEYS: Final = frozenset({"mqboxNamesrvSecretKey"})
+
+
 def key_values(config: BrokerConfig | NamesrvConfig) -> dict[str, Any]:
     """The configuration by RocketMQ key name (the first spelling of each), as a .conf file
     states it: sizes in the keys' own units, enums by name. What `mqbox config` prints."""
@@ -569,6 +572,8 @@ def key_values(config: BrokerConfig | NamesrvConfig) -> dict[str, Any]:
         if field_name == "consume_queue_entry_count":
             value *= CQ_ENTRY_SIZE_BYTES  # the key is a size in bytes
         shown[key] = value.value if isinstance(value, enum.Enum) else value
+        if key in _SECRET_KEYS and value:  # a secret is never shown nor written to run files
+            shown[key] = "<hidden>"
     return shown
 
 

@@ -66,6 +66,12 @@ BrokerOption = Annotated[
 ]
 
 
+def _version(value: bool) -> None:
+    if value:
+        print(ops.version_text())
+        raise typer.Exit()
+
+
 @app.callback()
 def credentials(
     *,
@@ -86,6 +92,12 @@ def credentials(
             show_default=False,
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     """mqbox: Apache RocketMQ's architecture as a single-host appliance."""
     if not access_key and not secret_key:
@@ -99,25 +111,6 @@ def fail(message: str, code: int = 1) -> NoReturn:
     """One clear line on stderr, then exit non-zero."""
     print(f"mqbox: {message}", file=sys.stderr)
     raise typer.Exit(code)
-
-
-def _version(value: bool) -> None:
-    if value:
-        print(ops.version_text())
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    *,
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", callback=_version, is_eager=True, help="Print the version and exit."
-        ),
-    ] = False,
-) -> None:
-    pass
 
 
 def _print_addresses(info: Mapping[str, Any], *, foreground: bool) -> None:

@@ -254,7 +254,7 @@ def test_harmless_unknown_keys_are_one_warning_line_and_config_shows_them(tmp_pa
     )
     shown = mqbox("config", "--config", str(conf), "--json")
     assert shown.returncode == 0, shown.stderr
-    assert json.loads(shown.stdout)["broker"]["unknown_keys"] == [
+    assert json.loads(shown.stdout)["ignored"]["broker"] == [
         "sendMessageThreadPoolNums",
         "warmMapedFileEnable",
     ]

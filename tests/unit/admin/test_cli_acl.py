@@ -70,7 +70,7 @@ def test_show_reads_the_file_of_the_home(tmp_path: Path) -> None:
     assert "account user-key1: admin false, default topic PUB" in result.output
     assert "very-secret" not in result.output
     shown = runner.invoke(app, ["config", "--config", str(conf), "--json"])
-    assert json.loads(shown.output)["broker"]["namesrv_secret_key"] == "<hidden>"
+    assert json.loads(shown.output)["broker"]["mqboxNamesrvSecretKey"] == "<hidden>"
     assert "xyzzy12" not in shown.output
 
 
