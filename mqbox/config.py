@@ -113,7 +113,15 @@ class BrokerConfig:
     namesrv_addr: str = f"127.0.0.1:{NAMESRV_PORT_DEFAULT}"  # namesrvAddr, ';'-separated
     listen_port: int = BROKER_PORT_DEFAULT  # listenPort; 0 = any free port
     broker_ip1: str = "127.0.0.1"  # brokerIP1: the address clients are told to use
-    ha_listen_port: int = BROKER_PORT_DEFAULT + 1  # haListenPort
+    ha_listen_port: int = BROKER_PORT_DEFAULT + 1  # haListenPort; 0 = any free port
+    # Replication (docs/replication.md): a SLAVE's master, "host:port" of its HA port
+    ha_master_address: str = ""  # haMasterAddress
+    # SYNC_MASTER answers SLAVE_NOT_AVAILABLE when the slave lags more than this
+    ha_slave_fallbehind_max_bytes: int = 256 * 1024 * 1024  # haSlaveFallbehindMax
+    ha_transfer_batch_size_bytes: int = 32 * 1024  # haTransferBatchSize: body bound both ways
+    ha_send_heartbeat_interval_ms: int = 5000  # haSendHeartbeatInterval
+    ha_housekeeping_interval_ms: int = 20_000  # haHousekeepingInterval: silent peer closed
+    ha_reconnect_interval_ms: int = 1000  # mqboxHaReconnectIntervalMs: slave's connect retry
     store_path_root_dir: str = ""  # storePathRootDir; "" = <home>/store/<brokerName>
     commit_log_segment_size_bytes: int = 1 << 30  # mapedFileSizeCommitLog
     consume_queue_entry_count: int = 300_000  # mapedFileSizeConsumeQueue / 20
@@ -196,6 +204,12 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "brokerIP1": ("broker_ip1", str.strip),
     "haListenPort": ("ha_listen_port", _PORT),
     "storePathRootDir": ("store_path_root_dir", str.strip),
+    "haMasterAddress": ("ha_master_address", str.strip),
+    "haSlaveFallbehindMax": ("ha_slave_fallbehind_max_bytes", _int_in(0, 1 << 40)),
+    "haTransferBatchSize": ("ha_transfer_batch_size_bytes", _int_in(4096, 4 * 1024 * 1024)),
+    "haSendHeartbeatInterval": ("ha_send_heartbeat_interval_ms", _int_in(10, 600_000)),
+    "haHousekeepingInterval": ("ha_housekeeping_interval_ms", _int_in(100, 3_600_000)),
+    "mqboxHaReconnectIntervalMs": ("ha_reconnect_interval_ms", _int_in(10, 600_000)),
     "mapedFileSizeCommitLog": ("commit_log_segment_size_bytes", _int_in(4096, 1 << 40)),
     "mappedFileSizeCommitLog": ("commit_log_segment_size_bytes", _int_in(4096, 1 << 40)),
     "mapedFileSizeConsumeQueue": ("consume_queue_entry_count", lambda t: _cq_entries(t)),
@@ -366,12 +380,19 @@ def validate_broker_config(config: BrokerConfig) -> None:
         raise ConfigError(f"brokerRole={config.broker_role.value} needs brokerId=0")
     if not config.broker_name:
         raise ConfigError("brokerName is empty")
+    if config.ha_master_address and not is_host_port(config.ha_master_address):
+        raise ConfigError(f"haMasterAddress={config.ha_master_address!r}: not host:port")
     if config.max_message_size_bytes > config.commit_log_segment_size_bytes // 2:
         raise ConfigError("maxMessageSize must be at most half of mapedFileSizeCommitLog")
     for hour in config.delete_when.split(";"):
         if not hour.strip().isdigit() or not 0 <= int(hour) <= 23:
             raise ConfigError(f"deleteWhen={config.delete_when!r}: hours 00-23, ';'-separated")
     delay_level_durations_ms(config.message_delay_level)
+
+
+def is_host_port(text: str) -> bool:
+    host, _, port = text.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

@@ -36,6 +36,7 @@ LOCK_FILE_NAME: Final = "lock"
 PID_FILE_NAME: Final = "mqbox.pid"
 STATE_FILE_NAME: Final = "state.json"
 LAST_STOP_FILE_NAME: Final = "last-stop.json"  # why the last run stopped after a failure
+REPLICATION_FILE_NAME: Final = "replication.json"
 NAMESRV_READY_FILE_NAME: Final = "namesrv.ready"
 NAMESRV_OUTPUT_FILE_NAME: Final = "namesrv.out"
 SUPERVISOR_LOG_FILE_NAME: Final = "supervisor.log"
@@ -75,6 +76,11 @@ class HomeLayout:
     @property
     def last_stop_path(self) -> Path:
         return self.run_dir / LAST_STOP_FILE_NAME
+
+    @property
+    def replication_path(self) -> Path:
+        """The HA role's state (roles/ha_service.py, roles/ha_client.py; `mqbox status`)."""
+        return self.run_dir / REPLICATION_FILE_NAME
 
 
 def prepare_home(home: Path) -> HomeLayout:
@@ -126,6 +132,11 @@ def lock_home(layout: HomeLayout) -> int:
 def read_state(home: Path) -> dict[str, Any] | None:
     """The last `run/state.json` of `home`, or None if there is none (or it is unreadable)."""
     return read_json(HomeLayout(home).state_path)
+
+
+def read_replication(home: Path) -> dict[str, Any] | None:
+    """The HA role's last published state, or None (no HA role has written one)."""
+    return read_json(HomeLayout(home).replication_path)
 
 
 def read_last_stop(home: Path) -> dict[str, Any] | None:

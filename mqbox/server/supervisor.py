@@ -85,7 +85,13 @@ import psutil
 
 from mqbox import _jit
 from mqbox.clock import wall_clock_ms
-from mqbox.config import BrokerConfig, RestartConfig, load_broker_config, load_namesrv_config
+from mqbox.config import (
+    BrokerConfig,
+    BrokerRole,
+    RestartConfig,
+    load_broker_config,
+    load_namesrv_config,
+)
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
@@ -272,6 +278,8 @@ class Supervisor:
         self._previous_wakeup_fd: int | None = None
         self._lock_fd = -1
         self._listen_socket: socket.socket | None = None
+        self._ha_socket: socket.socket | None = None
+        self.ha_address = ""
         self._namesrv: _Namesrv | None = None
         self._namesrv_output: Path | None = None
         self._namesrv_restart_due_ns: int | None = None
@@ -411,6 +419,14 @@ class Supervisor:
         bound_port = int(self._listen_socket.getsockname()[1])
         self.broker_address = f"{broker.broker_ip1 or '127.0.0.1'}:{bound_port}"
         broker = dataclasses.replace(broker, listen_port=bound_port)
+        if broker.broker_role is not BrokerRole.SLAVE:
+            # A master serves its slaves on haListenPort, where the broker listens; with the
+            # broker on any free port (0, tests), the HA port is any free port too.
+            ha_port = 0 if broker_port == 0 else broker.ha_listen_port
+            self._ha_socket = self._bind_broker(broker.broker_ip1 or "127.0.0.1", ha_port)
+            ha_bound_port = int(self._ha_socket.getsockname()[1])
+            self.ha_address = f"{broker.broker_ip1 or '127.0.0.1'}:{ha_bound_port}"
+            broker = dataclasses.replace(broker, ha_listen_port=ha_bound_port)
         factory: TopologyFactory = broker_topology
         if options.topology is not None:
             factory = resolve_callable(options.topology)
@@ -442,6 +458,7 @@ class Supervisor:
             topology=self.topology,
             role=self.topology.roles[0],
             listen_socket=self._listen_socket,
+            ha_socket=self._ha_socket,
             broker_address=self.broker_address,
             report_ready=_report_ready_outside_a_role,
             control=self.control,
@@ -499,6 +516,7 @@ class Supervisor:
             "pid": os.getpid(),
             "instance": self.instance,
             "broker": self.broker_address,
+            "ha": self.ha_address,
             "broker_name": self.broker.broker_name if self.broker else "",
             "namesrv": f"{namesrv.host}:{namesrv.port}" if namesrv is not None else "",
             "namesrv_addr": self.broker.namesrv_addr if self.broker else "",
@@ -782,6 +800,9 @@ class Supervisor:
             if spec.kind is not RoleKind.REACTOR and listen_socket is not None:
                 # Only reactors keep the listener, so it closes when they stop (rule 6).
                 listen_socket.close()
+            ha_socket = self._base_ctx.ha_socket
+            if spec.kind is not RoleKind.HA_SERVICE and ha_socket is not None:
+                ha_socket.close()
             ctx = dataclasses.replace(
                 self._base_ctx, role=spec, report_ready=_ready_reporter(spec.role_id, write_fd)
             )
@@ -1259,6 +1280,9 @@ class Supervisor:
         if self._listen_socket is not None:
             self._listen_socket.close()
             self._listen_socket = None
+        if self._ha_socket is not None:
+            self._ha_socket.close()
+            self._ha_socket = None
 
     def _mark_abort(self) -> None:
         """A critical role died: make sure the next start runs the full recovery, even if the

@@ -65,6 +65,7 @@ class Appliance:
     output_path: Path
     role_pids: list[int]
     roles: dict[str, int] = dataclasses.field(default_factory=dict)  # role id -> pid
+    ha_address: str = ""  # a master's HA listening address (haListenPort), "" on a slave
 
     @property
     def broker_port(self) -> int:
@@ -175,4 +176,5 @@ def running_appliance(
             output_path,
             [int(pid) for pid in ready["roles"].values()],
             {str(role_id): int(pid) for role_id, pid in ready["roles"].items()},
+            str(ready.get("ha") or ""),
         )
