@@ -38,10 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import emit, log, percentiles_us  # bench/ is sys.path[0]
+from _common import REPO_ROOT, emit, log, percentiles_us  # bench/ is sys.path[0]
 from _load import (
     READY_TIMEOUT_S,
-    REPO_ROOT,
     STOP_TIMEOUT_S,
     SUCCESS_PREFIX,
     Appliance,
