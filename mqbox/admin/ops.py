@@ -403,6 +403,8 @@ class ApplianceStatus:
     broker_restarts: int  # times every role of the broker was restarted after a critical death
     # Why it restarted last (while running) or stopped (after a failure); "" if neither happened.
     reason: str
+    # The HA role's run/replication.json (docs/replication.md); empty when there is none.
+    replication: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def pss_bytes(self) -> int:
@@ -462,7 +464,7 @@ def disk_usage_bytes(root: Path) -> int:
 
 def status(home: Path | None) -> ApplianceStatus:
     """Every process of the appliance in `home`, measured now (CPU over CPU_SAMPLE_S)."""
-    from mqbox.server.home import read_last_stop, read_state
+    from mqbox.server.home import read_last_stop, read_replication, read_state
 
     home = home_dir(home)
     state = read_state(home) or {}
@@ -565,6 +567,7 @@ def status(home: Path | None) -> ApplianceStatus:
         processes=tuple(measured),
         broker_restarts=int(state.get("broker_restarts") or 0) if running else 0,
         reason=str((last_failure or {}).get("reason") or ""),
+        replication=(read_replication(home) or {}) if running else {},
     )
 
 

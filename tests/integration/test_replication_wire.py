@@ -4,7 +4,8 @@ Goal: (1) after a load on a SYNC_MASTER, the slave's commit log is byte-identica
 master's up to the slave's reported offset, and every acknowledged send is on the slave; (2) a
 SYNC_MASTER with no slave answers SLAVE_NOT_AVAILABLE (the message stored); (3) a slave that was
 down during a load catches up and is byte-identical; (4) a slave whose log has bytes its master
-does not have refuses to continue and says so.
+does not have refuses to continue and says so; (5) a connected slave that stops reporting makes a
+SYNC_MASTER send answer FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, and replication resumes.
 Method: a master appliance (haListenPort any free port) and a slave appliance in homes of their
 own, sharing the master's name server; the load comes from mqbox's Producer; the commit logs
 are read from their files (tests/support/replication.py).
@@ -12,6 +13,8 @@ are read from their files (tests/support/replication.py).
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -117,3 +120,29 @@ def test_diverged_slave_refuses(tmp_path: Path, reap_pids: list[int]) -> None:
         assert "we have bytes it does not" in reason
         log_text = (slave.home / "logs" / "ha_client.0.log").read_text(encoding="utf-8")
         assert "diverged" in log_text
+
+
+def test_sync_master_answers_flush_slave_timeout_while_the_slave_is_silent(
+    tmp_path: Path, reap_pids: list[int]
+) -> None:
+    """A connected slave that stops reporting: the send waits syncFlushTimeout, then 12."""
+    conf = master_conf("SYNC_MASTER", "syncFlushTimeout=1000\n")
+    with (
+        running_appliance(tmp_path / "master", reap_pids, conf) as master,
+        running_slave(tmp_path / "slave", reap_pids, master) as slave,
+        Producer(unique_name("PG").replace("-", "_"), master.namesrv_address) as producer,
+    ):
+        wait_state(slave, "state", "connected")
+        topic = unique_name("ha")
+        create_topic(master, topic, 2)
+        assert producer.send(topic, b"first", keys="first").status is SendStatus.SEND_OK
+        ha_client_pid = slave.roles["ha_client.0"]
+        os.kill(ha_client_pid, signal.SIGSTOP)
+        try:
+            result = producer.send(topic, b"unconfirmed", keys="unconfirmed")
+        finally:
+            os.kill(ha_client_pid, signal.SIGCONT)
+        assert result.status is SendStatus.FLUSH_SLAVE_TIMEOUT
+        # Back: it catches up, and the next send is confirmed again.
+        assert producer.send(topic, b"again", keys="again").status is SendStatus.SEND_OK
+        wait_slave_reported(slave, write_offset(master))
