@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import os
 import selectors
@@ -47,7 +48,9 @@ from _load import (
     Frames,
     batch_bodies,
     connect,
+    cpu_percent,
     create_topic,
+    role_cpu_secs,
     send_frames,
     single_send_frame,
 )
@@ -94,17 +97,23 @@ def started(home: Path, conf: str, namesrv: str | None) -> Iterator[tuple[Applia
         yield app, str(ready["instance"]) + "|" + str(ready.get("ha") or "")
 
 
+@dataclasses.dataclass
+class Pair:
+    master: Appliance
+    instance: str  # the master's shared-memory instance
+    slave: Appliance | None
+
+
 @contextlib.contextmanager
-def pair(root: Path, role: str, with_slave: bool) -> Iterator[tuple[Appliance, str]]:
-    """A master (`role`) and, if asked, its slave (waited for until connected). Yields the master
-    and its shm instance name."""
+def pair(root: Path, role: str, with_slave: bool) -> Iterator[Pair]:
+    """A master (`role`) and, if asked, its slave (waited for until connected)."""
     with started(root / "master", f"brokerRole={role}\n", None) as (master, names):
         instance, ha_address = names.split("|")
         if not with_slave:
-            yield master, instance
+            yield Pair(master, instance, None)
             return
         slave_conf = f"brokerRole=SLAVE\nbrokerId=1\nhaMasterAddress={ha_address}\n"
-        with started(root / "slave", slave_conf, master.namesrv_address):
+        with started(root / "slave", slave_conf, master.namesrv_address) as (slave, _names):
             positions = StorePositions.attach(store_positions_name(instance))
             deadline = time.monotonic() + 60
             while positions.replication().slave_count < 1:
@@ -112,7 +121,7 @@ def pair(root: Path, role: str, with_slave: bool) -> Iterator[tuple[Appliance, s
                     raise SystemExit(f"{BENCH}: the slave did not connect")
                 time.sleep(0.05)
             positions.close()
-            yield master, instance
+            yield Pair(master, instance, slave)
 
 
 class LagSampler(threading.Thread):
@@ -152,14 +161,26 @@ class LagSampler(threading.Thread):
 
 
 def produce_rate(
-    app: Appliance, bodies: list[bytes], batch: int, count: int, inflight: int
-) -> float:
+    apps: Pair, bodies: list[bytes], batch: int, count: int, inflight: int
+) -> tuple[float, dict[str, float]]:
+    """msgs/s of one produce run, and the CPU % of each busy role (master's, then the slave's
+    prefixed "slave.") during it: the profile behind a miss."""
+    app = apps.master
     topic = f"BenchHa{os.getpid()}"
     create_topic(app, topic, 8)
     frames = send_frames(topic, bodies, [0, 1, 2, 3], 1)
     produce(app.broker_address, frames, 1, batch, 2 * FRAME_POOL_SIZE, inflight, app)  # warm
+    before = _cpu(apps)
     result = produce(app.broker_address, frames, 1, batch, max(1, count // batch), inflight, app)
-    return result.msgs / result.secs
+    busy = cpu_percent(before, _cpu(apps), result.secs)
+    return result.msgs / result.secs, {role: value for role, value in busy.items() if value >= 5}
+
+
+def _cpu(apps: Pair) -> dict[str, float]:
+    found = role_cpu_secs(apps.master)
+    if apps.slave is not None:
+        found.update({f"slave.{r}": secs for r, secs in role_cpu_secs(apps.slave).items()})
+    return found
 
 
 def latencies(app: Appliance, connections: int, count: int) -> dict[str, float | None]:
@@ -223,20 +244,28 @@ def main() -> None:
     figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="mqbox-ha-") as root_text:
         root = Path(root_text)
-        with pair(root / "standalone", "ASYNC_MASTER", False) as (app, _instance):
-            rates["standalone"] = produce_rate(app, bodies, batch, count, inflight)
+        cpu: dict[str, dict[str, float]] = {}
+        with pair(root / "standalone", "ASYNC_MASTER", False) as apps:
+            rates["standalone"], cpu["standalone"] = produce_rate(
+                apps, bodies, batch, count, inflight
+            )
         log(f"{BENCH}: standalone {rates['standalone']:,.0f} msgs/s")
-        with pair(root / "async", "ASYNC_MASTER", True) as (app, instance):
-            sampler = LagSampler(instance)
+        with pair(root / "async", "ASYNC_MASTER", True) as apps:
+            sampler = LagSampler(apps.instance)
             sampler.start()
-            rates["async_master"] = produce_rate(app, bodies, batch, count, inflight)
+            rates["async_master"], cpu["async_master"] = produce_rate(
+                apps, bodies, batch, count, inflight
+            )
             figures.update(sampler.figures())
-            figures["async_latency"] = latencies(app, connections, latency_count)
+            figures["async_latency"] = latencies(apps.master, connections, latency_count)
         log(f"{BENCH}: ASYNC_MASTER + slave {rates['async_master']:,.0f} msgs/s, {figures}")
-        with pair(root / "sync", "SYNC_MASTER", True) as (app, _instance):
-            rates["sync_master"] = produce_rate(app, bodies, batch, count, inflight)
-            figures["sync_latency"] = latencies(app, connections, latency_count)
+        with pair(root / "sync", "SYNC_MASTER", True) as apps:
+            rates["sync_master"], cpu["sync_master"] = produce_rate(
+                apps, bodies, batch, count, inflight
+            )
+            figures["sync_latency"] = latencies(apps.master, connections, latency_count)
         log(f"{BENCH}: SYNC_MASTER + slave {rates['sync_master']:,.0f} msgs/s")
+        figures["cpu_percent_by_role"] = cpu
     digest = hashlib.blake2b(digest_size=8)
     for body in bodies:
         digest.update(body)

@@ -118,6 +118,7 @@ class HaClient:
 
     def run_once(self, timeout_ms: int) -> int:
         work = self.link.drain_written()
+        self.link.follow_retention_nowait()
         now_ns = time.monotonic_ns()
         try:
             if self.state != HA_SLAVE_DIVERGED and self.positions.replica_stopped:

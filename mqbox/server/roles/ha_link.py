@@ -10,6 +10,8 @@ sockets to the peer, or what the roles say on them (ha_service.py, ha_client.py)
 from __future__ import annotations
 
 import select
+import time
+from typing import Final
 
 from mqbox.ipc.ring import Ring
 from mqbox.message import pack_host
@@ -19,6 +21,8 @@ from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillWriter
 from mqbox.store.commit_log import CommitLog
 from mqbox.store.layout import StoreGeometry
 from mqbox.store.message_store import StoreConfig
+
+RETENTION_CHECK_INTERVAL_NS: Final = 1_000_000_000
 
 
 def store_geometry(ctx: RoleContext) -> StoreGeometry:
@@ -53,6 +57,16 @@ class HaLink:
         self.wakeup_fd = wakeup_fd
         if wakeup_fd is not None:
             self.epoll.register(wakeup_fd, select.EPOLLIN)
+        self._retention_due_ns = 0
+
+    def follow_retention_nowait(self) -> None:
+        """Drop this view's maps of segments the writer's retention deleted (at most once a
+        second), so their disk space is freed."""
+        now_ns = time.monotonic_ns()
+        if now_ns < self._retention_due_ns:
+            return
+        self._retention_due_ns = now_ns + RETENTION_CHECK_INTERVAL_NS
+        self.commit_log.follow_retention(self.positions.min_log_offset_bytes)
 
     def drain_written(self) -> int:
         """Take the WRITTEN parcels: they only wake the role (positions are in shared memory).

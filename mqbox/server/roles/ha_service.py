@@ -104,6 +104,7 @@ class HaService:
     def run_once(self, timeout_ms: int) -> int:
         """One turn: take WRITTEN notices, serve every slave, tell the writer; sleep when idle."""
         work = self.link.drain_written()
+        self.link.follow_retention_nowait()
         now_ns = time.monotonic_ns()
         write_bytes = self.positions.write_log_offset_bytes
         for slave in list(self.slaves.values()):
