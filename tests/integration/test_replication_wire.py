@@ -5,7 +5,9 @@ master's up to the slave's reported offset, and every acknowledged send is on th
 SYNC_MASTER with no slave answers SLAVE_NOT_AVAILABLE (the message stored); (3) a slave that was
 down during a load catches up and is byte-identical; (4) a slave whose log has bytes its master
 does not have refuses to continue and says so; (5) a connected slave that stops reporting makes a
-SYNC_MASTER send answer FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, and replication resumes.
+SYNC_MASTER send answer FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, and replication resumes;
+(6) a slave and then a master killed with SIGKILL restart on their homes, recover, and the slave
+catches up byte-identical.
 Method: a master appliance (haListenPort any free port) and a slave appliance in homes of their
 own, sharing the master's name server; the load comes from mqbox's Producer; the commit logs
 are read from their files (tests/support/replication.py).
@@ -146,3 +148,34 @@ def test_sync_master_answers_flush_slave_timeout_while_the_slave_is_silent(
         # Back: it catches up, and the next send is confirmed again.
         assert producer.send(topic, b"again", keys="again").status is SendStatus.SEND_OK
         wait_slave_reported(slave, write_offset(master))
+
+
+def test_crashes_on_either_side_recover_and_catch_up(tmp_path: Path, reap_pids: list[int]) -> None:
+    """SIGKILL of the slave during a load, then of the master: each restarts on its home,
+    recovers, and the slave ends byte-identical to the master."""
+    conf = master_conf("ASYNC_MASTER")
+    topic = unique_name("ha")
+    with running_appliance(tmp_path / "master", reap_pids, conf) as master:
+        create_topic(master, topic, 4)
+        with running_slave(tmp_path / "slave", reap_pids, master) as slave:
+            _send_load(master, topic, 100)
+            slave.kill()
+        _send_load(master, topic, 100)
+        with running_slave(tmp_path / "slave", reap_pids, master) as slave:
+            wait_slave_reported(slave, write_offset(master))
+        master_port = master.broker_port
+        master.kill()
+    # The master restarts on its home and its old ports (the slave's haMasterAddress).
+    ha_port = int(master.ha_address.rsplit(":", 1)[1])
+    restart_conf = conf + f"haListenPort={ha_port}\n"
+    with (
+        running_appliance(
+            tmp_path / "master", reap_pids, restart_conf, broker_port=master_port
+        ) as master,
+        running_slave(tmp_path / "slave", reap_pids, master) as slave,
+    ):
+        assert master.ha_address.endswith(f":{ha_port}")
+        _send_load(master, topic, 100)
+        end_bytes = write_offset(master)
+        wait_slave_reported(slave, end_bytes)
+        _assert_identical(master, slave, end_bytes)
