@@ -113,7 +113,9 @@ class BrokerConfig:
     namesrv_addr: str = f"127.0.0.1:{NAMESRV_PORT_DEFAULT}"  # namesrvAddr, ';'-separated
     listen_port: int = BROKER_PORT_DEFAULT  # listenPort; 0 = any free port
     broker_ip1: str = "127.0.0.1"  # brokerIP1: the address clients are told to use
-    ha_listen_port: int = BROKER_PORT_DEFAULT + 1  # haListenPort; 0 = any free port
+    # haListenPort; -1 (unset) = listenPort + 1 as RocketMQ forces it, any free port when
+    # listenPort is 0; 0 = any free port
+    ha_listen_port: int = -1
     # Replication (docs/replication.md): a SLAVE's master, "host:port" of its HA port
     ha_master_address: str = ""  # haMasterAddress
     # SYNC_MASTER answers SLAVE_NOT_AVAILABLE when the slave lags more than this
@@ -388,6 +390,13 @@ def validate_broker_config(config: BrokerConfig) -> None:
         if not hour.strip().isdigit() or not 0 <= int(hour) <= 23:
             raise ConfigError(f"deleteWhen={config.delete_when!r}: hours 00-23, ';'-separated")
     delay_level_durations_ms(config.message_delay_level)
+
+
+def effective_ha_listen_port(config: BrokerConfig, listen_port: int) -> int:
+    """The HA port a broker listening on `listen_port` uses (BrokerConfig.ha_listen_port)."""
+    if config.ha_listen_port >= 0:
+        return config.ha_listen_port
+    return 0 if listen_port == 0 else listen_port + 1
 
 
 def is_host_port(text: str) -> bool:

@@ -89,6 +89,7 @@ from mqbox.config import (
     BrokerConfig,
     BrokerRole,
     RestartConfig,
+    effective_ha_listen_port,
     load_broker_config,
     load_namesrv_config,
 )
@@ -419,10 +420,12 @@ class Supervisor:
         bound_port = int(self._listen_socket.getsockname()[1])
         self.broker_address = f"{broker.broker_ip1 or '127.0.0.1'}:{bound_port}"
         broker = dataclasses.replace(broker, listen_port=bound_port)
+        # A slave binds no HA port; it names the one RocketMQ would give it.
+        is_slave = broker.broker_role is BrokerRole.SLAVE
+        ha_port = effective_ha_listen_port(broker, bound_port if is_slave else broker_port)
+        broker = dataclasses.replace(broker, ha_listen_port=ha_port)
         if broker.broker_role is not BrokerRole.SLAVE:
-            # A master serves its slaves on haListenPort, where the broker listens; with the
-            # broker on any free port (0, tests), the HA port is any free port too.
-            ha_port = 0 if broker_port == 0 else broker.ha_listen_port
+            # A master serves its slaves on haListenPort, where the broker listens.
             self._ha_socket = self._bind_broker(broker.broker_ip1 or "127.0.0.1", ha_port)
             ha_bound_port = int(self._ha_socket.getsockname()[1])
             self.ha_address = f"{broker.broker_ip1 or '127.0.0.1'}:{ha_bound_port}"
