@@ -133,11 +133,18 @@ class BrokerConfig:
     # the IPv4 address the listener binds; "" = brokerIP1 (docs/security.md)
     listen_address: str = ""  # mqboxListenAddress
     broker_ip2: str = ""  # brokerIP2: the HA address slaves are told to use; "" = brokerIP1
-    # haListenPort. RocketMQ's BrokerStartup overrides it with listenPort + 1 whatever the file
-    # says, and so does the supervisor once the listening port is bound (docs/layout.md).
-    ha_listen_port: int = BROKER_PORT_DEFAULT + 1
-    ha_master_address: str = ""  # haMasterAddress: a slave's fixed master HA address; "" = learn
+    # haListenPort; -1 (unset) = listenPort + 1 as RocketMQ forces it, any free port when
+    # listenPort is 0; 0 = any free port
+    ha_listen_port: int = -1
+    # Replication (docs/replication.md): a SLAVE's master, "host:port" of its HA port
+    ha_master_address: str = ""  # haMasterAddress
     slave_read_enable: bool = False  # slaveReadEnable: the master may send pulls to a slave
+    # SYNC_MASTER answers SLAVE_NOT_AVAILABLE when the slave lags more than this
+    ha_slave_fallbehind_max_bytes: int = 256 * 1024 * 1024  # haSlaveFallbehindMax
+    ha_transfer_batch_size_bytes: int = 32 * 1024  # haTransferBatchSize: body bound both ways
+    ha_send_heartbeat_interval_ms: int = 5000  # haSendHeartbeatInterval
+    ha_housekeeping_interval_ms: int = 20_000  # haHousekeepingInterval: silent peer closed
+    ha_reconnect_interval_ms: int = 1000  # mqboxHaReconnectIntervalMs: slave's connect retry
     store_path_root_dir: str = ""  # storePathRootDir; "" = <home>/store/<brokerName>
     commit_log_segment_size_bytes: int = 1 << 30  # mapedFileSizeCommitLog
     consume_queue_entry_count: int = 300_000  # mapedFileSizeConsumeQueue / 20
@@ -296,6 +303,11 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "haMasterAddress": ("ha_master_address", str.strip),
     "slaveReadEnable": ("slave_read_enable", _parse_bool),
     "storePathRootDir": ("store_path_root_dir", str.strip),
+    "haSlaveFallbehindMax": ("ha_slave_fallbehind_max_bytes", _int_in(0, 1 << 40)),
+    "haTransferBatchSize": ("ha_transfer_batch_size_bytes", _int_in(4096, 4 * 1024 * 1024)),
+    "haSendHeartbeatInterval": ("ha_send_heartbeat_interval_ms", _int_in(10, 600_000)),
+    "haHousekeepingInterval": ("ha_housekeeping_interval_ms", _int_in(100, 3_600_000)),
+    "mqboxHaReconnectIntervalMs": ("ha_reconnect_interval_ms", _int_in(10, 600_000)),
     "mapedFileSizeCommitLog": ("commit_log_segment_size_bytes", _int_in(4096, 1 << 40)),
     "mappedFileSizeCommitLog": ("commit_log_segment_size_bytes", _int_in(4096, 1 << 40)),
     "mapedFileSizeConsumeQueue": ("consume_queue_entry_count", lambda t: _cq_entries(t)),
@@ -585,6 +597,8 @@ def validate_broker_config(config: BrokerConfig) -> None:
         raise ConfigError(f"brokerRole={config.broker_role.value} needs brokerId=0")
     if not config.broker_name:
         raise ConfigError("brokerName is empty")
+    if config.ha_master_address and not is_host_port(config.ha_master_address):
+        raise ConfigError(f"haMasterAddress={config.ha_master_address!r}: not host:port")
     if config.max_message_size_bytes > config.commit_log_segment_size_bytes // 2:
         raise ConfigError("maxMessageSize must be at most half of mapedFileSizeCommitLog")
     for hour in config.delete_when.split(";"):
@@ -593,6 +607,18 @@ def validate_broker_config(config: BrokerConfig) -> None:
     delay_level_durations_ms(config.message_delay_level)
     if bool(config.namesrv_access_key) != bool(config.namesrv_secret_key):
         raise ConfigError("mqboxNamesrvAccessKey and mqboxNamesrvSecretKey go together")
+
+
+def effective_ha_listen_port(config: BrokerConfig, listen_port: int) -> int:
+    """The HA port a broker listening on `listen_port` uses (BrokerConfig.ha_listen_port)."""
+    if config.ha_listen_port >= 0:
+        return config.ha_listen_port
+    return 0 if listen_port == 0 else listen_port + 1
+
+
+def is_host_port(text: str) -> bool:
+    host, _, port = text.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

@@ -387,7 +387,7 @@ class ClusterBroker:
     # From the broker itself (MQBOX_BROKER_STATUS); NOT_AVAILABLE when it does not answer.
     role: str = NOT_AVAILABLE  # ASYNC_MASTER, SYNC_MASTER or SLAVE
     version: str = NOT_AVAILABLE
-    ha_state: str = NOT_AVAILABLE  # replication's state (run/ha.json of the broker's home)
+    ha_state: str = NOT_AVAILABLE  # replication's state (run/replication.json of the broker's home)
     slave_lag_bytes: int | None = None
     slave_lag_messages: int | None = None
 

@@ -347,6 +347,8 @@ def status(
         f"store {report.store_root}: {_megabytes(report.store_size_bytes)} MB"
         f"   memory (PSS anon + shmem): {_megabytes(report.pss_bytes)} MB"
     )
+    if report.replication:
+        print(_replication_line(report.replication))
     header = f"{'ROLE':<16} {'PID':>8} {'STATE':<9} {'CPU%':>6} {'PSS MB':>8} {'RSS MB':>8}"
     print(f"{header} {'PORT':>6} {'UPTIME':>8}")
     for process in report.processes:
@@ -390,6 +392,20 @@ def _print_layout_status(report: layout_ops.LayoutStatus, as_json: bool) -> None
         )
         if broker.reason:
             print(f"  {broker.name}: {broker.reason}")
+
+
+def _replication_line(replication: dict[str, Any]) -> str:
+    """One line of run/replication.json: a master's slaves, or a slave's state and master."""
+    if replication.get("role") == "master":
+        slaves = replication.get("slaves") or []
+        acked = replication.get("acked_log_offset", 0)
+        return f"replication: master, {len(slaves)} slave(s), acknowledged offset {acked}"
+    line = (
+        f"replication: slave {replication.get('state')} to {replication.get('master') or '-'}, "
+        f"reported offset {replication.get('reported_log_offset', 0)}"
+    )
+    reason = replication.get("reason")
+    return f"{line}; stopped: {reason}" if reason else line
 
 
 @app.command("config")

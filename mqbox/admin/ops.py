@@ -673,10 +673,13 @@ class ApplianceStatus:
     broker_restarts: int  # times every role of the broker was restarted after a critical death
     # Why it restarted last (while running) or stopped (after a failure); "" if neither happened.
     reason: str
-    # Replication as run/ha.json reports it (server/home.HaState); "n/a" and None until it does.
+    # Replication as run/replication.json reports it (server/home.HaState); "n/a" and None
+    # until it does.
     ha_state: str
     slave_lag_bytes: int | None
     slave_lag_messages: int | None
+    # The HA role's run/replication.json (docs/replication.md); empty when there is none.
+    replication: dict[str, Any] = dataclasses.field(default_factory=dict)
     http: str = ""  # the HTTP endpoint's URL (/metrics, the dashboard), from run/http.json
 
     @property
@@ -784,7 +787,13 @@ def disk_usage_bytes(root: Path) -> int:
 
 def status(home: Path | None) -> ApplianceStatus:
     """Every process of the appliance in `home`, measured now (CPU over CPU_SAMPLE_S)."""
-    from mqbox.server.home import read_ha_state, read_http, read_last_stop, read_state
+    from mqbox.server.home import (
+        read_ha_state,
+        read_http,
+        read_last_stop,
+        read_replication,
+        read_state,
+    )
 
     home = home_dir(home)
     state = read_state(home) or {}
@@ -859,6 +868,7 @@ def status(home: Path | None) -> ApplianceStatus:
         ha_state=ha.state,
         slave_lag_bytes=ha.slave_lag_bytes,
         slave_lag_messages=ha.slave_lag_messages,
+        replication=(read_replication(home) or {}) if running else {},
     )
 
 

@@ -25,7 +25,7 @@ MQBOX_NOOP: Final = 10_000
 # 208 (docs/protocol.md section 4.7).
 MQBOX_RESET_CONSUMER_OFFSET: Final = 10_003
 MQBOX_PULL_STATUS: Final = 10_004
-# The broker's identity and replication: role, id, version and the HA state of run/ha.json
+# The broker's identity and replication: role, id, version and the HA state of run/replication.json
 # (server/home.HaState); `mqbox cluster list` asks every broker for it.
 MQBOX_BROKER_STATUS: Final = 10_010
 MQBOX_CODE_LAST: Final = 10_099

@@ -15,9 +15,9 @@ layout (NAME is config.member_name: broker-a, broker-a-s, ...). The name server 
 layout home's lock (it inherits the descriptor), so nothing else starts in that home while it
 runs; each broker's supervisor holds its own sub-home's lock.
 
-`run/ha.json` of a broker's home is where replication reports itself (HaState): the HA roles
-write it, `mqbox status` and the MQBOX_BROKER_STATUS answer (`mqbox cluster list`) read it; with
-no such file both say "n/a".
+`run/replication.json` of a broker's home is where replication reports itself: the HA roles
+write it, `mqbox status` and the MQBOX_BROKER_STATUS answer (`mqbox cluster list`) read it
+(HaState); with no such file both say "n/a".
 
 mqbox/admin imports this module without the supervisor, so `mqbox status` loads neither numpy
 nor numba.
@@ -48,6 +48,7 @@ LOCK_FILE_NAME: Final = "lock"
 PID_FILE_NAME: Final = "mqbox.pid"
 STATE_FILE_NAME: Final = "state.json"
 LAST_STOP_FILE_NAME: Final = "last-stop.json"  # why the last run stopped after a failure
+REPLICATION_FILE_NAME: Final = "replication.json"
 NAMESRV_READY_FILE_NAME: Final = "namesrv.ready"
 NAMESRV_OUTPUT_FILE_NAME: Final = "namesrv.out"
 SUPERVISOR_LOG_FILE_NAME: Final = "supervisor.log"
@@ -56,7 +57,6 @@ HTTP_FILE_NAME: Final = "http.json"  # the services role's bound HTTP endpoint (
 STATE_VERSION: Final = 1
 LAYOUT_STATE_FILE_NAME: Final = "layout.json"  # a layout home's: what `--layout` started
 BROKERS_DIR_NAME: Final = "brokers"  # a layout home's: one single-broker home per broker
-HA_STATE_FILE_NAME: Final = "ha.json"  # a broker home's: replication's report (HaState)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,45 +105,55 @@ class HomeLayout:
     def layout_state_path(self) -> Path:
         return self.run_dir / LAYOUT_STATE_FILE_NAME
 
-    @property
-    def ha_state_path(self) -> Path:
-        return self.run_dir / HA_STATE_FILE_NAME
-
     def broker_home(self, member_name: str) -> Path:
         """The home of one broker of a layout started in this home."""
         return self.home / BROKERS_DIR_NAME / member_name
 
+    @property
+    def replication_path(self) -> Path:
+        """The HA role's state (roles/ha_service.py, roles/ha_client.py; `mqbox status`)."""
+        return self.run_dir / REPLICATION_FILE_NAME
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class HaState:
-    """What `run/ha.json` says about a broker's replication. The HA roles write it with
-    run_files.write_json_atomically as {"state": str, "slave_lag_bytes": int,
-    "slave_lag_messages": int, "updated_at_ms": int}; a field they cannot know is left out."""
+    """A broker's replication as `mqbox status` and `mqbox cluster list` show it, read from the
+    HA role's `run/replication.json` (docs/replication.md): a master's state is "no-slave" or
+    "serving" and its lag the bytes its slowest slave has not acknowledged; a slave's state is
+    its connection's ("connecting", "connected", "diverged") and its lag the bytes between the
+    master's end and what it reported. The lag in messages is not known (None: "n/a")."""
 
-    state: str  # e.g. "streaming", "connecting"; "n/a" with no file
+    state: str  # "n/a" with no file
     slave_lag_bytes: int | None
     slave_lag_messages: int | None
 
     @classmethod
     def of(cls, document: Mapping[str, Any] | None) -> HaState:
-        """The state a run file holds; every field "n/a" (None) without one."""
+        """The state a replication.json holds; every field "n/a" (None) without one."""
         document = document or {}
 
         def count(key: str) -> int | None:
             value = document.get(key)
             return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-        state = document.get("state")
-        return cls(
-            state if isinstance(state, str) and state else "n/a",
-            count("slave_lag_bytes"),
-            count("slave_lag_messages"),
-        )
+        role = document.get("role")
+        if role == "master":
+            acked, written = count("acked_log_offset"), count("write_log_offset")
+            if not document.get("slaves"):
+                return cls("no-slave", None, None)
+            lag = None if acked is None or written is None else max(0, written - acked)
+            return cls("serving", lag, None)
+        if role == "slave":
+            state = document.get("state")
+            reported, master = count("reported_log_offset"), count("master_log_offset")
+            lag = None if reported is None or not master else max(0, master - reported)
+            return cls(state if isinstance(state, str) and state else "n/a", lag, None)
+        return cls("n/a", None, None)
 
 
 def read_ha_state(home: Path) -> HaState:
     """The replication state of the broker whose home is `home` ("n/a" without a report)."""
-    return HaState.of(read_json(HomeLayout(home).ha_state_path))
+    return HaState.of(read_json(HomeLayout(home).replication_path))
 
 
 def read_layout_state(home: Path) -> dict[str, Any] | None:
@@ -200,6 +210,11 @@ def lock_home(layout: HomeLayout) -> int:
 def read_state(home: Path) -> dict[str, Any] | None:
     """The last `run/state.json` of `home`, or None if there is none (or it is unreadable)."""
     return read_json(HomeLayout(home).state_path)
+
+
+def read_replication(home: Path) -> dict[str, Any] | None:
+    """The HA role's last published state, or None (no HA role has written one)."""
+    return read_json(HomeLayout(home).replication_path)
 
 
 def read_last_stop(home: Path) -> dict[str, Any] | None:

@@ -100,6 +100,8 @@ class RoleContext:
     # The supervisor's shared words about every role: generations, pids, states, broker state
     # (control_block.py). None only in contexts built by unit tests.
     control: ControlBlock | None = None
+    # A master's HA listening socket (haListenPort), kept only by ha_service.0; None elsewhere.
+    ha_socket: Any = None
     # The roles' shared statistics counters (statistics.py); None only in unit tests' contexts.
     statistics: StatisticsBlock | None = None
 

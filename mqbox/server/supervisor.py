@@ -88,9 +88,11 @@ from mqbox.acl.validator import acl_file_path, load_acl_file
 from mqbox.clock import wall_clock_ms
 from mqbox.config import (
     BrokerConfig,
+    BrokerRole,
     NamesrvConfig,
     RestartConfig,
     broker_listen_address,
+    effective_ha_listen_port,
     ignored_keys_warning,
     key_values,
     load_broker_config,
@@ -289,6 +291,8 @@ class Supervisor:
         self._previous_wakeup_fd: int | None = None
         self._lock_fd = -1
         self._listen_socket: socket.socket | None = None
+        self._ha_socket: socket.socket | None = None
+        self.ha_address = ""
         self._namesrv: _Namesrv | None = None
         self._namesrv_output: Path | None = None
         self._namesrv_restart_due_ns: int | None = None
@@ -428,7 +432,7 @@ class Supervisor:
         for stale in (
             self.layout.last_stop_path,
             self.layout.http_path,
-            self.layout.ha_state_path,
+            self.layout.replication_path,
         ):
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
@@ -444,8 +448,19 @@ class Supervisor:
         self._listen_socket = self._bind_broker(broker_listen_address(broker), broker_port)
         bound_port = int(self._listen_socket.getsockname()[1])
         self.broker_address = f"{broker.broker_ip1 or '127.0.0.1'}:{bound_port}"
-        # RocketMQ's BrokerStartup sets haListenPort to listenPort + 1 whatever the file says.
-        broker = dataclasses.replace(broker, listen_port=bound_port, ha_listen_port=bound_port + 1)
+        broker = dataclasses.replace(broker, listen_port=bound_port)
+        # RocketMQ's BrokerStartup sets haListenPort to listenPort + 1 unless the file sets it
+        # (_bind_broker chose a port whose successor is free when asked for any port).
+        ha_port = effective_ha_listen_port(broker, bound_port)
+        broker = dataclasses.replace(broker, ha_listen_port=ha_port)
+        if broker.broker_role is not BrokerRole.SLAVE:
+            # A master serves its slaves on haListenPort, where the broker listens.
+            self._ha_socket = self._bind_ha(broker_listen_address(broker), ha_port, broker_port)
+            ha_bound_port = int(self._ha_socket.getsockname()[1])
+            self.ha_address = (
+                f"{broker.broker_ip2 or broker.broker_ip1 or '127.0.0.1'}:{ha_bound_port}"
+            )
+            broker = dataclasses.replace(broker, ha_listen_port=ha_bound_port)
         factory: TopologyFactory = broker_topology
         if options.topology is not None:
             factory = resolve_callable(options.topology)
@@ -480,6 +495,7 @@ class Supervisor:
             topology=self.topology,
             role=self.topology.roles[0],
             listen_socket=self._listen_socket,
+            ha_socket=self._ha_socket,
             broker_address=self.broker_address,
             report_ready=_report_ready_outside_a_role,
             control=self.control,
@@ -557,6 +573,7 @@ class Supervisor:
             "pid": os.getpid(),
             "instance": self.instance,
             "broker": self.broker_address,
+            "ha": self.ha_address,
             "broker_name": self.broker.broker_name if self.broker else "",
             "namesrv": f"{namesrv.host}:{namesrv.port}" if namesrv is not None else "",
             "namesrv_addr": self.broker.namesrv_addr if self.broker else "",
@@ -634,6 +651,16 @@ class Supervisor:
                 break
             sock.close()
         return sock
+
+    def _bind_ha(self, host: str, port: int, broker_port: int) -> socket.socket:
+        """A master's HA listening socket; when any broker port was asked for and another
+        process took listenPort + 1 since _bind_broker's probe, any free port instead."""
+        try:
+            return self._bind_broker_once(host, port)
+        except MqboxError:
+            if broker_port != 0:
+                raise
+            return self._bind_broker_once(host, 0)
 
     def _bind_broker_once(self, host: str, port: int) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -880,6 +907,9 @@ class Supervisor:
             if spec.kind is not RoleKind.REACTOR and listen_socket is not None:
                 # Only reactors keep the listener, so it closes when they stop (rule 6).
                 listen_socket.close()
+            ha_socket = self._base_ctx.ha_socket
+            if spec.kind is not RoleKind.HA_SERVICE and ha_socket is not None:
+                ha_socket.close()
             ctx = dataclasses.replace(
                 self._base_ctx, role=spec, report_ready=_ready_reporter(spec.role_id, write_fd)
             )
@@ -1370,6 +1400,9 @@ class Supervisor:
         if self._listen_socket is not None:
             self._listen_socket.close()
             self._listen_socket = None
+        if self._ha_socket is not None:
+            self._ha_socket.close()
+            self._ha_socket = None
 
     def _mark_abort(self) -> None:
         """A critical role died: make sure the next start runs the full recovery, even if the

@@ -39,8 +39,14 @@ from mqbox.admin.cli import app
 from mqbox.config import load_broker_config
 from mqbox.ipc import names
 from mqbox.message import encode_offset_msg_id, pack_host
-from mqbox.run_files import write_json_atomically
-from mqbox.server.home import HomeLayout, process_alive, read_state, recorded_processes
+from mqbox.server.home import (
+    HaState,
+    HomeLayout,
+    process_alive,
+    read_state,
+    recorded_processes,
+)
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -202,8 +208,10 @@ def test_cluster_list_names_the_broker(appliance: Appliance) -> None:
     assert broker["broker_name"] == "broker-a"
     assert broker["role"] == "ASYNC_MASTER"
     assert broker["version"].startswith("mqbox")
-    # Replication has not reported (no run/ha.json): its columns say so.
-    assert (broker["ha_state"], broker["slave_lag_bytes"]) == ("n/a", None)
+    # A master with no slave says so (run/replication.json of its HA role), or "n/a" before
+    # the HA role's first report.
+    assert broker["ha_state"] in ("no-slave", "n/a")
+    assert broker["slave_lag_bytes"] is None
     text = ok(appliance, "cluster", "list")
     assert "ASYNC_MASTER" in text
     assert "n/a" in text
@@ -211,27 +219,26 @@ def test_cluster_list_names_the_broker(appliance: Appliance) -> None:
 
 
 def test_replication_s_run_file_reaches_cluster_list_and_status(appliance: Appliance) -> None:
-    """run/ha.json is the one place the HA roles report to (docs/layout.md section 4)."""
-    ha_path = HomeLayout(appliance.home).ha_state_path
-    report = {"state": "streaming", "slave_lag_bytes": 4096, "slave_lag_messages": 7}
-    write_json_atomically(ha_path, {**report, "updated_at_ms": 1})
-    try:
-        (broker,) = ok_json(appliance, "cluster", "list")["brokers"]
-        assert (broker["ha_state"], broker["slave_lag_bytes"], broker["slave_lag_messages"]) == (
-            "streaming",
-            4096,
-            7,
-        )
-        status = ops.status(appliance.home)
-        assert (status.ha_state, status.slave_lag_bytes, status.slave_lag_messages) == (
-            "streaming",
-            4096,
-            7,
-        )
-        assert (status.broker_role, status.broker_id) == ("ASYNC_MASTER", 0)
-    finally:
-        ha_path.unlink()
-    assert ops.status(appliance.home).ha_state == "n/a"
+    """run/replication.json, which the HA role writes, is what cluster list and status show
+    (docs/layout.md section 4): a master without a slave says so."""
+    path = HomeLayout(appliance.home).replication_path
+    wait_until(path.exists, "the HA role's run/replication.json")
+    (broker,) = ok_json(appliance, "cluster", "list")["brokers"]
+    assert (broker["ha_state"], broker["slave_lag_bytes"]) == ("no-slave", None)
+    status = ops.status(appliance.home)
+    assert (status.ha_state, status.slave_lag_bytes) == ("no-slave", None)
+    assert status.replication["role"] == "master"
+    assert (status.broker_role, status.broker_id) == ("ASYNC_MASTER", 0)
+
+
+def test_ha_state_reads_both_sides_of_replication() -> None:
+    master = {"role": "master", "slaves": [{"address": "x"}], "acked_log_offset": 100}
+    assert HaState.of({**master, "write_log_offset": 4196}) == HaState("serving", 4096, None)
+    assert HaState.of({**master, "slaves": []}).state == "no-slave"
+    slave = {"role": "slave", "state": "connected", "reported_log_offset": 10}
+    assert HaState.of({**slave, "master_log_offset": 30}) == HaState("connected", 20, None)
+    assert HaState.of({**slave, "master_log_offset": 0}) == HaState("connected", None, None)
+    assert HaState.of(None) == HaState("n/a", None, None)
 
 
 def test_the_name_server_can_come_from_the_environment(appliance: Appliance) -> None:

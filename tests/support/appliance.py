@@ -68,6 +68,7 @@ class Appliance:
     role_pids: list[int]
     roles: dict[str, int] = dataclasses.field(default_factory=dict)  # role id -> pid
     http_url: str = ""  # the HTTP endpoint (mqboxHttpPort=0 in BROKER_CONF), "" if none
+    ha_address: str = ""  # a master's HA listening address (haListenPort), "" on a slave
 
     @property
     def broker_port(self) -> int:
@@ -179,4 +180,5 @@ def running_appliance(
             [int(pid) for pid in ready["roles"].values()],
             {str(role_id): int(pid) for role_id, pid in ready["roles"].items()},
             str(ready.get("http") or ""),
+            str(ready.get("ha") or ""),
         )

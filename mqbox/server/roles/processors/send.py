@@ -168,6 +168,16 @@ _HEX_DIGITS: Final = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 _MSG_ID_SEPARATOR: Final = ord(",")
 _OK: Final = int(ResponseCode.SUCCESS)
 _FLUSH_DISK_TIMEOUT: Final = int(ResponseCode.FLUSH_DISK_TIMEOUT)
+# Answers of a stored message that is not yet durable or replicated: the normal send header
+# goes with them (RocketMQ's SendMessageProcessor), the client decides what they mean.
+_STORED_CODES: Final = frozenset(
+    {
+        _OK,
+        _FLUSH_DISK_TIMEOUT,
+        int(ResponseCode.SLAVE_NOT_AVAILABLE),
+        int(ResponseCode.FLUSH_SLAVE_TIMEOUT),
+    }
+)
 # Only a single send to a retry topic, or one whose properties hold this, may need routing by
 # content (delivery.py); only those pay for parsing their properties.
 _DELAY_NAME: Final = "DELAY\x01"
@@ -1012,7 +1022,7 @@ class SendProcessor(Processor):
         request = pending.request
         if pending.send_back:
             # Java answers a send-back 0 without ext; a store that refused it, SYSTEM_ERROR.
-            if ack.response_code in (_OK, _FLUSH_DISK_TIMEOUT):
+            if ack.response_code in _STORED_CODES:
                 self.reply_fields(request, _OK, {})
             else:
                 self._refused += 1
@@ -1020,7 +1030,7 @@ class SendProcessor(Processor):
                     request, int(ResponseCode.SYSTEM_ERROR), {}, remark=ack.remark or None
                 )
             return
-        if ack.response_code not in (_OK, _FLUSH_DISK_TIMEOUT):
+        if ack.response_code not in _STORED_CODES:
             self._refused += 1
             self.reply(request, request.make_response(ack.response_code, {}, remark=ack.remark))
             return

@@ -1,8 +1,8 @@
 """The broker's identity and replication state for `mqbox cluster list`.
 
 Owns the handler of MQBOX_BROKER_STATUS (10010). Any admin processor serves it. The HA fields
-come from one place, the broker home's `run/ha.json` (server/home.HaState), which the HA roles
-write; without that file they are "n/a" and null. Never: state of its own.
+come from one place, the broker home's `run/replication.json` (server/home.HaState), which the
+HA roles write; without that file they are "n/a" and null. Never: state of its own.
 """
 
 from __future__ import annotations
