@@ -27,6 +27,7 @@ from typing import Final
 import psutil
 from _common import REPO_ROOT  # bench/ is sys.path[0]
 
+from mqbox.acl.signature import SessionCredentials, sign_request
 from mqbox.client.admin_api import update_and_create_topic
 from mqbox.client.namesrv_api import get_route
 from mqbox.client.remoting import RemotingClient
@@ -48,6 +49,16 @@ RECEIVE_BUFFER_SIZE_BYTES: Final = 16 << 20
 PRODUCER_GROUP: Final = "bench_producer"
 DEFAULT_TOPIC: Final = "TBW102"
 DEFAULT_TOPIC_QUEUE_COUNT: Final = 8
+# --acl: the one account of our appliance's plain_acl.yml (an admin: it creates topics too)
+BENCH_CREDENTIALS: Final = SessionCredentials("bench-admin", "bench-secret")
+BENCH_ACL_TEXT: Final = (
+    "accounts:\n"
+    f"  - accessKey: {BENCH_CREDENTIALS.access_key}\n"
+    f"    secretKey: {BENCH_CREDENTIALS.secret_key}\n"
+    "    admin: true\n"
+    "    defaultTopicPerm: PUB|SUB\n"
+    "    defaultGroupPerm: PUB|SUB\n"
+)
 
 
 # --- the appliance ------------------------------------------------------------------------------
@@ -99,10 +110,13 @@ def appliance(
     namesrv: str | None,
     extra_conf: str = "",
     flush_disk_type: str = "ASYNC_FLUSH",
+    acl: bool = False,
 ) -> Iterator[Appliance]:
     """Our own appliance in a temporary home (`python -m mqbox.server.supervisor` with the
     broker's real topology and name server, ports 0, `brokerIP1=127.0.0.1`, `flush_disk_type`,
-    then `extra_conf` lines), or the broker serving TBW102 behind `namesrv`."""
+    then `extra_conf` lines), or the broker serving TBW102 behind `namesrv`. With `acl`, our
+    appliance checks every request (aclEnable=true, one account: BENCH_CREDENTIALS), and the
+    benches sign what they send."""
     if namesrv is not None:
         with RemotingClient(namesrv) as client:
             route = get_route(client, DEFAULT_TOPIC)
@@ -113,6 +127,10 @@ def appliance(
     with tempfile.TemporaryDirectory(prefix=f"mqbox-{bench}-") as home_text:
         home = Path(home_text)
         conf = home / "broker.conf"
+        if acl:
+            (home / "conf").mkdir()
+            (home / "conf" / "plain_acl.yml").write_text(BENCH_ACL_TEXT, encoding="utf-8")
+            extra_conf += "aclEnable=true\n"
         conf.write_text(
             f"brokerIP1=127.0.0.1\nflushDiskType={flush_disk_type}\n{extra_conf}",
             encoding="utf-8",
@@ -141,13 +159,18 @@ def appliance(
             raise SystemExit(f"{bench}: {error}") from None
 
 
-def create_topic(app: Appliance, topic: str, queue_count: int = DEFAULT_TOPIC_QUEUE_COUNT) -> None:
+def create_topic(
+    app: Appliance,
+    topic: str,
+    queue_count: int = DEFAULT_TOPIC_QUEUE_COUNT,
+    credentials: SessionCredentials | None = None,
+) -> None:
     """UPDATE_AND_CREATE_TOPIC on the broker, then wait until the name server routes it (a C++
     client that finds no route falls back to TBW102's)."""
     header = UpdateAndCreateTopicRequestHeader(
         topic, DEFAULT_TOPIC, queue_count, queue_count, PERM_READ | PERM_WRITE
     )
-    with RemotingClient(app.broker_address) as broker:
+    with RemotingClient(app.broker_address, credentials=credentials) as broker:
         update_and_create_topic(broker, header)
     deadline = time.monotonic() + ROUTE_WAIT_S
     with RemotingClient(app.namesrv_address) as namesrv:
@@ -276,20 +299,22 @@ def send_header(
 
 
 def send_frames(
-    topic: str, bodies: Sequence[bytes], queue_ids: Sequence[int], opaque_base: int
+    topic: str,
+    bodies: Sequence[bytes],
+    queue_ids: Sequence[int],
+    opaque_base: int,
+    credentials: SessionCredentials | None = None,
 ) -> list[bytes]:
-    """One SEND_BATCH_MESSAGE frame per body, to queue_ids[i], opaques from opaque_base."""
-    return [
-        encode_command(
-            make_request(
-                RequestCode.SEND_BATCH_MESSAGE,
-                opaque_base + index,
-                send_header(topic, queue_ids[index % len(queue_ids)], batch=True),
-                body=body,
-            )
-        )
-        for index, body in enumerate(bodies)
-    ]
+    """One SEND_BATCH_MESSAGE frame per body, to queue_ids[i], opaques from opaque_base; signed
+    with `credentials` if given."""
+    frames = []
+    for index, body in enumerate(bodies):
+        ext = send_header(topic, queue_ids[index % len(queue_ids)], batch=True)
+        if credentials is not None:
+            ext = sign_request(credentials, ext, body)
+        request = make_request(RequestCode.SEND_BATCH_MESSAGE, opaque_base + index, ext, body=body)
+        frames.append(encode_command(request))
+    return frames
 
 
 def single_send_frame(

@@ -26,8 +26,12 @@ Unless --namesrv is given, the script starts its own appliance in a temporary ho
 (_load.py's `appliance`) and stops it afterwards. `checksum` covers the body and how many sends
 each way came back SEND_OK.
 
+With --acl the appliance runs with `aclEnable=true` (one admin account, _load.py): the C++
+producer signs with `set_session_credentials`, the raw client with the same account (its signing
+is inside the timed `invoke`), and the broker's codec verifies every send (docs/acl.md).
+
 Usage: python bench/latency.py [--size-bytes N] [--count N] [--warmup N] [--namesrv host:port]
-                               [--smoke]
+                               [--acl] [--smoke]
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from typing import Any, Final
 
 from _common import emit, log, percentiles_us  # bench/ is sys.path[0]
 from _load import (
+    BENCH_CREDENTIALS,
     DEFAULT_TOPIC,
     DEFAULT_TOPIC_QUEUE_COUNT,
     Appliance,
@@ -83,6 +88,8 @@ with open(sys.argv[1], encoding="utf-8") as spec_file:
 producer = Producer(spec["group"])
 producer.set_namesrv_addr(spec["namesrv"])
 producer.set_timeout(spec["timeout_ms"])
+if spec.get("credentials"):
+    producer.set_session_credentials(*spec["credentials"])
 producer.start()
 topic = spec["topic"]
 body = spec["body"].encode("ascii")
@@ -137,7 +144,9 @@ class Part:
     role_cpu_secs: dict[str, float]  # the same by role (and supervisor)
 
 
-def cpp_part(app: Appliance, topic: str, body: bytes, count: int, warmup: int) -> Part:
+def cpp_part(
+    app: Appliance, topic: str, body: bytes, count: int, warmup: int, acl: bool = False
+) -> Part:
     """The C++ child of the module docstring; SystemExit if it fails or overstays."""
     with tempfile.TemporaryDirectory(prefix=f"mqbox-{BENCH}-cpp-") as directory_text:
         directory = Path(directory_text)
@@ -154,6 +163,11 @@ def cpp_part(app: Appliance, topic: str, body: bytes, count: int, warmup: int) -
             "timeout_ms": SEND_TIMEOUT_MS,
             "failures_in_a_row_max": FAILURES_IN_A_ROW_MAX,
             "output": str(output),
+            "credentials": (
+                [BENCH_CREDENTIALS.access_key, BENCH_CREDENTIALS.secret_key, "ALIYUN"]
+                if acl
+                else None
+            ),
         }
         spec_path = directory / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
@@ -228,7 +242,9 @@ def raw_send(client: RemotingClient, topic: str, body: bytes, number: int) -> in
     return elapsed_ns
 
 
-def raw_part(app: Appliance, topic: str, body: bytes, count: int, warmup: int) -> Part:
+def raw_part(
+    app: Appliance, topic: str, body: bytes, count: int, warmup: int, acl: bool = False
+) -> Part:
     """RemotingClient, one SEND_MESSAGE (10) in flight, the C++ client's header shape."""
     samples: list[int] = []
     failures = 0
@@ -236,7 +252,8 @@ def raw_part(app: Appliance, topic: str, body: bytes, count: int, warmup: int) -
     cpu_before = app.cpu_secs()
     roles_before = role_cpu_secs(app)
     started = time.perf_counter()
-    with RemotingClient(app.broker_address, SEND_TIMEOUT_MS) as client:
+    credentials = BENCH_CREDENTIALS if acl else None
+    with RemotingClient(app.broker_address, SEND_TIMEOUT_MS, credentials=credentials) as client:
         for number in range(warmup + count):
             elapsed_ns = raw_send(client, topic, body, number)
             if elapsed_ns is not None:
@@ -278,6 +295,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=10_000, help="timed sends each way")
     parser.add_argument("--warmup", type=int, default=1_000, help="untimed sends first")
     parser.add_argument("--namesrv", help="use the appliance behind this name server")
+    parser.add_argument("--acl", action="store_true", help="aclEnable=true; every request signed")
     parser.add_argument("--smoke", action="store_true", help="tiny parameters")
     arguments = parser.parse_args()
     size_bytes = arguments.size_bytes
@@ -291,12 +309,13 @@ def main() -> None:
     body = message_body(b"mqbox latency ", size_bytes)
     topic = f"BenchLatency{os.getpid()}"
     extra_conf = "mapedFileSizeCommitLog=67108864\n" if arguments.smoke else ""
-    with appliance(BENCH, arguments.namesrv, extra_conf) as app:
+    acl = arguments.acl
+    with appliance(BENCH, arguments.namesrv, extra_conf, acl=acl) as app:
         log(f"{BENCH}: broker {app.broker_address}, up in {app.startup_secs:.2f} s")
-        create_topic(app, topic)
-        cpp = cpp_part(app, topic, body, count, warmup)
+        create_topic(app, topic, credentials=BENCH_CREDENTIALS if acl else None)
+        cpp = cpp_part(app, topic, body, count, warmup, acl)
         log(f"{BENCH}: cpp: {percentiles_us(cpp.samples_ns)}, {cpp.failures} failed")
-        raw = raw_part(app, topic, body, count, warmup)
+        raw = raw_part(app, topic, body, count, warmup, acl)
         log(f"{BENCH}: raw: {percentiles_us(raw.samples_ns)}, {raw.failures} failed")
     digest = hashlib.blake2b(body, digest_size=8)
     digest.update(f"{len(cpp.samples_ns)} {len(raw.samples_ns)}".encode())
@@ -317,6 +336,7 @@ def main() -> None:
             "inflight": 1,
             "queues": DEFAULT_TOPIC_QUEUE_COUNT,
             "flush_disk_type": "ASYNC_FLUSH" if arguments.namesrv is None else "the broker's",
+            "acl": acl,
         },
         len(cpp.samples_ns) + len(raw.samples_ns),
         (sum(cpp.samples_ns) + sum(raw.samples_ns)) / 1e9,

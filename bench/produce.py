@@ -17,8 +17,12 @@ opaque from the header bytes, so its own cost stays small beside the broker's on
 (it shares the cores). `checksum` covers every batch body sent; figures are the median of
 `--repeat` runs.
 
+With --acl the appliance runs with `aclEnable=true` (one admin account, _load.py) and every
+request frame is signed: the broker's codec verifies each request's HMAC over its header values
+and the whole batch body (docs/acl.md). Run it with and without to see what the ACL costs.
+
 Usage: python bench/produce.py [--size-bytes N] [--count N] [--batch N] [--inflight N]
-                               [--repeat N] [--namesrv host:port] [--smoke]
+                               [--repeat N] [--namesrv host:port] [--acl] [--smoke]
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from collections.abc import Sequence
 
 from _common import emit, log  # bench/ is sys.path[0]
 from _load import (
+    BENCH_CREDENTIALS,
     SUCCESS_PREFIX,
     Appliance,
     Frames,
@@ -106,6 +111,7 @@ def main() -> None:
     parser.add_argument(
         "--no-keys", action="store_true", help="no UNIQ_KEY property (nothing to index)"
     )
+    parser.add_argument("--acl", action="store_true", help="aclEnable=true; every request signed")
     parser.add_argument("--smoke", action="store_true", help="tiny parameters")
     arguments = parser.parse_args()
     size_bytes = arguments.size_bytes
@@ -123,9 +129,10 @@ def main() -> None:
     bodies = batch_bodies(size_bytes, batch, pool_size, keys=not arguments.no_keys)
     topic = f"BenchProduce{os.getpid()}"
     extra_conf = "mapedFileSizeCommitLog=67108864\n" if arguments.smoke else ""
-    with appliance(BENCH, arguments.namesrv, extra_conf) as app:
+    credentials = BENCH_CREDENTIALS if arguments.acl else None
+    with appliance(BENCH, arguments.namesrv, extra_conf, acl=arguments.acl) as app:
         log(f"{BENCH}: broker {app.broker_address}, up in {app.startup_secs:.2f} s")
-        frames = send_frames(topic, bodies, [0], 1)
+        frames = send_frames(topic, bodies, [0], 1, credentials)
         produce(
             app.broker_address, frames, 1, batch, min(request_count, 2 * pool_size), inflight, app
         )
@@ -157,6 +164,7 @@ def main() -> None:
             "repeat": repeat,
             "flush_disk_type": "ASYNC_FLUSH",
             "uniq_keys": not arguments.no_keys,
+            "acl": arguments.acl,
         },
         median.msgs,
         median.secs,

@@ -4,18 +4,30 @@ Owns: the key names, their defaults, units and bounds, and the parser of Java-pr
 Never: reads the environment beyond the explicit overrides its callers pass, or starts anything.
 
 RocketMQ's own key names are used where RocketMQ has one, so a RocketMQ `broker.conf` loads as it
-is: keys mqbox does not know are kept in `unknown_keys` and ignored, the way the Java broker ignores
-them. Keys that only mqbox has (pool sizes) start with `mqbox`. Both RocketMQ spellings of the
-segment-size keys are accepted (`mapedFileSize...` in 4.x up to 4.5, `mappedFileSize...` later).
+is. A key mqbox does not know is one of three things: a RocketMQ key that changes what the broker
+does and that mqbox does not implement (`REFUSED_BROKER_KEYS`, the one table of them: set to
+anything but RocketMQ's default it is a ConfigError naming the key and the file, so a broker never
+silently behaves unlike its configuration); a key starting with `mqbox` that mqbox does not have
+(a typo of one of its own keys: a ConfigError with the nearest names); or anything else, a tuning
+knob that is harmless to ignore, kept in `unknown_keys` (`ignored_keys_warning` is the one line
+`mqbox start` prints about them). Keys that only mqbox has (pool sizes) start with `mqbox`. Both
+RocketMQ spellings of the segment-size keys are accepted (`mapedFileSize...` in 4.x up to 4.5,
+`mappedFileSize...` later).
+
+A layout (`load_layout`, `mqbox start --layout`) names a name server file and several broker files
+in one `mqbox.conf`; `member_name` is how one broker of it is named on the command line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import difflib
 import enum
-from collections.abc import Callable, Mapping
+import ipaddress
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import psutil
 
@@ -23,6 +35,11 @@ from mqbox.errors import ConfigError
 
 NAMESRV_PORT_DEFAULT = 9876
 BROKER_PORT_DEFAULT = 10911
+LOOPBACK_ADDRESS = "127.0.0.1"
+# mqboxNamesrvBrokerWhiteList entries besides addresses and networks (namesrv/admission.py)
+WHITE_LIST_LOCAL = "local"
+WHITE_LIST_ANYONE = "*"
+HTTP_PORT_DEFAULT = 5557  # rocketmq-exporter's default port
 
 
 class BrokerRole(enum.Enum):
@@ -113,7 +130,21 @@ class BrokerConfig:
     namesrv_addr: str = f"127.0.0.1:{NAMESRV_PORT_DEFAULT}"  # namesrvAddr, ';'-separated
     listen_port: int = BROKER_PORT_DEFAULT  # listenPort; 0 = any free port
     broker_ip1: str = "127.0.0.1"  # brokerIP1: the address clients are told to use
-    ha_listen_port: int = BROKER_PORT_DEFAULT + 1  # haListenPort
+    # the IPv4 address the listener binds; "" = brokerIP1 (docs/security.md)
+    listen_address: str = ""  # mqboxListenAddress
+    broker_ip2: str = ""  # brokerIP2: the HA address slaves are told to use; "" = brokerIP1
+    # haListenPort; -1 (unset) = listenPort + 1 as RocketMQ forces it, any free port when
+    # listenPort is 0; 0 = any free port
+    ha_listen_port: int = -1
+    # Replication (docs/replication.md): a SLAVE's master, "host:port" of its HA port
+    ha_master_address: str = ""  # haMasterAddress
+    slave_read_enable: bool = False  # slaveReadEnable: the master may send pulls to a slave
+    # SYNC_MASTER answers SLAVE_NOT_AVAILABLE when the slave lags more than this
+    ha_slave_fallbehind_max_bytes: int = 256 * 1024 * 1024  # haSlaveFallbehindMax
+    ha_transfer_batch_size_bytes: int = 32 * 1024  # haTransferBatchSize: body bound both ways
+    ha_send_heartbeat_interval_ms: int = 5000  # haSendHeartbeatInterval
+    ha_housekeeping_interval_ms: int = 20_000  # haHousekeepingInterval: silent peer closed
+    ha_reconnect_interval_ms: int = 1000  # mqboxHaReconnectIntervalMs: slave's connect retry
     store_path_root_dir: str = ""  # storePathRootDir; "" = <home>/store/<brokerName>
     commit_log_segment_size_bytes: int = 1 << 30  # mapedFileSizeCommitLog
     consume_queue_entry_count: int = 300_000  # mapedFileSizeConsumeQueue / 20
@@ -137,10 +168,20 @@ class BrokerConfig:
     )
     # how long the idempotent window remembers a UNIQ_KEY at least (store/idempotence.py)
     idempotent_window_ms: int = 600_000  # mqboxIdempotentWindowMs
+    # RocketMQ's plain ACL (docs/acl.md): every request is checked against plain_acl.yml
+    acl_enable: bool = False  # aclEnable
+    acl_file: str = ""  # mqboxAclFile: "" = <home>/conf/plain_acl.yml; relative to the home
+    # the account the broker signs its name-server requests with; "" = the ACL file's first
+    # admin account when aclEnable is true, else unsigned
+    namesrv_access_key: str = ""  # mqboxNamesrvAccessKey
+    namesrv_secret_key: str = ""  # mqboxNamesrvSecretKey
+    # The HTTP endpoint (/metrics, the dashboard; server/web/): rocketmq-exporter's port by
+    # default, 0 = any free port (written to <home>/run/http.json), -1 = no endpoint.
+    http_port: int = HTTP_PORT_DEFAULT  # mqboxHttpPort
+    http_host: str = "127.0.0.1"  # mqboxHttpHost: the address it binds
     # Reads from slaves (docs/replication.md, "Slave service"): whether pull answers may suggest
     # a slave, the share of RAM a consumer may fall behind before they do, and how often a slave
     # copies its master's metadata (RocketMQ 4.9: every 10 s, the first 3 s after start).
-    slave_read_enable: bool = False  # slaveReadEnable
     access_message_in_memory_max_ratio_percent: int = 40  # accessMessageInMemoryMaxRatio
     offset_check_in_slave: bool = False  # offsetCheckInSlave
     slave_sync_interval_ms: int = 10_000  # mqboxSlaveSyncIntervalMs
@@ -153,6 +194,10 @@ class BrokerConfig:
 @dataclasses.dataclass(frozen=True, slots=True)
 class NamesrvConfig:
     listen_port: int = NAMESRV_PORT_DEFAULT  # listenPort
+    listen_address: str = LOOPBACK_ADDRESS  # mqboxListenAddress: the IPv4 address it binds
+    # who may send 103/104/205 (namesrv/admission.py): "local", "*", addresses, CIDR networks;
+    # () = unset, which broker_white_list_of reads as "local" (ACL off) or "*" (ACL on)
+    broker_white_list: tuple[str, ...] = ()  # mqboxNamesrvBrokerWhiteList
     scan_not_active_broker_interval_ms: int = 10_000  # scanNotActiveBrokerInterval
     broker_channel_expired_time_ms: int = 120_000  # brokerChannelExpiredTime (RocketMQ constant)
     order_message_enable: bool = False  # orderMessageEnable
@@ -165,6 +210,9 @@ class NamesrvConfig:
     kv_value_size_bytes_max: int = 16 * 1024  # mqboxKvValueBytesMax: UTF-8
     broker_count_max: int = 1024  # mqboxNamesrvBrokerCountMax: registered broker addresses
     topic_count_max: int = 65_536  # mqboxNamesrvTopicCountMax: routed topics
+    # plain ACL (docs/acl.md): registrations, wipes and other changes must be signed by an admin
+    acl_enable: bool = False  # aclEnable
+    acl_file: str = ""  # mqboxAclFile: "" = the broker's ACL file (mqbox start passes it)
     unknown_keys: tuple[str, ...] = ()
 
 
@@ -189,6 +237,60 @@ def _int_in(low: int, high: int) -> Callable[[str], int]:
 
 
 _PORT = _int_in(0, 65535)
+
+
+def _listen_address(text: str) -> str:
+    """An IPv4 address to bind (the listeners are IPv4 only); 0.0.0.0 = every interface."""
+    address = text.strip()
+    ipaddress.IPv4Address(address)  # ValueError names what is wrong
+    return address
+
+
+def _optional_listen_address(text: str) -> str:
+    return _listen_address(text) if text.strip() else ""
+
+
+def parse_broker_white_list(text: str) -> tuple[str, ...]:
+    """The entries of mqboxNamesrvBrokerWhiteList (comma-separated): `local`, `*`, IP
+    addresses and CIDR networks; ValueError names the first that is none of them."""
+    entries = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not entries:
+        raise ValueError(f"empty: give {WHITE_LIST_LOCAL}, {WHITE_LIST_ANYONE} or addresses")
+    for entry in entries:
+        if entry in (WHITE_LIST_LOCAL, WHITE_LIST_ANYONE):
+            continue
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ValueError(
+                f"{entry!r} is neither {WHITE_LIST_LOCAL}, {WHITE_LIST_ANYONE}, an IP address "
+                "nor a CIDR network"
+            ) from None
+    return entries
+
+
+def broker_white_list_of(config: NamesrvConfig, acl_on: bool = False) -> tuple[str, ...]:
+    """mqboxNamesrvBrokerWhiteList as the name server applies it: unset = `local`, or `*` when
+    the ACL is on (then a broker proves who it is by an admin signature, docs/acl.md)."""
+    if config.broker_white_list:
+        return config.broker_white_list
+    return (WHITE_LIST_ANYONE,) if acl_on else (WHITE_LIST_LOCAL,)
+
+
+def is_loopback(address: str) -> bool:
+    """True for an address only this host reaches (127.0.0.0/8, ::1)."""
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def broker_listen_address(config: BrokerConfig) -> str:
+    """The address the broker's listener binds: mqboxListenAddress, else brokerIP1 (what
+    mqbox always did), else loopback."""
+    return config.listen_address or config.broker_ip1 or LOOPBACK_ADDRESS
+
+
 _POSITIVE = _int_in(1, 1 << 62)
 _POOL = _int_in(1, 256)
 
@@ -201,8 +303,17 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "namesrvAddr": ("namesrv_addr", str.strip),
     "listenPort": ("listen_port", _PORT),
     "brokerIP1": ("broker_ip1", str.strip),
+    "mqboxListenAddress": ("listen_address", _optional_listen_address),
+    "brokerIP2": ("broker_ip2", str.strip),
     "haListenPort": ("ha_listen_port", _PORT),
+    "haMasterAddress": ("ha_master_address", str.strip),
+    "slaveReadEnable": ("slave_read_enable", _parse_bool),
     "storePathRootDir": ("store_path_root_dir", str.strip),
+    "haSlaveFallbehindMax": ("ha_slave_fallbehind_max_bytes", _int_in(0, 1 << 40)),
+    "haTransferBatchSize": ("ha_transfer_batch_size_bytes", _int_in(4096, 4 * 1024 * 1024)),
+    "haSendHeartbeatInterval": ("ha_send_heartbeat_interval_ms", _int_in(10, 600_000)),
+    "haHousekeepingInterval": ("ha_housekeeping_interval_ms", _int_in(100, 3_600_000)),
+    "mqboxHaReconnectIntervalMs": ("ha_reconnect_interval_ms", _int_in(10, 600_000)),
     "mapedFileSizeCommitLog": ("commit_log_segment_size_bytes", _int_in(4096, 1 << 40)),
     "mappedFileSizeCommitLog": ("commit_log_segment_size_bytes", _int_in(4096, 1 << 40)),
     "mapedFileSizeConsumeQueue": ("consume_queue_entry_count", lambda t: _cq_entries(t)),
@@ -255,8 +366,9 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
         "limits.partial_frame_size_bytes_max",
         _int_in(1 << 20, 1 << 40),
     ),
+    "mqboxHttpPort": ("http_port", _int_in(-1, 65535)),
+    "mqboxHttpHost": ("http_host", str.strip),
     "mqboxIdempotentWindowMs": ("idempotent_window_ms", _int_in(1, 7 * 86_400_000)),
-    "slaveReadEnable": ("slave_read_enable", _parse_bool),
     "accessMessageInMemoryMaxRatio": (
         "access_message_in_memory_max_ratio_percent",
         _int_in(0, 100),
@@ -264,6 +376,10 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "offsetCheckInSlave": ("offset_check_in_slave", _parse_bool),
     "mqboxSlaveSyncIntervalMs": ("slave_sync_interval_ms", _int_in(100, 3_600_000)),
     "mqboxIdempotentKeyCountMax": ("limits.idempotent_key_count_max", _int_in(1, 1 << 28)),
+    "aclEnable": ("acl_enable", _parse_bool),
+    "mqboxAclFile": ("acl_file", str.strip),
+    "mqboxNamesrvAccessKey": ("namesrv_access_key", str.strip),
+    "mqboxNamesrvSecretKey": ("namesrv_secret_key", str.strip),
     "mqboxRestartWindowMs": ("restarts.window_ms", _int_in(1000, 86_400_000)),
     "mqboxRoleRestartCountMax": ("restarts.role_restart_count_max", _int_in(0, 10_000)),
     "mqboxBrokerRestartCountMax": ("restarts.broker_restart_count_max", _int_in(0, 10_000)),
@@ -273,6 +389,8 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
 
 _NAMESRV_KEYS: dict[str, tuple[str, Any]] = {
     "listenPort": ("listen_port", _PORT),
+    "mqboxListenAddress": ("listen_address", _listen_address),
+    "mqboxNamesrvBrokerWhiteList": ("broker_white_list", parse_broker_white_list),
     "scanNotActiveBrokerInterval": ("scan_not_active_broker_interval_ms", _POSITIVE),
     "brokerChannelExpiredTime": ("broker_channel_expired_time_ms", _POSITIVE),
     "orderMessageEnable": ("order_message_enable", _parse_bool),
@@ -284,6 +402,8 @@ _NAMESRV_KEYS: dict[str, tuple[str, Any]] = {
     "mqboxKvValueBytesMax": ("kv_value_size_bytes_max", _int_in(1, 1 << 24)),
     "mqboxNamesrvBrokerCountMax": ("broker_count_max", _int_in(1, 1 << 20)),
     "mqboxNamesrvTopicCountMax": ("topic_count_max", _int_in(1, 1 << 24)),
+    "aclEnable": ("acl_enable", _parse_bool),
+    "mqboxAclFile": ("acl_file", str.strip),
 }
 
 CQ_ENTRY_SIZE_BYTES = 20
@@ -315,14 +435,96 @@ def parse_properties(text: str) -> dict[str, str]:
     return result
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RefusedKey:
+    """A RocketMQ broker key that changes behaviour and that mqbox does not implement."""
+
+    # The value with which RocketMQ behaves as mqbox does (booleans compare as booleans);
+    # None: any value at all changes what RocketMQ does.
+    harmless: str | None
+    does: str  # what RocketMQ does with it, for the error
+
+
+# The one table of refused keys (RocketMQ 4.9's BrokerConfig and MessageStoreConfig). A branch that
+# implements one of these adds it to _BROKER_KEYS and drops its row here.
+REFUSED_BROKER_KEYS: Mapping[str, RefusedKey] = {
+    "enablePropertyFilter": RefusedKey("false", "lets consumers subscribe with SQL92 filters"),
+    "filterSupportRetry": RefusedKey("false", "applies SQL92 filters to retry topics"),
+    "enableCalcFilterBitMap": RefusedKey("false", "builds filter bit maps at dispatch"),
+    "enableConsumeQueueExt": RefusedKey("false", "writes extended consume-queue files"),
+    "transientStorePoolEnable": RefusedKey(
+        "false", "writes the CommitLog through an off-heap buffer pool"
+    ),
+    "enableDLegerCommitLog": RefusedKey("false", "replicates the CommitLog with DLedger (Raft)"),
+    "duplicationEnable": RefusedKey("false", "keeps a slave's store times as the master's"),
+    "enableLmq": RefusedKey("false", "enables light message queues"),
+    "enableMultiDispatch": RefusedKey("false", "dispatches one message to several queues"),
+    "traceTopicEnable": RefusedKey("false", "creates the message trace topic"),
+    "rejectTransactionMessage": RefusedKey("false", "refuses transactional messages"),
+    "fetchNamesrvAddrByAddressServer": RefusedKey(
+        "false", "asks an HTTP address server for the name servers"
+    ),
+    "brokerPermission": RefusedKey("6", "makes the whole broker read-only or write-only"),
+    "startAcceptSendRequestTimeStamp": RefusedKey("0", "refuses sends before a time"),
+    "storePathCommitLog": RefusedKey(None, "keeps the CommitLog outside storePathRootDir"),
+    "storePathConsumeQueue": RefusedKey(None, "keeps consume queues outside storePathRootDir"),
+    "storePathIndex": RefusedKey(None, "keeps the index outside storePathRootDir"),
+    "readOnlyCommitLogStorePaths": RefusedKey(None, "reads CommitLog segments from more paths"),
+}
+
+
+def _refusal(key: str, text: str, source: str) -> str | None:
+    """Why `key=text` cannot be honoured, or None if it is harmless to ignore."""
+    refused = REFUSED_BROKER_KEYS.get(key)
+    if refused is not None:
+        harmless = refused.harmless
+        if harmless is not None:
+            if harmless in ("true", "false"):
+                with contextlib.suppress(ValueError):
+                    if _parse_bool(text) == _parse_bool(harmless):
+                        return None
+            elif text.strip() == harmless:
+                return None
+        return (
+            f"{source}: {key}={text}: RocketMQ {refused.does}, which mqbox does not implement; "
+            + ("remove the key" if harmless is None else f"remove it or set {key}={harmless}")
+        )
+    return None
+
+
+def _unknown_own_key(key: str, keys: Mapping[str, Any], source: str) -> str | None:
+    """The error for an `mqbox...` key mqbox does not have (a typo), or None."""
+    if not key.lower().startswith("mqbox"):
+        return None
+    near = difflib.get_close_matches(key, [k for k in keys if k.startswith("mqbox")], n=2)
+    hint = f"; did you mean {' or '.join(near)}?" if near else ""
+    return f"{source}: {key} is not an mqbox key{hint}"
+
+
+def ignored_keys_warning(source: str | Path, unknown_keys: Sequence[str]) -> str | None:
+    """The one line `mqbox start` prints about keys it ignores, or None if there are none."""
+    if not unknown_keys:
+        return None
+    return f"{source}: ignoring {len(unknown_keys)} key(s) mqbox does not use: " + ", ".join(
+        unknown_keys
+    )
+
+
 def _apply(
-    target: Any, keys: Mapping[str, tuple[str, Any]], values: Mapping[str, str], source: str
+    target: Any,
+    keys: Mapping[str, tuple[str, Any]],
+    values: Mapping[str, str],
+    source: str,
+    refuse: Callable[[str, str, str], str | None] = lambda key, text, source: None,
 ) -> Any:
     top: dict[str, Any] = {}
     nested: dict[str, dict[str, Any]] = {}
     unknown: list[str] = []
     for key, text in values.items():
         if key not in keys:
+            problem = refuse(key, text, source) or _unknown_own_key(key, keys, source)
+            if problem is not None:
+                raise ConfigError(problem)
             unknown.append(key)
             continue
         field_name, parse = keys[key]
@@ -358,7 +560,9 @@ def load_broker_config(
     """Defaults, then the file's keys, then `overrides` (RocketMQ key names)."""
     values = _read(path) if path is not None else {}
     values.update(overrides or {})
-    config: BrokerConfig = _apply(BrokerConfig(), _BROKER_KEYS, values, str(path or "overrides"))
+    config: BrokerConfig = _apply(
+        BrokerConfig(), _BROKER_KEYS, values, str(path or "overrides"), _refusal
+    )
     validate_broker_config(config)
     return config
 
@@ -372,6 +576,30 @@ def load_namesrv_config(
     return config
 
 
+_SECRET_KEYS: Final = frozenset({"mqboxNamesrvSecretKey"})
+
+
+def key_values(config: BrokerConfig | NamesrvConfig) -> dict[str, Any]:
+    """The configuration by RocketMQ key name (the first spelling of each), as a .conf file
+    states it: sizes in the keys' own units, enums by name. What `mqbox config` prints."""
+    keys = _BROKER_KEYS if isinstance(config, BrokerConfig) else _NAMESRV_KEYS
+    shown: dict[str, Any] = {}
+    seen: set[str] = set()
+    for key, (field_name, _) in keys.items():
+        if field_name in seen:
+            continue
+        seen.add(field_name)
+        value: Any = config
+        for part in field_name.split("."):
+            value = getattr(value, part)
+        if field_name == "consume_queue_entry_count":
+            value *= CQ_ENTRY_SIZE_BYTES  # the key is a size in bytes
+        shown[key] = value.value if isinstance(value, enum.Enum) else value
+        if key in _SECRET_KEYS and value:  # a secret is never shown nor written to run files
+            shown[key] = "<hidden>"
+    return shown
+
+
 def validate_broker_config(config: BrokerConfig) -> None:
     """Cross-field rules that a single key's parser cannot see."""
     if config.broker_role is BrokerRole.SLAVE and config.broker_id == 0:
@@ -380,12 +608,28 @@ def validate_broker_config(config: BrokerConfig) -> None:
         raise ConfigError(f"brokerRole={config.broker_role.value} needs brokerId=0")
     if not config.broker_name:
         raise ConfigError("brokerName is empty")
+    if config.ha_master_address and not is_host_port(config.ha_master_address):
+        raise ConfigError(f"haMasterAddress={config.ha_master_address!r}: not host:port")
     if config.max_message_size_bytes > config.commit_log_segment_size_bytes // 2:
         raise ConfigError("maxMessageSize must be at most half of mapedFileSizeCommitLog")
     for hour in config.delete_when.split(";"):
         if not hour.strip().isdigit() or not 0 <= int(hour) <= 23:
             raise ConfigError(f"deleteWhen={config.delete_when!r}: hours 00-23, ';'-separated")
     delay_level_durations_ms(config.message_delay_level)
+    if bool(config.namesrv_access_key) != bool(config.namesrv_secret_key):
+        raise ConfigError("mqboxNamesrvAccessKey and mqboxNamesrvSecretKey go together")
+
+
+def effective_ha_listen_port(config: BrokerConfig, listen_port: int) -> int:
+    """The HA port a broker listening on `listen_port` uses (BrokerConfig.ha_listen_port)."""
+    if config.ha_listen_port >= 0:
+        return config.ha_listen_port
+    return 0 if listen_port == 0 else listen_port + 1
+
+
+def is_host_port(text: str) -> bool:
+    host, _, port = text.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -416,3 +660,102 @@ def delay_level_durations_ms(text: str) -> tuple[int, ...]:
             f"messageDelayLevel has {len(durations)} levels, more than {DELAY_LEVEL_COUNT_MAX}"
         )
     return tuple(durations)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layouts: several brokers (and their name server) started together on one host
+# ---------------------------------------------------------------------------------------------
+
+LAYOUT_FILE_NAME = "mqbox.conf"  # the file `--layout DIRECTORY` reads
+_LAYOUT_KEYS = frozenset({"namesrv", "brokers"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LayoutMember:
+    """One broker of a layout."""
+
+    name: str  # member_name(broker): `--broker NAME`, and its sub-home's directory name
+    config_path: Path
+    broker: BrokerConfig
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LayoutConfig:
+    """A layout file: `namesrv = FILE` (optional) and `brokers = FILE;FILE;...`, paths relative
+    to the layout file."""
+
+    path: Path
+    namesrv_config_path: Path | None
+    namesrv: NamesrvConfig
+    members: tuple[LayoutMember, ...]
+
+    def member(self, name: str) -> LayoutMember:
+        """The broker called `name`; ConfigError naming the ones there are."""
+        for member in self.members:
+            if member.name == name:
+                return member
+        known = ", ".join(member.name for member in self.members)
+        raise ConfigError(f"{self.path}: no broker {name!r} (the layout has {known})")
+
+
+def member_name(broker: BrokerConfig) -> str:
+    """How a layout names a broker: brokerName for the master (brokerId 0), brokerName-s for
+    the slave with brokerId 1, brokerName-sN for brokerId N > 1."""
+    if broker.broker_id == 0:
+        return broker.broker_name
+    if broker.broker_id == 1:
+        return f"{broker.broker_name}-s"
+    return f"{broker.broker_name}-s{broker.broker_id}"
+
+
+def layout_file(path: Path) -> Path:
+    """A layout directory's mqbox.conf, or the file itself."""
+    return path / LAYOUT_FILE_NAME if path.is_dir() else path
+
+
+def load_layout(path: Path) -> LayoutConfig:
+    """Load a layout and every file it names; ConfigError for a bad file, a broker named twice,
+    or fixed ports that collide (a broker's HA port is its listenPort + 1)."""
+    file = layout_file(path.expanduser()).resolve()
+    values = _read(file)
+    for key in values:
+        if key not in _LAYOUT_KEYS:
+            raise ConfigError(f"{file}: unknown key {key!r} (a layout has namesrv and brokers)")
+    base = file.parent
+    namesrv_text = values.get("namesrv", "").strip()
+    namesrv_path = (base / namesrv_text).resolve() if namesrv_text else None
+    items = [item.strip() for item in values.get("brokers", "").split(";")]
+    paths = [(base / item).resolve() for item in items if item]
+    if not paths:
+        raise ConfigError(f"{file}: brokers names no broker file")
+    members: list[LayoutMember] = []
+    for broker_path in paths:
+        broker = load_broker_config(broker_path)
+        member = LayoutMember(member_name(broker), broker_path, broker)
+        clash = next((m for m in members if m.name == member.name), None)
+        if clash is not None:
+            raise ConfigError(
+                f"{file}: {clash.config_path} and {broker_path} are both brokerName="
+                f"{broker.broker_name} brokerId={broker.broker_id}"
+            )
+        members.append(member)
+    namesrv = load_namesrv_config(namesrv_path)
+    _check_layout_ports(file, namesrv, members)
+    return LayoutConfig(file, namesrv_path, namesrv, tuple(members))
+
+
+def _check_layout_ports(
+    file: Path, namesrv: NamesrvConfig, members: Sequence[LayoutMember]
+) -> None:
+    taken: dict[int, str] = {}
+    wanted = [(namesrv.listen_port, "the name server")]
+    for member in members:
+        port = member.broker.listen_port
+        if port != 0:
+            wanted += [(port, member.name), (port + 1, f"{member.name}'s HA port")]
+    for port, what in wanted:
+        if port == 0:
+            continue
+        if port in taken:
+            raise ConfigError(f"{file}: {what} and {taken[port]} both want port {port}")
+        taken[port] = what

@@ -13,8 +13,9 @@ Rules:
 
 1. A command opens one WireSession: one connection to the first name server of the list that
    answers, one per broker it asks, all closed at the end (`send` opens a Producer instead).
-   `--namesrv` wins, then $MQBOX_NAMESRV, then namesrvAddr of etc/broker.conf
-   (ops.namesrv_addr).
+   `--namesrv` wins, then $MQBOX_NAMESRV, then the name server of the appliance running in the
+   home, then namesrvAddr of etc/broker.conf (ops.resolve_namesrv); an unreachable name
+   server's error says which of these gave its address.
 2. Writes (topic create/update/delete, offset reset, send) go to a broker's master (broker id 0),
    as RocketMQ clients send them; reads (status, offsets, view, query, pull) to the master, else
    to the lowest broker id.
@@ -23,6 +24,10 @@ Rules:
 4. A broker's refusal (BrokerAnswerError) carries its response code, so a command can treat an
    expected one as an answer (26 for a group a broker never saw, 17 for a topic a broker
    already dropped).
+
+5. With credentials (`use_credentials`, from the CLI's --access-key/--secret-key or
+   $MQBOX_ACCESS_KEY/$MQBOX_SECRET_KEY), every request of the command is signed: the name
+   server's, the brokers', the Producer's and the PullConsumer's (plain ACL, docs/acl.md).
 
 `tail` is mqbox.client's PullConsumer with every readable queue assigned and auto-commit off:
 long polling on every queue at once, and nothing registered with a broker, so no group moves.
@@ -34,16 +39,18 @@ import base64
 import contextlib
 import dataclasses
 import datetime
+import string
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Concatenate, Final, ParamSpec, Self, TypeVar
 
+from mqbox.acl.signature import SessionCredentials
 from mqbox.admin import ops
 from mqbox.client import admin_api, namesrv_api
 from mqbox.client.errors import ClientError, NamesrvUnreachableError
 from mqbox.client.messages import ReceivedMessage
 from mqbox.client.namesrv_api import NamesrvList
-from mqbox.client.producer import Producer
+from mqbox.client.producer import Producer, SendOptions
 from mqbox.client.pull_consumer import PullConsumer
 from mqbox.client.remoting import (
     RemotingCaller,
@@ -55,6 +62,7 @@ from mqbox.client.route_table import master_address, read_address
 from mqbox.errors import ConfigError, MessageIllegalError, MqboxError
 from mqbox.message import (
     BODY_SIZE_BYTES_MAX_LIMIT,
+    OFFSET_MSG_ID_SIZE_CHARS,
     PROPERTY_KEYS,
     PROPERTY_KEYS_SEPARATOR,
     PROPERTY_TAGS,
@@ -73,6 +81,7 @@ from mqbox.protocol.command import INT64_MAX
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.headers import (
     BrokerData,
+    ClusterInfo,
     MessageQueue,
     QueryMessageRequestHeader,
     TopicRouteData,
@@ -82,9 +91,12 @@ from mqbox.protocol.headers import (
 
 T = TypeVar("T")
 P = ParamSpec("P")
+# --namesrv as given (None: found by ops.resolve_namesrv), or already resolved with its source
+Namesrv = str | ops.NamesrvAddress | None
 
 TIMEOUT_MS_DEFAULT: Final = 5_000  # the C++ client's route-query timeout; every call here is quick
 MASTER_ID: Final = 0
+NOT_AVAILABLE: Final = "n/a"  # what a view shows for a figure nobody reports (yet)
 PRODUCER_GROUP: Final = "mqbox_cli"
 TAIL_GROUP_DEFAULT: Final = "mqbox_tail"
 DEFAULT_TOPIC: Final = "TBW102"  # the template a send names, as every RocketMQ producer does
@@ -181,13 +193,25 @@ def read_target(broker: BrokerData) -> BrokerTarget | None:
     return None if address is None else BrokerTarget(broker.broker_name, address)
 
 
+_credentials: SessionCredentials | None = None
+
+
+def use_credentials(credentials: SessionCredentials | None) -> None:
+    """Sign every request of the wire commands that follow with `credentials` (rule 5)."""
+    global _credentials
+    _credentials = credentials
+
+
 class WireSession:
     """The connections one command uses (rule 1); a context manager that closes them."""
 
-    def __init__(self, namesrv: str | None, *, timeout_ms: int = TIMEOUT_MS_DEFAULT) -> None:
-        self.namesrv_addr: Final = ops.namesrv_addr(namesrv)
+    def __init__(self, namesrv: Namesrv, *, timeout_ms: int = TIMEOUT_MS_DEFAULT) -> None:
+        resolved = ops.resolve_namesrv(namesrv)
+        self.namesrv_addr: Final = resolved.address
+        self.namesrv_source: Final = resolved.source
         self._namesrvs = NamesrvList(
-            self.namesrv_addr, lambda address: RemotingClient(address, timeout_ms)
+            self.namesrv_addr,
+            lambda address: RemotingClient(address, timeout_ms, credentials=_credentials),
         )
         self.namesrv_addresses: Final = self._namesrvs.addresses
         self.timeout_ms: Final = timeout_ms
@@ -222,7 +246,7 @@ class WireSession:
             remark = _clean_remark(error.remark) or "no remark"
             raise MqboxError(f"name server {error.address}: {remark} (code {error.code})") from None
         except NamesrvUnreachableError as error:
-            raise MqboxError(str(error)) from None
+            raise MqboxError(f"{error} (address from {self.namesrv_source})") from None
 
     def route(self, topic: str) -> TopicRouteData:
         """The topic's route (rule 3: MqboxError for a topic without one)."""
@@ -249,7 +273,7 @@ class WireSession:
         MqboxError when it cannot be reached."""
         client = self._brokers.get(target.address)
         if client is None:
-            client = RemotingClient(target.address, self.timeout_ms)
+            client = RemotingClient(target.address, self.timeout_ms, credentials=_credentials)
             self._brokers[target.address] = client
         try:
             return call(client, *args, **kwargs)
@@ -360,6 +384,12 @@ class ClusterBroker:
     broker_name: str
     broker_id: int
     address: str
+    # From the broker itself (MQBOX_BROKER_STATUS); NOT_AVAILABLE when it does not answer.
+    role: str = NOT_AVAILABLE  # ASYNC_MASTER, SYNC_MASTER or SLAVE
+    version: str = NOT_AVAILABLE
+    ha_state: str = NOT_AVAILABLE  # replication's state (run/replication.json of the broker's home)
+    slave_lag_bytes: int | None = None
+    slave_lag_messages: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -373,7 +403,7 @@ class OffsetRow:
     topic: str
     queue_id: int
     broker_queue_index: int  # the queue's entry count
-    consumer_queue_index: int  # the group's next index; -1 when nothing is committed
+    consumer_queue_index: int  # the group's next index; 0 when nothing is committed (Java)
     lag: int
 
 
@@ -405,9 +435,13 @@ class OffsetReset:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class MessageView:
-    """One stored message as the commands show it; `body` is inflated when it was compressed."""
+    """One stored message as the commands show it; `body` is inflated when it was compressed.
+    The ids carry RocketMQ's names (docs/protocol.md): `msg_id` is the client-made UNIQ_KEY (the
+    offset id for a message without one, as Java's MessageClientExt.getMsgId answers),
+    `offset_msg_id` the broker's store host + commit log offset."""
 
-    msg_id: str  # the offset msgId: store host + commit log offset
+    msg_id: str
+    offset_msg_id: str
     broker_name: str
     broker_address: str
     topic: str
@@ -417,7 +451,6 @@ class MessageView:
     size_bytes: int
     tags: str
     keys: str
-    uniq_key: str
     flag: int
     sysflag: int
     born_timestamp_ms: int
@@ -445,8 +478,8 @@ class MessageView:
 @dataclasses.dataclass(frozen=True, slots=True)
 class SendResult:
     topic: str
-    msg_id: str  # the offset msgId the broker made: `mqbox message get` takes it
-    uniq_key: str  # the client-made id (UNIQ_KEY): `mqbox message query --key` finds it
+    msg_id: str  # RocketMQ's msgId: the client-made UNIQ_KEY (`message get` takes either id)
+    offset_msg_id: str  # RocketMQ's offsetMsgId: store host + commit log offset
     broker_name: str
     broker_address: str
     queue_id: int
@@ -459,15 +492,20 @@ def _host_text(host: bytes) -> str:
 
 
 def _view(
-    target: BrokerTarget, properties: dict[str, str], body: bytes, **fields: Any
+    target: BrokerTarget,
+    properties: dict[str, str],
+    body: bytes,
+    offset_msg_id: str,
+    **fields: Any,
 ) -> MessageView:
     """A MessageView of `target`'s message: the fields its properties give, and `fields`."""
     return MessageView(
+        msg_id=properties.get(PROPERTY_UNIQ_KEY) or offset_msg_id,
+        offset_msg_id=offset_msg_id,
         broker_name=target.name,
         broker_address=target.address,
         tags=properties.get(PROPERTY_TAGS, ""),
         keys=properties.get(PROPERTY_KEYS, ""),
-        uniq_key=properties.get(PROPERTY_UNIQ_KEY, ""),
         properties=properties,
         body=body,
         **fields,
@@ -486,7 +524,7 @@ def received_message_view(message: ReceivedMessage, target: BrokerTarget) -> Mes
         target,
         dict(message.properties),
         body,
-        msg_id=message.offset_msg_id,
+        message.offset_msg_id,
         topic=message.pulled_topic,
         queue_id=message.queue_id,
         queue_index=message.queue_offset,
@@ -515,7 +553,7 @@ def message_view(message: StoredMessage, target: BrokerTarget) -> MessageView:
         target,
         properties,
         body,
-        msg_id=encode_offset_msg_id(message.store_host, message.log_offset_bytes),
+        encode_offset_msg_id(message.store_host, message.log_offset_bytes),
         topic=message.topic,
         queue_id=message.queue_id,
         queue_index=message.queue_index,
@@ -535,13 +573,13 @@ def message_view(message: StoredMessage, target: BrokerTarget) -> MessageView:
 # topic
 
 
-def topic_list(namesrv: str | None) -> tuple[str, ...]:
+def topic_list(namesrv: Namesrv) -> tuple[str, ...]:
     """Every topic the name server has a route for, sorted."""
     with WireSession(namesrv) as session:
         return tuple(sorted(session.ask_namesrv(namesrv_api.topic_list)))
 
 
-def topic_route(namesrv: str | None, topic: str) -> TopicRoute:
+def topic_route(namesrv: Namesrv, topic: str) -> TopicRoute:
     with WireSession(namesrv) as session:
         route = session.route(topic)
     by_name = {broker.broker_name: broker for broker in route.broker_datas}
@@ -561,7 +599,7 @@ def topic_route(namesrv: str | None, topic: str) -> TopicRoute:
     return TopicRoute(topic, tuple(brokers), route.order_topic_conf)
 
 
-def topic_status(namesrv: str | None, topic: str) -> TopicStatus:
+def topic_status(namesrv: Namesrv, topic: str) -> TopicStatus:
     """Every queue of the topic on every broker of its route: offsets and newest store time."""
     rows: list[QueueStatusRow] = []
     with WireSession(namesrv) as session:
@@ -582,7 +620,7 @@ def topic_status(namesrv: str | None, topic: str) -> TopicStatus:
 
 
 def create_topic(
-    namesrv: str | None,
+    namesrv: Namesrv,
     topic: str,
     *,
     read_queue_nums: int,
@@ -625,7 +663,7 @@ def create_topic(
 
 
 def update_topic(
-    namesrv: str | None,
+    namesrv: Namesrv,
     topic: str,
     *,
     read_queue_nums: int | None = None,
@@ -698,7 +736,7 @@ def _wait_route(
         time.sleep(ROUTE_POLL_INTERVAL_S)
 
 
-def delete_topic(namesrv: str | None, topic: str) -> TopicDeleted:
+def delete_topic(namesrv: Namesrv, topic: str) -> TopicDeleted:
     """Delete the topic's configuration on every master of its route (215), then its route on
     every name server that answers (216), as mqadmin's deleteTopic does. Stored messages and
     committed offsets stay (the broker's rule)."""
@@ -714,7 +752,7 @@ def delete_topic(namesrv: str | None, topic: str) -> TopicDeleted:
             deleted.append(target.name)
         namesrvs: list[str] = []
         for address in session.namesrv_addresses:
-            with RemotingClient(address, session.timeout_ms) as client:
+            with RemotingClient(address, session.timeout_ms, credentials=_credentials) as client:
                 try:
                     namesrv_api.delete_topic(client, topic)
                 except RemotingError:
@@ -729,10 +767,35 @@ def delete_topic(namesrv: str | None, topic: str) -> TopicDeleted:
 # cluster
 
 
-def cluster_list(namesrv: str | None) -> ClusterList:
-    """Every broker address the name server knows, by cluster, broker name and broker id."""
+def cluster_list(namesrv: Namesrv) -> ClusterList:
+    """Every broker address the name server knows, by cluster, broker name and broker id, with
+    what each broker says of itself (role, version, replication)."""
     with WireSession(namesrv) as session:
         info = session.ask_namesrv(namesrv_api.cluster_info)
+        rows = _cluster_rows(info)
+        return ClusterList(tuple(_with_broker_status(session, row) for row in rows))
+
+
+def _with_broker_status(session: WireSession, row: ClusterBroker) -> ClusterBroker:
+    """`row` completed by the broker's MQBOX_BROKER_STATUS; as it is if the broker does not
+    answer (it may have just died: the name server keeps it up to 120 s)."""
+    try:
+        status = session.ask_broker(
+            BrokerTarget(row.broker_name, row.address), admin_api.broker_status
+        )
+    except MqboxError:
+        return row
+    return dataclasses.replace(
+        row,
+        role=status.broker_role,
+        version=status.version,
+        ha_state=status.ha_state,
+        slave_lag_bytes=status.slave_lag_bytes,
+        slave_lag_messages=status.slave_lag_messages,
+    )
+
+
+def _cluster_rows(info: ClusterInfo) -> list[ClusterBroker]:
     cluster_of = {
         broker_name: cluster
         for cluster, names in info.cluster_addr_table.items()
@@ -744,14 +807,14 @@ def cluster_list(namesrv: str | None) -> ClusterList:
         for broker_id, address in broker.broker_addrs.items()
     ]
     rows.sort(key=lambda row: (row.cluster, row.broker_name, row.broker_id))
-    return ClusterList(tuple(rows))
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------
 # offset
 
 
-def offset_show(namesrv: str | None, group: str, topic: str | None = None) -> OffsetShow:
+def offset_show(namesrv: Namesrv, group: str, topic: str | None = None) -> OffsetShow:
     """The group's committed index, the queue's entry count and the lag per queue, over the
     topic's brokers (or every broker). MqboxError when no broker knows the group."""
     rows: list[OffsetRow] = []
@@ -771,15 +834,13 @@ def offset_show(namesrv: str | None, group: str, topic: str | None = None) -> Of
                 key=lambda target: target.name,
             )
         for target in targets:
-            try:
-                progress = session.ask_broker(target, admin_api.consumer_progress, group, topic)
-            except BrokerAnswerError as error:
-                if error.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
-                    raise
+            stats = session.ask_broker(target, admin_api.consume_stats, group, topic)
+            members = session.ask_broker(target, admin_api.consumer_connections, group)
+            if not stats.queues and not members:
                 continue
             known = True
-            client_ids.update(progress.client_ids)
-            total_lag += progress.total_lag
+            client_ids.update(member.client_id for member in members)
+            total_lag += stats.total_lag
             rows.extend(
                 OffsetRow(
                     target.name,
@@ -789,12 +850,12 @@ def offset_show(namesrv: str | None, group: str, topic: str | None = None) -> Of
                     queue.consumer_queue_index,
                     queue.lag,
                 )
-                for queue in progress.queues
+                for queue in stats.queues
             )
     if not known:
         raise MqboxError(
-            f"consumer group {group} is unknown: no broker has a client, a committed offset or "
-            "a configuration for it"
+            f"consumer group {group} is unknown: no broker has an online member or a committed "
+            "offset for it"
         )
     rows.sort(key=lambda row: (row.topic, row.broker_name, row.queue_id))
     return OffsetShow(group, tuple(sorted(client_ids)), total_lag, tuple(rows))
@@ -813,7 +874,7 @@ def parse_reset_target(text: str) -> tuple[str, int | None]:
         ) from None
 
 
-def offset_reset(namesrv: str | None, group: str, topic: str, to: str) -> OffsetReset:
+def offset_reset(namesrv: Namesrv, group: str, topic: str, to: str) -> OffsetReset:
     """Set the group's index of every read queue of the topic, on every master of its route, to
     the first or next message, or to the one stored nearest a time (parse_reset_target). Each
     broker tells the group's live consumers to move there too (220)."""
@@ -842,58 +903,124 @@ def offset_reset(namesrv: str | None, group: str, topic: str, to: str) -> Offset
 # message
 
 
-def message_get(namesrv: str | None, msg_id: str) -> MessageView:
-    """The message an offset msgId names: its store host must be a broker the name server
-    knows; that broker reads the record at the msgId's commit log offset (33)."""
-    store_host, log_offset_bytes = decode_offset_msg_id(msg_id.strip().upper())
+def _check_msg_id(msg_id: str) -> str:
+    """`msg_id` in upper case if it is 32 hex characters (both of RocketMQ's ids are)."""
+    text = msg_id.strip().upper()
+    if len(text) != OFFSET_MSG_ID_SIZE_CHARS:
+        raise ConfigError(f"msgId {msg_id!r} is not {OFFSET_MSG_ID_SIZE_CHARS} characters")
+    if any(char not in string.hexdigits for char in text):
+        raise ConfigError(f"msgId {msg_id!r} is not hexadecimal")
+    return text
+
+
+def _view_by_offset_msg_id(session: WireSession, msg_id: str) -> tuple[MessageView | None, str]:
+    """The message `msg_id` names read as an offsetMsgId (store host + commit log offset, 33),
+    or None and why not, when the host is no broker the name server knows or the broker has no
+    message at that offset."""
+    try:
+        store_host, log_offset_bytes = decode_offset_msg_id(msg_id)
+    except MessageIllegalError as error:
+        return None, str(error)
     address = _host_text(store_host)
+    target = None
+    for broker_name, broker in sorted(session.brokers().items()):
+        if address in broker.broker_addrs.values():
+            target = BrokerTarget(broker_name, address)
+            break
+    if target is None:
+        return None, f"as an offsetMsgId it names {address}, which the name server does not know"
+    try:
+        message = session.ask_broker(target, admin_api.view_message, log_offset_bytes)
+    except BrokerAnswerError as error:
+        if error.code != ResponseCode.SYSTEM_ERROR:
+            raise
+        return None, (
+            f"as an offsetMsgId: broker {target.name} has no message at commit log offset "
+            f"{log_offset_bytes}"
+        )
+    return message_view(message, target), ""
+
+
+def _views_by_key(
+    session: WireSession,
+    topic: str,
+    key: str,
+    count_max: int,
+    begin_ms: int = 0,
+    end_ms: int = INT64_MAX,
+    *,
+    unique_key: bool = False,
+) -> list[MessageView]:
+    """Messages of `topic` whose UNIQ_KEY is `key` or (unless `unique_key`) whose KEYS hold it,
+    stored within [begin_ms, end_ms], from every broker of its route (12)."""
+    found: list[MessageView] = []
+    for target in _readers(session.route(topic), topic):
+        header = QueryMessageRequestHeader(topic, key, count_max, begin_ms, end_ms, unique_key)
+        for message in session.ask_broker(target, admin_api.query_message, header):
+            view = message_view(message, target)
+            # The index matches hashes: check the key itself, as RocketMQ's clients do.
+            keys = () if unique_key else view.keys.split(PROPERTY_KEYS_SEPARATOR)
+            if key == view.properties.get(PROPERTY_UNIQ_KEY) or key in keys:
+                found.append(view)
+    return found
+
+
+def message_get(namesrv: Namesrv, msg_id: str, topic: str | None = None) -> MessageView:
+    """The message RocketMQ's msgId (the client's UNIQ_KEY) or offsetMsgId names. Tried first as
+    an offsetMsgId of a broker the name server knows, as mqadmin's queryMsgById does; else as a
+    UNIQ_KEY in the index of `topic`, or of every topic the name server lists."""
+    text = _check_msg_id(msg_id)
+    if topic is not None:
+        check_topic(topic)
     with WireSession(namesrv) as session:
-        target = None
-        for broker_name, broker in sorted(session.brokers().items()):
-            if address in broker.broker_addrs.values():
-                target = BrokerTarget(broker_name, address)
-                break
-        if target is None:
-            raise MqboxError(
-                f"msgId {msg_id} names the broker at {address}, which the name server does not know"
-            )
-        try:
-            message = session.ask_broker(target, admin_api.view_message, log_offset_bytes)
-        except BrokerAnswerError as error:
-            if error.code != ResponseCode.SYSTEM_ERROR:
-                raise
-            raise MqboxError(
-                f"msgId {msg_id}: broker {target.name} has no message at commit log offset "
-                f"{log_offset_bytes}"
-            ) from None
-    return message_view(message, target)
+        view, why_not = _view_by_offset_msg_id(session, text)
+        if view is not None:
+            return view
+        topics = (
+            [topic] if topic is not None else sorted(session.ask_namesrv(namesrv_api.topic_list))
+        )
+        for name in topics:
+            try:
+                found = _views_by_key(session, name, text, 1, unique_key=True)
+            except BrokerAnswerError as error:
+                if error.code != ResponseCode.TOPIC_NOT_EXIST:
+                    raise
+                continue
+            except MqboxError:
+                if topic is not None:
+                    raise
+                continue  # a listed topic without a route any more
+            if found:
+                return found[0]
+    where = f"topic {topic}" if topic is not None else "any topic"
+    raise MqboxError(f"no message of {where} has the msgId {msg_id}; {why_not}")
 
 
 def message_query(
-    namesrv: str | None,
+    namesrv: Namesrv,
     topic: str,
     key: str,
     *,
     count_max: int = QUERY_MESSAGE_COUNT_DEFAULT,
+    begin: str | None = None,
+    end: str | None = None,
 ) -> tuple[MessageView, ...]:
-    """Messages of the topic whose KEYS hold `key` or whose UNIQ_KEY is `key`, oldest first, from
-    every broker of its route. MqboxError when there is none."""
+    """Messages of the topic whose KEYS hold `key` or whose UNIQ_KEY is `key`, stored between
+    `begin` and `end` (ISO 8601; None: unbounded), oldest first, from every broker of its
+    route. MqboxError when there is none."""
     if not key.strip():
         raise ConfigError("--key is empty")
     if count_max < 1:
         raise ConfigError(f"--max {count_max} is not a positive count")
-    found: list[MessageView] = []
+    begin_ms = 0 if begin is None else parse_time_ms(begin, "--begin")
+    end_ms = INT64_MAX if end is None else parse_time_ms(end, "--end")
+    if begin_ms > end_ms:
+        raise ConfigError(f"--begin {begin} is after --end {end}")
     with WireSession(namesrv) as session:
-        for target in _readers(session.route(topic), topic):
-            header = QueryMessageRequestHeader(topic, key, count_max, 0, INT64_MAX)
-            messages = session.ask_broker(target, admin_api.query_message, header)
-            for message in messages:
-                view = message_view(message, target)
-                # The index matches hashes: check the key itself, as RocketMQ's clients do.
-                if key == view.uniq_key or key in view.keys.split(PROPERTY_KEYS_SEPARATOR):
-                    found.append(view)
+        found = _views_by_key(session, topic, key, count_max, begin_ms, end_ms)
     if not found:
-        raise MqboxError(f"no message of topic {topic} carries the key {key}")
+        within = "" if begin is None and end is None else " stored in that time range"
+        raise MqboxError(f"no message of topic {topic} carries the key {key}{within}")
     found.sort(key=lambda view: (view.store_timestamp_ms, view.broker_name, view.log_offset_bytes))
     return tuple(found[:count_max])
 
@@ -902,25 +1029,58 @@ def message_query(
 # send and tail
 
 
+def parse_properties(pairs: Sequence[str]) -> dict[str, str]:
+    """--property NAME=VALUE, repeatable: user properties (the Producer refuses the names it
+    owns, such as TAGS, KEYS and DELAY: they have their own options)."""
+    properties: dict[str, str] = {}
+    for pair in pairs:
+        name, separator, value = pair.partition("=")
+        if not separator or not name.strip():
+            raise ConfigError(f"--property {pair!r} is not NAME=VALUE")
+        properties[name.strip()] = value
+    return properties
+
+
 def send(
-    namesrv: str | None,
+    namesrv: Namesrv,
     topic: str,
     body: bytes,
     *,
     tags: str | None = None,
     keys: str | None = None,
+    properties: Mapping[str, str] | None = None,
+    delay_level: int = 0,
+    queue_id: int | None = None,
 ) -> SendResult:
     """One message through mqbox.client's Producer (a sync send, retried as RocketMQ retries).
-    A topic without a route is refused rather than auto-created from TBW102, as every other
-    command refuses an unknown topic (rule 3)."""
+    A topic without a route is created by the broker from TBW102, as RocketMQ's clients ask
+    (autoCreateTopicEnable decides). `queue_id` sends to that queue of the topic's first
+    master broker (by name) that has it, once, with no retry on another queue."""
     check_topic(topic)
-    with Producer(PRODUCER_GROUP, ops.namesrv_addr(namesrv), create_topic_key=None) as producer:
-        sent = producer.send(topic, body, tags=tags, keys=keys or ())
-        address = producer.instance.master_address(sent.queue.broker_name) or ""
+    if delay_level < 0:
+        raise ConfigError(f"--delay-level {delay_level} is negative")
+    if queue_id is not None and queue_id < 0:
+        raise ConfigError(f"--queue {queue_id} is negative")
+    resolved = ops.resolve_namesrv(namesrv)
+    options: SendOptions = {
+        "tags": tags,
+        "keys": keys or (),
+        "properties": properties or None,
+        "delay_level": delay_level,
+    }
+    try:
+        with Producer(PRODUCER_GROUP, resolved.address, credentials=_credentials) as producer:
+            if queue_id is None:
+                sent = producer.send(topic, body, **options)
+            else:
+                sent = producer.send_to_queue(topic, body, queue_id, **options)
+            address = producer.instance.master_address(sent.queue.broker_name) or ""
+    except NamesrvUnreachableError as error:
+        raise MqboxError(f"{error} (address from {resolved.source})") from None
     return SendResult(
         topic,
-        sent.offset_msg_id,
         sent.msg_id,
+        sent.offset_msg_id,
         sent.queue.broker_name,
         address,
         sent.queue.queue_id,
@@ -929,7 +1089,7 @@ def send(
 
 
 def tail(
-    namesrv: str | None,
+    namesrv: Namesrv,
     topic: str,
     *,
     group: str | None = None,
@@ -937,17 +1097,29 @@ def tail(
     count: int | None = None,
     timeout_s: float | None = None,
     poll_interval_s: float = TAIL_POLL_INTERVAL_S,
+    on_idle: Callable[[], None] | None = None,
 ) -> Generator[MessageView, None, None]:
     """Messages of every readable queue of the topic as they arrive, until `count` of them (None:
-    no end) or `timeout_s` (None: no end). Each queue starts at `start` ("earliest" or "latest");
-    without one, at the group's committed index where it has one, else at "latest". Nothing is
-    committed: tail never moves a group. MqboxError when `timeout_s` ends it short of `count`.
+    no end) or `timeout_s` (None: no end). Each queue starts at `start`: "earliest", "latest",
+    or an ISO 8601 time (the first message stored at or after it: the broker's nearest index
+    (29), then what was stored before the time is skipped); without one, where the group's
+    consumers would (QUERY_CONSUMER_OFFSET: its committed index, or 0 on a queue that still
+    starts at 0), else at "latest". Nothing is committed: tail never moves a group. MqboxError
+    when `timeout_s` ends it short of `count`. `on_idle` runs after each poll that brought
+    nothing (the CLI's waiting indicator).
 
     The reading is mqbox.client's PullConsumer with the queues assigned (so it registers with no
     broker and never joins the group's rebalance) and auto-commit off; one poll waits at most
     `poll_interval_s`, so the deadline is kept."""
+    from_ms: int | None = None
     if start is not None and start not in (START_EARLIEST, START_LATEST):
-        raise ConfigError(f"--from {start!r} is not {START_EARLIEST} or {START_LATEST}")
+        try:
+            from_ms = parse_time_ms(start, "--from")
+        except ConfigError:
+            raise ConfigError(
+                f"--from {start!r} is not {START_EARLIEST}, {START_LATEST} or an ISO 8601 time "
+                "such as 2026-05-01T12:00:00"
+            ) from None
     if count is not None and count < 1:
         raise ConfigError(f"--count {count} is not a positive count")
     if timeout_s is not None and timeout_s < 0:
@@ -966,7 +1138,7 @@ def tail(
         ]
         if not queues:
             raise MqboxError(f"topic {topic} has no readable queue")
-        positions = _tail_positions(session, topic, queues, group, start)
+        positions = _tail_positions(session, topic, queues, group, start, from_ms)
         namesrv_addr = session.namesrv_addr
     targets = {target.name: target for target, _ in queues}
     consumer = PullConsumer(
@@ -975,6 +1147,7 @@ def tail(
         auto_commit=False,
         pull_batch_size=PULL_BATCH_MESSAGE_COUNT,
         timeout_ms=TIMEOUT_MS_DEFAULT,
+        credentials=_credentials,
     )
     assigned = {
         MessageQueue(topic, name, queue_id): at for (name, queue_id), at in positions.items()
@@ -991,7 +1164,12 @@ def tail(
                 wait_s = min(wait_s, deadline - time.monotonic())
                 if wait_s <= 0:
                     break
-            for message in consumer.poll(max(1, int(wait_s * 1000))):
+            polled = consumer.poll(max(1, int(wait_s * 1000)))
+            if not polled and on_idle is not None:
+                on_idle()
+            for message in polled:
+                if from_ms is not None and message.store_timestamp_ms < from_ms:
+                    continue  # the nearest index may be stored just before the time
                 yield received_message_view(message, targets[message.broker_name])
                 delivered += 1
                 if count is not None and delivered >= count:
@@ -1012,20 +1190,26 @@ def _tail_positions(
     queues: list[tuple[BrokerTarget, int]],
     group: str | None,
     start: str | None,
+    from_ms: int | None,
 ) -> dict[tuple[str, int], int]:
     """Where tail starts on each queue (see `tail`)."""
     committed: dict[tuple[str, int], int] = {}
     if start is None and group is not None:
-        for target in {target for target, _ in queues}:
-            progress = session.ask_broker(target, admin_api.consumer_progress, group, topic)
-            for queue in progress.queues:
-                if queue.topic == topic and queue.consumer_queue_index >= 0:
-                    committed[(target.name, queue.queue_id)] = queue.consumer_queue_index
+        for target, queue_id in queues:
+            found = session.ask_broker(
+                target, admin_api.query_consumer_offset, group, topic, queue_id
+            )
+            if found is not None:
+                committed[(target.name, queue_id)] = found
     positions: dict[tuple[str, int], int] = {}
     for target, queue_id in queues:
         key = (target.name, queue_id)
         if key in committed:
             positions[key] = committed[key]
+        elif from_ms is not None:
+            positions[key] = session.ask_broker(
+                target, admin_api.search_offset, topic, queue_id, from_ms
+            )
         elif start == START_EARLIEST:
             positions[key] = session.ask_broker(target, admin_api.get_min_offset, topic, queue_id)
         else:

@@ -29,9 +29,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 import psutil
 
+from mqbox.acl.plain import RETRY_GROUP_TOPIC_PREFIX, AclConfig, is_group_resource, perm_text
+from mqbox.acl.validator import acl_file_path, load_acl_file
+from mqbox.clock import wall_clock_ms
 from mqbox.config import (
     BrokerConfig,
     NamesrvConfig,
+    broker_listen_address,
+    broker_white_list_of,
+    ignored_keys_warning,
+    is_loopback,
     load_broker_config,
     load_namesrv_config,
 )
@@ -77,21 +84,164 @@ def load_configs(broker_conf: Path | None) -> tuple[NamesrvConfig, BrokerConfig]
     return namesrv, broker
 
 
-def namesrv_addr(option: str | None) -> str:
-    """The name server(s) the wire commands ask: --namesrv, else $MQBOX_NAMESRV, else
-    namesrvAddr of etc/broker.conf (';'-separated for several). ConfigError if none is set or
-    etc/broker.conf does not load."""
-    for value in (option, os.environ.get(NAMESRV_ENV)):
+def ignored_key_warnings(broker_conf: Path | None) -> list[str]:
+    """One line per configuration file `mqbox start` reads that has keys mqbox ignores.
+    ConfigError if a file does not load (a refused key among them)."""
+    namesrv, broker = load_configs(broker_conf)
+    namesrv_path, broker_path = config_paths(broker_conf)
+    lines = [
+        ignored_keys_warning(namesrv_path or "namesrv", namesrv.unknown_keys),
+        ignored_keys_warning(broker_path, broker.unknown_keys),
+    ]
+    return [line for line in lines if line is not None]
+
+
+def exposure_warning(namesrv: NamesrvConfig, broker: BrokerConfig) -> str | None:
+    """What `mqbox start` warns about when a listener binds an address other hosts reach while
+    aclEnable is false (docs/security.md): who can then do what. None when both listeners are
+    on loopback or the ACL is on."""
+    if broker.acl_enable:
+        return None
+    lines: list[str] = []
+    broker_address = broker_listen_address(broker)
+    if not is_loopback(broker_address):
+        lines.append(
+            f"the broker listens on {broker_address}: anyone who reaches it can send to and "
+            "read every topic, create and delete topics, commit or reset any group's offsets "
+            "and send back any stored message into a group's retry topic"
+        )
+    if not is_loopback(namesrv.listen_address):
+        white_list = ",".join(broker_white_list_of(namesrv))
+        lines.append(
+            f"the name server listens on {namesrv.listen_address}: anyone who reaches it can "
+            "read every route and delete routes and KV entries; peers in "
+            f"mqboxNamesrvBrokerWhiteList ({white_list}) can register brokers and wipe "
+            "their write permission"
+        )
+    if not lines:
+        return None
+    return (
+        "WARNING: aclEnable=false and "
+        + "; ".join(lines)
+        + ". Set mqboxListenAddress=127.0.0.1, or turn the ACL on (aclEnable=true and "
+        "plain_acl.yml); see docs/security.md."
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NamesrvAddress:
+    """The name server(s) a wire command asks, and where that address came from (for errors)."""
+
+    address: str  # ip:port, ';'-separated for several
+    source: str  # "--namesrv", "$MQBOX_NAMESRV", "the appliance running in HOME", a conf file
+
+
+def running_state(home: Path) -> dict[str, Any] | None:
+    """run/state.json of `home` while its supervisor runs; None otherwise."""
+    from mqbox.server.home import process_alive, read_state
+
+    state = read_state(home) or {}
+    supervisor = state.get("supervisor") or {}
+    pid = supervisor.get("pid")
+    if not pid or not process_alive(int(pid), supervisor.get("create_time")):
+        return None
+    return state
+
+
+def running_namesrv(home: Path) -> str | None:
+    """The name server address the broker of the appliance running in `home` registers with
+    (or a layout's name server, when `home` holds a running layout); None when nothing of it
+    runs there."""
+    from mqbox.server.home import process_alive, read_layout_state
+
+    layout = (read_layout_state(home) or {}).get("namesrv") or {}
+    pid = int(layout.get("pid") or 0)
+    if pid and layout.get("address") and process_alive(pid, layout.get("create_time")):
+        return str(layout["address"])
+    state = running_state(home)
+    if state is None:
+        return None
+    address = str((state.get("broker") or {}).get("namesrv_addr") or "").strip()
+    if address:
+        return address
+    namesrv = state.get("namesrv") or {}
+    if namesrv.get("port"):
+        host = namesrv.get("host") or "127.0.0.1"
+        return f"{'127.0.0.1' if host == '0.0.0.0' else host}:{namesrv['port']}"
+    return None
+
+
+def resolve_namesrv(
+    option: str | NamesrvAddress | None, home: Path | None = None
+) -> NamesrvAddress:
+    """The name server(s) the wire commands ask: --namesrv, else $MQBOX_NAMESRV, else the one
+    of the appliance running in the home (--home, $MQBOX_HOME, ~/mqbox), else namesrvAddr of
+    etc/broker.conf. ConfigError if none is set or etc/broker.conf does not load."""
+    if isinstance(option, NamesrvAddress):
+        return option
+    for value, source in ((option, "--namesrv"), (os.environ.get(NAMESRV_ENV), f"${NAMESRV_ENV}")):
         if value is not None and value.strip():
-            return value.strip()
+            return NamesrvAddress(value.strip(), source)
+    home_path = home_dir(home)
+    running = running_namesrv(home_path)
+    if running is not None:
+        return NamesrvAddress(running, f"the appliance running in {home_path}")
     broker_path = config_paths(None)[1]
     address = load_broker_config(broker_path).namesrv_addr.strip()
     if not address:
         raise ConfigError(
-            f"no name server: give --namesrv, set ${NAMESRV_ENV}, or set namesrvAddr in "
-            f"{broker_path}"
+            f"no name server: give --namesrv, set ${NAMESRV_ENV}, start mqbox in {home_path}, "
+            f"or set namesrvAddr in {broker_path}"
         )
-    return address
+    return NamesrvAddress(address, f"namesrvAddr of {broker_path}")
+
+
+def namesrv_addr(option: str | NamesrvAddress | None, home: Path | None = None) -> str:
+    """resolve_namesrv's address alone."""
+    return resolve_namesrv(option, home).address
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConfigShown:
+    """What `mqbox config` prints: values by RocketMQ key name, and where they came from."""
+
+    source: str  # the files read, or "the appliance running in HOME"
+    broker: dict[str, Any]
+    namesrv: dict[str, Any] | None  # None: the appliance runs without its own name server
+    ignored: dict[str, list[str]]  # keys of the files mqbox does not know, per file
+
+
+def config_shown(broker_conf: Path | None, home: Path | None = None) -> ConfigShown:
+    """The configuration `mqbox start` would use (etc/ or `broker_conf`), or with `home`, the one
+    the appliance running there uses (run/config.json: ports as bound, the name server address
+    its broker registers with). MqboxError if nothing runs in `home`."""
+    from mqbox.config import key_values
+    from mqbox.run_files import read_json
+    from mqbox.server.home import HomeLayout
+
+    if home is not None:
+        home_path = home_dir(home)
+        document = read_json(HomeLayout(home_path).run_config_path)
+        if running_state(home_path) is None or not document:
+            raise MqboxError(
+                f"not running in {home_path}; without --home, `mqbox config` shows what "
+                "`mqbox start` would use"
+            )
+        return ConfigShown(
+            source=f"the appliance running in {home_path} (started with "
+            f"{document.get('broker_config_path') or 'the defaults'})",
+            broker=dict(document.get("broker") or {}),
+            namesrv=document.get("namesrv"),
+            ignored=dict(document.get("ignored") or {}),
+        )
+    namesrv, broker = load_configs(broker_conf)
+    namesrv_path, broker_path = config_paths(broker_conf)
+    return ConfigShown(
+        source=", ".join(str(path) for path in (broker_path, namesrv_path) if path is not None),
+        broker=key_values(broker),
+        namesrv=key_values(namesrv),
+        ignored={"broker": list(broker.unknown_keys), "namesrv": list(namesrv.unknown_keys)},
+    )
 
 
 def config_as_dict(config: Any) -> dict[str, Any]:
@@ -110,7 +260,85 @@ def config_as_dict(config: Any) -> dict[str, Any]:
 
     result = plain(config)
     assert isinstance(result, dict)
+    if result.get("namesrv_secret_key"):  # a secret is never printed
+        result["namesrv_secret_key"] = "<hidden>"
     return result
+
+
+def version_text() -> str:
+    """`mqbox --version`: the package's version and the RocketMQ protocol it speaks."""
+    from importlib import metadata
+
+    from mqbox.protocol.codes import VERSION_MQBOX
+
+    try:
+        version = metadata.version("mqbox")
+    except metadata.PackageNotFoundError:
+        version = "unknown (not installed)"
+    return (
+        f"mqbox {version} (RocketMQ 4.x remoting protocol; announces client version "
+        f"{VERSION_MQBOX}, RocketMQ V4_5_2)"
+    )
+
+
+def kernels_need_compiling() -> bool:
+    """True when numba's cache holds no compiled kernel yet (no index file under
+    NUMBA_CACHE_DIR, or under the package's __pycache__ directories without it): the start
+    then compiles every kernel, about 20 s on 2 cores. A cache of an older version may still
+    be recompiled kernel by kernel; that is not detected."""
+    cache_dir = os.environ.get("NUMBA_CACHE_DIR")
+    root = Path(cache_dir) if cache_dir else Path(__file__).resolve().parents[1]
+    return next(root.rglob("*.nbi"), None) is None
+
+
+def warm_up_text(*, compiling: bool) -> str:
+    """What the silent part of a start does."""
+    if compiling:
+        return "compiling the kernels, as a first start does (about 20 s on 2 cores)"
+    return "loading the compiled kernels and starting every process (a few seconds)"
+
+
+def acl_view(home: Path | None, broker_conf: Path | None) -> dict[str, Any]:
+    """What `mqbox acl show` prints: whether broker.conf turns the ACL on, the file the broker
+    reads, and its rules without the secret keys; AclConfigError for a file that is not valid."""
+    _namesrv, broker = load_configs(broker_conf)
+    path = acl_file_path(broker.acl_file, home_dir(home))
+    view: dict[str, Any] = {"acl_enable": broker.acl_enable, "file": str(path)}
+    if not path.exists() and not broker.acl_enable:
+        view["accounts"] = []
+        view["global_white_remote_addresses"] = []
+        return view
+    view.update(acl_rules_view(load_acl_file(path)))
+    return view
+
+
+def acl_rules_view(config: AclConfig) -> dict[str, Any]:
+    """An ACL's rules as JSON-ready values; secret keys are left out."""
+    return {
+        "global_white_remote_addresses": [
+            pattern.text for pattern in config.global_white_remote_addresses
+        ],
+        "accounts": [
+            {
+                "access_key": account.access_key,
+                "admin": account.admin,
+                "white_remote_address": account.white_remote_address.text,
+                "default_topic_perm": perm_text(account.default_topic_perm),
+                "default_group_perm": perm_text(account.default_group_perm),
+                "topic_perms": {
+                    name: perm_text(perm)
+                    for name, perm in account.resource_perms.items()
+                    if not is_group_resource(name)
+                },
+                "group_perms": {
+                    name.removeprefix(RETRY_GROUP_TOPIC_PREFIX): perm_text(perm)
+                    for name, perm in account.resource_perms.items()
+                    if is_group_resource(name)
+                },
+            }
+            for account in config.accounts.values()
+        ],
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,7 +421,7 @@ def start_daemon(
                 f"see {output_path}"
             ) from None
         raise MqboxError(
-            f"the appliance exited with status {error.status}: {_last_line(output_path)}"
+            f"the appliance exited with status {error.status}: {last_line(output_path)}"
         ) from None
     except BaseException:
         launch.stop(popen, STOP_TIMEOUT_S_DEFAULT)
@@ -205,7 +433,8 @@ def start_daemon(
     return report
 
 
-def _last_line(path: Path) -> str:
+def last_line(path: Path) -> str:
+    """The last line of a log file, for an error message."""
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
     except OSError:
@@ -225,6 +454,10 @@ class StopResult:
     stopped: tuple[str, ...]  # names of processes that exited after SIGTERM
     killed: tuple[str, ...]  # names of processes that needed SIGKILL
     seconds: float
+    # Why the stop was not clean ("" if it was): processes killed, no supervisor to run the
+    # orderly stop, or the supervisor's own report (run/last-stop.json) of a role that had to be
+    # killed or exited non-zero while stopping.
+    unclean: str = ""
 
 
 def _supervisor_pid(home: Path) -> int | None:
@@ -236,7 +469,24 @@ def _supervisor_pid(home: Path) -> int | None:
         return None
 
 
-def _live(pid: int, create_time: float | None) -> psutil.Process | None:
+def supervisor_running(home: Path) -> bool:
+    """True if the supervisor recorded in `home` runs (an mqbox process, not a reused pid)."""
+    from mqbox.server.home import read_state
+
+    recorded = (read_state(home) or {}).get("supervisor") or {}
+    pid = int(recorded.get("pid") or _supervisor_pid(home) or 0)
+    process = live_process(pid, recorded.get("create_time")) if pid else None
+    return process is not None and _looks_like_mqbox(process)
+
+
+def read_last_stop_reason(home: Path) -> str:
+    """Why the last run in `home` stopped after a failure; "" if it did not."""
+    from mqbox.server.home import read_last_stop
+
+    return str((read_last_stop(home) or {}).get("reason") or "")
+
+
+def live_process(pid: int, create_time: float | None) -> psutil.Process | None:
     from mqbox.server.home import process_alive
 
     if not process_alive(pid, create_time):
@@ -249,12 +499,15 @@ def _live(pid: int, create_time: float | None) -> psutil.Process | None:
 def stop(home: Path | None, *, timeout_s: float = STOP_TIMEOUT_S_DEFAULT) -> StopResult:
     """SIGTERM to the supervisor of `home` and wait for its orderly stop; after `timeout_s`,
     SIGKILL it and every process it recorded, and sweep its shared memory. MqboxError if
-    nothing of the appliance runs there."""
+    nothing of the appliance runs there; ConfigError for a negative `timeout_s`."""
+    if not timeout_s >= 0:  # also refuses NaN
+        raise ConfigError(f"--timeout-s {timeout_s:g} is negative")
     from mqbox.ipc import names
     from mqbox.server.home import HomeLayout, read_state, recorded_processes
 
     home = home_dir(home)
     started = time.monotonic()
+    started_ms = wall_clock_ms()
     state = read_state(home) or {}
     recorded = [(name, pid, create) for name, pid, create in recorded_processes(state)]
     supervisor_pid = _supervisor_pid(home)
@@ -263,7 +516,7 @@ def stop(home: Path | None, *, timeout_s: float = STOP_TIMEOUT_S_DEFAULT) -> Sto
     live = {
         name: process
         for name, pid, create_time in recorded
-        if (process := _live(pid, create_time)) is not None
+        if (process := live_process(pid, create_time)) is not None
     }
     supervisor = live.get("supervisor")
     if supervisor is not None and not _looks_like_mqbox(supervisor):
@@ -310,7 +563,22 @@ def stop(home: Path | None, *, timeout_s: float = STOP_TIMEOUT_S_DEFAULT) -> Sto
         stopped=tuple(stopped),
         killed=tuple(killed),
         seconds=time.monotonic() - started,
+        unclean=_unclean_reason(home, supervisor is not None, killed, started_ms),
     )
+
+
+def _unclean_reason(home: Path, had_supervisor: bool, killed: list[str], since_ms: int) -> str:
+    """Why the stop that began at `since_ms` was not clean, or ""."""
+    from mqbox.server.home import read_last_stop
+
+    if killed:
+        return "killed after the timeout: " + ", ".join(killed)
+    if not had_supervisor:
+        return "no supervisor ran the orderly stop; its processes were stopped one by one"
+    last_stop = read_last_stop(home) or {}
+    if int(last_stop.get("stopped_at_ms") or 0) >= since_ms:
+        return str(last_stop.get("reason") or "the supervisor reported an unclean stop")
+    return ""
 
 
 def _clean_dead_run(home: Path, state: Mapping[str, Any]) -> int:
@@ -396,6 +664,8 @@ class ApplianceStatus:
     namesrv: str  # ip:port
     broker: str  # ip:port
     broker_name: str
+    broker_id: int
+    broker_role: str  # ASYNC_MASTER, SYNC_MASTER or SLAVE
     instance: str
     store_root: str
     store_size_bytes: int
@@ -403,6 +673,14 @@ class ApplianceStatus:
     broker_restarts: int  # times every role of the broker was restarted after a critical death
     # Why it restarted last (while running) or stopped (after a failure); "" if neither happened.
     reason: str
+    # Replication as run/replication.json reports it (server/home.HaState); "n/a" and None
+    # until it does.
+    ha_state: str
+    slave_lag_bytes: int | None
+    slave_lag_messages: int | None
+    # The HA role's run/replication.json (docs/replication.md); empty when there is none.
+    replication: dict[str, Any] = dataclasses.field(default_factory=dict)
+    http: str = ""  # the HTTP endpoint's URL (/metrics, the dashboard), from run/http.json
 
     @property
     def pss_bytes(self) -> int:
@@ -417,7 +695,7 @@ class ApplianceStatus:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Row:
+class StateRow:
     """One process as run/state.json records it."""
 
     name: str
@@ -427,6 +705,53 @@ class _Row:
     state: str
     port: int | None
     generation: int | None
+
+
+def state_rows(state: Mapping[str, Any], supervisor_pid: int | None = None) -> list[StateRow]:
+    """Every process a run/state.json lists (supervisor, name server, roles), as recorded."""
+    supervisor = state.get("supervisor") or {}
+    if supervisor_pid is None:
+        supervisor_pid = int(supervisor.get("pid") or 0)
+    namesrv = state.get("namesrv") or {}
+    broker = state.get("broker") or {}
+    broker_address = str(broker.get("address", ""))
+    broker_port = int(broker_address.rpartition(":")[2]) if broker_address else None
+    rows = [
+        StateRow(
+            name="supervisor",
+            kind="supervisor",
+            pid=supervisor_pid,
+            create_time=supervisor.get("create_time"),
+            state="running",
+            port=broker_port,
+            generation=None,
+        )
+    ]
+    if namesrv.get("pid"):
+        rows.append(
+            StateRow(
+                name="namesrv",
+                kind="namesrv",
+                pid=int(namesrv["pid"]),
+                create_time=namesrv.get("create_time"),
+                state="ready" if namesrv.get("ready") else "starting",
+                port=int(namesrv.get("port") or 0) or None,
+                generation=None,
+            )
+        )
+    rows.extend(
+        StateRow(
+            name=str(role["role_id"]),
+            kind=str(role["kind"]),
+            pid=int(role.get("pid") or 0),
+            create_time=role.get("create_time"),
+            state=str(role.get("state", "down")),
+            port=broker_port if role.get("kind") == "reactor" else None,
+            generation=int(role.get("generation") or 0),
+        )
+        for role in state.get("roles") or []
+    )
+    return rows
 
 
 def smaps_rollup(pid: int) -> dict[str, int]:
@@ -462,56 +787,27 @@ def disk_usage_bytes(root: Path) -> int:
 
 def status(home: Path | None) -> ApplianceStatus:
     """Every process of the appliance in `home`, measured now (CPU over CPU_SAMPLE_S)."""
-    from mqbox.server.home import read_last_stop, read_state
+    from mqbox.server.home import (
+        read_ha_state,
+        read_http,
+        read_last_stop,
+        read_replication,
+        read_state,
+    )
 
     home = home_dir(home)
     state = read_state(home) or {}
     supervisor = state.get("supervisor") or {}
     supervisor_pid = int(supervisor.get("pid") or _supervisor_pid(home) or 0)
-    supervisor_process = _live(supervisor_pid, supervisor.get("create_time"))
+    supervisor_process = live_process(supervisor_pid, supervisor.get("create_time"))
     running = supervisor_process is not None and _looks_like_mqbox(supervisor_process)
     namesrv = state.get("namesrv") or {}
     broker = state.get("broker") or {}
     broker_address = str(broker.get("address", ""))
-    broker_port = int(broker_address.rpartition(":")[2]) if broker_address else None
-    rows = [
-        _Row(
-            name="supervisor",
-            kind="supervisor",
-            pid=supervisor_pid,
-            create_time=supervisor.get("create_time"),
-            state="running",
-            port=broker_port,
-            generation=None,
-        )
-    ]
-    if namesrv.get("pid"):
-        rows.append(
-            _Row(
-                name="namesrv",
-                kind="namesrv",
-                pid=int(namesrv["pid"]),
-                create_time=namesrv.get("create_time"),
-                state="ready" if namesrv.get("ready") else "starting",
-                port=int(namesrv.get("port") or 0) or None,
-                generation=None,
-            )
-        )
-    rows.extend(
-        _Row(
-            name=str(role["role_id"]),
-            kind=str(role["kind"]),
-            pid=int(role.get("pid") or 0),
-            create_time=role.get("create_time"),
-            state=str(role.get("state", "down")),
-            port=broker_port if role.get("kind") == "reactor" else None,
-            generation=int(role.get("generation") or 0),
-        )
-        for role in state.get("roles") or []
-    )
+    rows = state_rows(state, supervisor_pid)
     processes: dict[str, psutil.Process] = {}
     for row in rows:
-        process = _live(row.pid, row.create_time) if row.pid else None
+        process = live_process(row.pid, row.create_time) if row.pid else None
         if process is not None:
             with contextlib.suppress(psutil.Error):
                 process.cpu_percent(None)  # the first call starts the sample
@@ -551,6 +847,7 @@ def status(home: Path | None) -> ApplianceStatus:
             )
         )
     store_root = str(broker.get("store_root", ""))
+    ha = read_ha_state(home)
     last_failure = state.get("last_failure") if running else read_last_stop(home)
     return ApplianceStatus(
         home=home,
@@ -559,12 +856,19 @@ def status(home: Path | None) -> ApplianceStatus:
         namesrv=f"{namesrv.get('host')}:{namesrv.get('port')}" if namesrv.get("port") else "",
         broker=broker_address,
         broker_name=str(broker.get("broker_name", "")),
+        broker_id=int(broker.get("broker_id") or 0),
+        broker_role=str(broker.get("broker_role", "")),
         instance=str(state.get("instance", "")),
         store_root=store_root,
         store_size_bytes=disk_usage_bytes(Path(store_root)) if store_root else 0,
         processes=tuple(measured),
         broker_restarts=int(state.get("broker_restarts") or 0) if running else 0,
         reason=str((last_failure or {}).get("reason") or ""),
+        http=str((read_http(home) or {}).get("url") or "") if running else "",
+        ha_state=ha.state,
+        slave_lag_bytes=ha.slave_lag_bytes,
+        slave_lag_messages=ha.slave_lag_messages,
+        replication=(read_replication(home) or {}) if running else {},
     )
 
 

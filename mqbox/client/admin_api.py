@@ -4,11 +4,12 @@ the clients and tests: one function per code.
 Owns: building each request from typed headers (mqbox.protocol.headers), and reading each answer
 into typed values: the topic admin codes (17 UPDATE_AND_CREATE_TOPIC, 215 DELETE_TOPIC_IN_BROKER,
 21 GET_ALL_TOPIC_CONFIG), subscription groups (200, 201, 207), every consumer and delay offset
-(43, 45; a slave's sync asks its master with these and 21), the store queries (30, 31,
-33 VIEW_MESSAGE_BY_ID, 12 QUERY_MESSAGE), one SEND_MESSAGE (10) and one PULL_MESSAGE (11), and
-mqbox's own admin views (10001 topic status, 10002 consumer progress, 10003 reset offsets; their
-ext and bodies are documented beside their handlers in mqbox/server/roles/processors/admin/).
-Never: sockets (remoting.py), retries, routing (the caller picks the broker), or output.
+(43, 45; a slave's sync asks its master with these and 21), the store queries (29
+SEARCH_OFFSET_BY_TIMESTAMP, 30, 31, 33 VIEW_MESSAGE_BY_ID, 12 QUERY_MESSAGE), one SEND_MESSAGE (10)
+and one PULL_MESSAGE (11), RocketMQ's statistics and broker admin codes (202, 208, 203, 204, 28,
+26, 25; bodies in protocol/admin_bodies.py; 315 VIEW_BROKER_STATS_DATA), and mqbox's own 10003
+(reset offsets; documented beside its handler in mqbox/server/roles/processors/admin/). Never:
+sockets (remoting.py), retries, routing (the caller picks the broker), or output.
 
 Every function raises `RemotingResponseError` for a response code it does not expect (its `code`
 and `remark` say what the broker meant), the `RemotingError` family for transport failures, and
@@ -25,7 +26,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from mqbox.client.remoting import RemotingCaller, RemotingResponseError
+from mqbox.config import parse_properties
 from mqbox.message import StoredMessage, decode_record
+from mqbox.protocol import admin_bodies
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import RemotingCommand, loads_json
 from mqbox.protocol.errors import RemoteProtocolError
@@ -35,23 +38,27 @@ from mqbox.protocol.headers import (
     DelayOffsetSerializeWrapper,
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
+    KvTable,
+    MessageQueue,
     OffsetResponseHeader,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
+    QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
     QueueRequestHeader,
+    SearchOffsetRequestHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
     SubscriptionGroupConfig,
     SubscriptionGroupWrapper,
     TopicConfig,
     UpdateAndCreateTopicRequestHeader,
+    ViewBrokerStatsDataRequestHeader,
     ViewMessageRequestHeader,
 )
 from mqbox.protocol.mqbox_codes import (
-    MQBOX_CONSUMER_PROGRESS,
+    MQBOX_BROKER_STATUS,
     MQBOX_RESET_CONSUMER_OFFSET,
-    MQBOX_TOPIC_STATUS,
     RESET_TO_EARLIEST,
     RESET_TO_LATEST,
     RESET_TO_TIMESTAMP,
@@ -245,6 +252,37 @@ def get_min_offset(
     return OffsetResponseHeader.from_ext(response.ext_fields).queue_index
 
 
+def search_offset(
+    client: RemotingCaller,
+    topic: str,
+    queue_id: int,
+    timestamp_ms: int,
+    *,
+    timeout_ms: int | None = None,
+) -> int:
+    """29 SEARCH_OFFSET_BY_TIMESTAMP: the queue_index whose store time is nearest
+    `timestamp_ms` (RocketMQ's rule: it may be stored a little before it; docs/protocol.md)."""
+    code = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
+    ext = SearchOffsetRequestHeader(topic, queue_id, timestamp_ms).to_ext()
+    response = client.invoke(code, ext, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    return OffsetResponseHeader.from_ext(response.ext_fields).queue_index
+
+
+def query_consumer_offset(
+    client: RemotingCaller, group: str, topic: str, queue_id: int, *, timeout_ms: int | None = None
+) -> int | None:
+    """14 QUERY_CONSUMER_OFFSET: where the group's consumers start on the queue (its committed
+    index, or 0 for a queue that still starts at 0); None for 22 QUERY_NOT_FOUND."""
+    code = RequestCode.QUERY_CONSUMER_OFFSET
+    ext = QueryConsumerOffsetRequestHeader(group, topic, queue_id).to_ext()
+    response = client.invoke(code, ext, timeout_ms=timeout_ms)
+    if response.code == ResponseCode.QUERY_NOT_FOUND:
+        return None
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    return OffsetResponseHeader.from_ext(response.ext_fields).queue_index
+
+
 def decode_records(body: bytes) -> tuple[StoredMessage, ...]:
     """The stored records of a PULL, VIEW or QUERY body, back to back as in the commit log.
 
@@ -285,6 +323,35 @@ def query_message(
     if response.code == ResponseCode.QUERY_NOT_FOUND:
         return ()
     return decode_records(response.body)
+
+
+def view_broker_stats_data(
+    client: RemotingCaller, stats_name: str, stats_key: str, *, timeout_ms: int | None = None
+) -> dict[str, dict[str, float]]:
+    """315 VIEW_BROKER_STATS_DATA: BrokerStatsData as {"statsMinute" | "statsHour" | "statsDay":
+    {"sum", "tps", "avgpt"}}; an unknown item raises RemotingResponseError (1)."""
+    code = RequestCode.VIEW_BROKER_STATS_DATA
+    ext = ViewBrokerStatsDataRequestHeader(stats_name, stats_key).to_ext()
+    response = client.invoke(code, ext, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    where = "BrokerStatsData"
+    document = _body(response.body, where)
+    found: dict[str, dict[str, float]] = {}
+    for window in ("statsMinute", "statsHour", "statsDay"):
+        fields = _object(document.get(window), f"{where}.{window}")
+        found[window] = {
+            "sum": _int(fields, "sum", where),
+            "tps": _number(fields, "tps", where),
+            "avgpt": _number(fields, "avgpt", where),
+        }
+    return found
+
+
+def _number(fields: dict[str, Any], key: str, where: str) -> float:
+    value = fields.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RemoteProtocolError(f"{where}.{key}: {value!r} is not a number")
+    return float(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,7 +406,28 @@ def pull_message(
 
 
 # ---------------------------------------------------------------------------------------------
-# mqbox's own views: 10001, 10002, 10003
+# RocketMQ's statistics codes: 202, 208, 203, 204, 28, 26, 25 (fastjson bodies, admin_bodies.py)
+
+
+def _fastjson(body: bytes, where: str) -> dict[Any, Any]:
+    document = admin_bodies.loads_fastjson(body) if body else None
+    if not isinstance(document, dict):
+        raise RemoteProtocolError(f"{where}: the body is not an object")
+    return document
+
+
+def _queue_table(document: dict[Any, Any], where: str) -> list[tuple[MessageQueue, dict[str, Any]]]:
+    """The rows of an offsetTable keyed by MessageQueue, in (topic, queue id) order."""
+    table: object = document.get("offsetTable", {})
+    if not isinstance(table, dict):
+        raise RemoteProtocolError(f"{where}.offsetTable: not an object")
+    rows: list[tuple[MessageQueue, dict[str, Any]]] = []
+    for queue, row in table.items():
+        if not isinstance(queue, MessageQueue):
+            raise RemoteProtocolError(f"{where}.offsetTable: key {queue!r} is not a queue")
+        rows.append((queue, _object(row, f"{where}.offsetTable[]")))
+    rows.sort(key=lambda item: (item[0].topic, item[0].queue_id))
+    return rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,7 +440,7 @@ class QueueStatus:
 
 @dataclass(frozen=True, slots=True)
 class TopicStatus:
-    """MQBOX_TOPIC_STATUS answer: one entry per queue id below max(read, write queue count)."""
+    """GET_TOPIC_STATS_INFO's TopicStatsTable: one entry per write queue, by queue id."""
 
     topic: str
     queues: tuple[QueueStatus, ...]
@@ -361,23 +449,23 @@ class TopicStatus:
 def topic_status(
     client: RemotingCaller, topic: str, *, timeout_ms: int | None = None
 ) -> TopicStatus:
-    """MQBOX_TOPIC_STATUS (10001); 17 TOPIC_NOT_EXIST raises RemotingResponseError."""
-    response = client.invoke(MQBOX_TOPIC_STATUS, {"topic": topic}, timeout_ms=timeout_ms)
-    _expect(client, MQBOX_TOPIC_STATUS, response, ResponseCode.SUCCESS)
-    where = "MQBOX_TOPIC_STATUS"
-    document = _body(response.body, where)
-    queues = []
-    for item in _list(document.get("queues"), f"{where}.queues"):
-        fields = _object(item, f"{where}.queues[]")
-        queues.append(
-            QueueStatus(
-                _int(fields, "queueId", where),
-                _int(fields, "minOffset", where),
-                _int(fields, "maxOffset", where),
-                _int(fields, "lastUpdateTimestamp", where),
-            )
+    """GET_TOPIC_STATS_INFO (202); 17 TOPIC_NOT_EXIST raises RemotingResponseError."""
+    code = RequestCode.GET_TOPIC_STATS_INFO
+    ext = admin_bodies.TopicRequestHeader(topic).to_ext()
+    response = client.invoke(code, ext, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    where = "TopicStatsTable"
+    queues = tuple(
+        QueueStatus(
+            queue.queue_id,
+            _int(row, "minOffset", where),
+            _int(row, "maxOffset", where),
+            _int(row, "lastUpdateTimestamp", where),
         )
-    return TopicStatus(_text(document, "topic", where), tuple(queues))
+        for queue, row in _queue_table(_fastjson(response.body, where), where)
+        if queue.topic == topic
+    )
+    return TopicStatus(topic, queues)
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,57 +473,142 @@ class QueueProgress:
     topic: str
     queue_id: int  # queueId
     broker_queue_index: int  # brokerOffset: the queue's entry count
-    consumer_queue_index: int  # consumerOffset: the group's next index; -1 if none committed
-    lag: int  # entries the group has yet to consume
+    consumer_queue_index: int  # consumerOffset: the group's next index; 0 if none committed
+    last_timestamp_ms: int  # lastTimestamp: store time of the last message consumed, 0 if none
+
+    @property
+    def lag(self) -> int:
+        """Entries the group has yet to consume (Java's brokerOffset - consumerOffset)."""
+        return max(0, self.broker_queue_index - self.consumer_queue_index)
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerProgress:
-    """MQBOX_CONSUMER_PROGRESS answer."""
+class ConsumeStats:
+    """GET_CONSUME_STATS's ConsumeStats."""
 
-    group: str
-    client_ids: tuple[str, ...]  # clientIds: the group's live consumers on this broker
-    total_lag: int  # totalLag
+    consume_tps: float  # consumeTps
     queues: tuple[QueueProgress, ...]
 
+    @property
+    def total_lag(self) -> int:
+        return sum(queue.lag for queue in self.queues)
 
-def consumer_progress(
+
+def consume_stats(
     client: RemotingCaller,
     group: str,
     topic: str | None = None,
     *,
     timeout_ms: int | None = None,
-) -> ConsumerProgress:
-    """MQBOX_CONSUMER_PROGRESS (10002) over every topic the group is known for, or only `topic`.
-    26 SUBSCRIPTION_GROUP_NOT_EXIST (a group nobody knows) raises RemotingResponseError."""
-    ext = {"consumerGroup": group}
-    if topic is not None:
-        ext["topic"] = topic
-    response = client.invoke(MQBOX_CONSUMER_PROGRESS, ext, timeout_ms=timeout_ms)
-    _expect(client, MQBOX_CONSUMER_PROGRESS, response, ResponseCode.SUCCESS)
-    where = "MQBOX_CONSUMER_PROGRESS"
-    document = _body(response.body, where)
-    queues = []
-    for item in _list(document.get("queues"), f"{where}.queues"):
-        fields = _object(item, f"{where}.queues[]")
-        queues.append(
-            QueueProgress(
-                _text(fields, "topic", where),
-                _int(fields, "queueId", where),
-                _int(fields, "brokerOffset", where),
-                _int(fields, "consumerOffset", where),
-                _int(fields, "lag", where),
+) -> ConsumeStats:
+    """GET_CONSUME_STATS (208) over the topics the broker knows the group for, or only `topic`;
+    an unknown group gives no queues (Java)."""
+    code = RequestCode.GET_CONSUME_STATS
+    ext = admin_bodies.GetConsumeStatsRequestHeader(group, topic).to_ext()
+    response = client.invoke(code, ext, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    where = "ConsumeStats"
+    document = _fastjson(response.body, where)
+    tps = document.get("consumeTps", 0.0)
+    if isinstance(tps, bool) or not isinstance(tps, int | float):
+        raise RemoteProtocolError(f"{where}.consumeTps: {tps!r} is not a number")
+    queues = tuple(
+        QueueProgress(
+            queue.topic,
+            queue.queue_id,
+            _int(row, "brokerOffset", where),
+            _int(row, "consumerOffset", where),
+            _int(row, "lastTimestamp", where),
+        )
+        for queue, row in _queue_table(document, where)
+    )
+    return ConsumeStats(float(tps), queues)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConnection:
+    """Java's Connection: one client of a group on one broker."""
+
+    client_id: str  # clientId
+    client_addr: str  # clientAddr: "ip:port" as the broker sees it
+    language: str  # LanguageCode's name
+    version: int
+
+
+def _connections(document: dict[Any, Any], where: str) -> tuple[ClientConnection, ...]:
+    items = _list(document.get("connectionSet", []), f"{where}.connectionSet")
+    connections = []
+    for item in items:
+        fields = _object(item, f"{where}.connectionSet[]")
+        connections.append(
+            ClientConnection(
+                _text(fields, "clientId", where),
+                _text(fields, "clientAddr", where),
+                _text(fields, "language", where),
+                _int(fields, "version", where),
             )
         )
-    client_ids = tuple(
-        str(item) for item in _list(document.get("clientIds", []), f"{where}.clientIds")
-    )
-    return ConsumerProgress(
-        _text(document, "group", where),
-        client_ids,
-        _int(document, "totalLag", where),
-        tuple(queues),
-    )
+    return tuple(sorted(connections, key=lambda connection: connection.client_id))
+
+
+def consumer_connections(
+    client: RemotingCaller, group: str, *, timeout_ms: int | None = None
+) -> tuple[ClientConnection, ...]:
+    """GET_CONSUMER_CONNECTION_LIST (203): the group's online members; () for 206
+    CONSUMER_NOT_ONLINE."""
+    code = RequestCode.GET_CONSUMER_CONNECTION_LIST
+    response = client.invoke(code, {"consumerGroup": group}, timeout_ms=timeout_ms)
+    if response.code == ResponseCode.CONSUMER_NOT_ONLINE:
+        return ()
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    return _connections(_fastjson(response.body, "ConsumerConnection"), "ConsumerConnection")
+
+
+def producer_connections(
+    client: RemotingCaller, group: str, *, timeout_ms: int | None = None
+) -> tuple[ClientConnection, ...]:
+    """GET_PRODUCER_CONNECTION_LIST (204): the producer group's members; 1 (no member) raises."""
+    code = RequestCode.GET_PRODUCER_CONNECTION_LIST
+    ext = admin_bodies.ProducerGroupRequestHeader(group).to_ext()
+    response = client.invoke(code, ext, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    return _connections(_fastjson(response.body, "ProducerConnection"), "ProducerConnection")
+
+
+def broker_runtime_info(client: RemotingCaller, *, timeout_ms: int | None = None) -> dict[str, str]:
+    """GET_BROKER_RUNTIME_INFO (28): the KVTable's table."""
+    code = RequestCode.GET_BROKER_RUNTIME_INFO
+    response = client.invoke(code, {}, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    return dict(KvTable.from_json(response.body).table)
+
+
+def broker_config(client: RemotingCaller, *, timeout_ms: int | None = None) -> dict[str, str]:
+    """GET_BROKER_CONFIG (26): the Java-properties body as a dict."""
+    code = RequestCode.GET_BROKER_CONFIG
+    response = client.invoke(code, {}, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+    try:
+        return parse_properties(response.body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise RemoteProtocolError(
+            f"GET_BROKER_CONFIG: the body is not properties: {error}"
+        ) from None
+
+
+def update_broker_config(
+    client: RemotingCaller, values: dict[str, str], *, timeout_ms: int | None = None
+) -> None:
+    """UPDATE_BROKER_CONFIG (25) with `values` as a Java-properties body; 1 (a key that cannot
+    change at run time, a bad value) raises RemotingResponseError."""
+    code = RequestCode.UPDATE_BROKER_CONFIG
+    body = "".join(f"{key}={value}\n" for key, value in values.items()).encode("utf-8")
+    response = client.invoke(code, {}, body=body, timeout_ms=timeout_ms)
+    _expect(client, code, response, ResponseCode.SUCCESS)
+
+
+# ---------------------------------------------------------------------------------------------
+# mqbox's own code: 10003
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,4 +662,44 @@ def reset_consumer_offset(
     notified = _int(document, "clientsNotified", where) if "clientsNotified" in document else 0
     return ResetResult(
         _text(document, "group", where), _text(document, "topic", where), tuple(queues), notified
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# MQBOX_BROKER_STATUS (10010)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatus:
+    """MQBOX_BROKER_STATUS answer: a broker's identity and replication."""
+
+    cluster_name: str  # clusterName
+    broker_name: str  # brokerName
+    broker_id: int  # brokerId
+    broker_role: str  # brokerRole: ASYNC_MASTER, SYNC_MASTER or SLAVE
+    version: str  # version
+    ha_state: str  # haState: "n/a" until replication reports
+    slave_lag_bytes: int | None  # slaveLagBytes
+    slave_lag_messages: int | None  # slaveLagMessages
+
+
+def broker_status(client: RemotingCaller, *, timeout_ms: int | None = None) -> BrokerStatus:
+    """MQBOX_BROKER_STATUS (10010)."""
+    response = client.invoke(MQBOX_BROKER_STATUS, {}, timeout_ms=timeout_ms)
+    _expect(client, MQBOX_BROKER_STATUS, response, ResponseCode.SUCCESS)
+    where = "MQBOX_BROKER_STATUS"
+    document = _body(response.body, where)
+
+    def count_or_none(key: str) -> int | None:
+        return None if document.get(key) is None else _int(document, key, where)
+
+    return BrokerStatus(
+        _text(document, "clusterName", where),
+        _text(document, "brokerName", where),
+        _int(document, "brokerId", where),
+        _text(document, "brokerRole", where),
+        _text(document, "version", where),
+        _text(document, "haState", where),
+        count_or_none("slaveLagBytes"),
+        count_or_none("slaveLagMessages"),
     )

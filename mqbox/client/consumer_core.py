@@ -6,8 +6,8 @@ pulls (QueueState: the queue, its in-flight table, its next offset, the broker i
 the rebalance (every `rebalance_interval_ms`, at start, on NOTIFY_CONSUMER_IDS_CHANGED and after
 a reset): allocation over the sorted queue and consumer id lists, queues dropped with their
 offsets persisted first, queues added at the offset B.6 gives; the pull loop; the offset store
-and its persistence every `persist_interval_ms`; the broker requests of the group (40, 220, 307,
-309); start and a bounded shutdown. Never: consuming (push_consumer.py hands messages to
+and its persistence every `persist_interval_ms`; the broker requests of the group (40, 220, 221,
+307, 309); start and a bounded shutdown. Never: consuming (push_consumer.py hands messages to
 handlers, pull_consumer.py to poll()): subclasses say how a pulled batch is delivered, how a
 queue's in-flight table is made and checked, and what dropping a queue needs.
 
@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self, TypedDict
 
+from mqbox.acl.signature import SessionCredentials
 from mqbox.client.allocate import STRATEGIES, AllocationInputError, Strategy, allocate
 from mqbox.client.batch_queue import BatchQueue
 from mqbox.client.consume_rules import (
@@ -91,6 +92,7 @@ from mqbox.client.subscription import Subscription, build_subscription
 from mqbox.client.transport import Transport
 from mqbox.clock import wall_clock_ms
 from mqbox.errors import ConfigError, MqboxError
+from mqbox.protocol import admin_bodies
 from mqbox.protocol.codes import ConsumeType, MessageModel, RequestCode, ResponseCode
 from mqbox.protocol.command import RemotingCommand, dumps_json
 from mqbox.protocol.headers import ConsumerListBody, MessageQueue
@@ -171,6 +173,7 @@ class ConsumerOptions(TypedDict, total=False):
     persist_interval_ms: int
     timeout_ms: int
     rng: random.Random | None
+    credentials: SessionCredentials | None  # sign every request (plain ACL, docs/acl.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +227,7 @@ class ConsumerCore:
         persist_interval_ms: int = PERSIST_INTERVAL_MS,
         timeout_ms: int = TIMEOUT_MS_DEFAULT,
         rng: random.Random | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         check_group(group)
         if (namesrv is None) == (instance is None):
@@ -266,7 +270,11 @@ class ConsumerCore:
             if instance_name is None and not self.clustering:
                 instance_name = "DEFAULT"
             instance = ClientInstance(
-                namesrv, instance_name=instance_name, timeout_ms=timeout_ms, rng=self._rng
+                namesrv,
+                instance_name=instance_name,
+                timeout_ms=timeout_ms,
+                rng=self._rng,
+                credentials=credentials,
             )
         self.instance: Final = instance
         self.client_id: Final = instance.client_id
@@ -493,12 +501,48 @@ class ConsumerCore:
             self._reset_offsets(request.body)
         elif code == RequestCode.GET_CONSUMER_RUNNING_INFO:
             transport.respond(request, ResponseCode.SUCCESS, body=self._running_info())
+        elif code == RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT:
+            transport.respond(request, ResponseCode.SUCCESS, body=self._consumer_status(request))
+        elif code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
+            self._answer_consume_directly(transport, request)
         else:
             transport.respond(
                 request,
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 remark=f"mqbox client: request code {code} not supported",
             )
+
+    def _consumer_status(self, request: RemotingCommand) -> bytes:
+        """GET_CONSUMER_STATUS_FROM_CLIENT (221): Java's GetConsumerStatusBody whose
+        messageQueueTable holds this client's offsets of the topic (ext `topic`), as Java's
+        MQClientInstance.getConsumerStatus answers (fastjson text, protocol/admin_bodies.py)."""
+        topic = request.ext_fields.get("topic", "")
+        offsets = self.offsets.snapshot()
+        mine = {queue: offset for queue, offset in offsets.items() if queue.topic == topic}
+        return admin_bodies.dumps_fastjson(admin_bodies.get_consumer_status_body({}, mine))
+
+    def consume_directly(self, record: bytes, broker_name: str) -> dict[str, Any] | None:
+        """CONSUME_MESSAGE_DIRECTLY's work: hand the stored record to the group's handler and
+        give Java's ConsumeMessageDirectlyResult; None where the consumer has no handler (a
+        pull consumer: Java answers only for push consumers)."""
+        return None
+
+    def _answer_consume_directly(self, transport: Transport, request: RemotingCommand) -> None:
+        broker_name = request.ext_fields.get("brokerName", "")
+        try:
+            result = self.consume_directly(request.body, broker_name)
+        except MqboxError as error:
+            transport.respond(request, ResponseCode.SYSTEM_ERROR, remark=f"mqbox client: {error}")
+            return
+        if result is None:
+            transport.respond(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"The Consumer Group <{self.group}> not exist in this consumer",
+            )
+            return
+        body = admin_bodies.dumps_fastjson(result)
+        transport.respond(request, ResponseCode.SUCCESS, body=body)
 
     def _running_info(self) -> bytes:
         """GET_CONSUMER_RUNNING_INFO's body: Java's ConsumerRunningInfo in plain JSON (its

@@ -7,8 +7,8 @@ route table (route_table.RouteTable) under one lock, each topic's route refreshe
 ROUTE_REFRESH_INTERVAL_MS and soon after a send failed; one transport.Transport per broker
 address; HEART_BEAT (34) every HEARTBEAT_INTERVAL_MS to every broker address with the groups
 registered here (facts B.11); UNREGISTER_CLIENT (35) when a group leaves; the scheduler thread of
-the periodic tasks; and the requests brokers send (40, 220, 307, 309), handed to the consumer of
-the group they name. Never: choosing queues or retrying sends (producer.py), rebalancing or
+the periodic tasks; and the requests brokers send (40, 220, 221, 307, 309), handed to the consumer
+of the group they name. Never: choosing queues or retrying sends (producer.py), rebalancing or
 pulling (the consumers).
 
 The seam for consumers. A consumer registers its group with an object that has the three
@@ -18,7 +18,7 @@ methods of `ConsumerHooks`:
         hooks.heartbeat_consumer() -> HeartbeatConsumer   its consumerDataSet entry, built at
                                                           every heartbeat (subscriptions included)
         hooks.topics() -> Iterable[str]                    topics whose routes to keep fresh
-        hooks.on_broker_request(transport, request)        40 / 220 / 307 / 309 naming the group
+        hooks.on_broker_request(transport, request)        40/220/221/307/309 naming the group
 
 `on_broker_request` runs on the instance's request thread, never in a transport's reading thread,
 so it may block and make sync calls; it answers with `transport.respond(request, ...)` unless the
@@ -61,6 +61,7 @@ from typing import Any, Final, Protocol
 
 import psutil
 
+from mqbox.acl.signature import SessionCredentials
 from mqbox.client.errors import (
     ClientError,
     ClientStateError,
@@ -102,6 +103,7 @@ GROUP_FIELD_BY_REQUEST_CODE: Final = {
     int(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED): "consumerGroup",
     int(RequestCode.RESET_CONSUMER_CLIENT_OFFSET): "group",
     int(RequestCode.GET_CONSUMER_RUNNING_INFO): "consumerGroup",
+    int(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT): "group",
     int(RequestCode.CONSUME_MESSAGE_DIRECTLY): "consumerGroup",
 }
 
@@ -222,8 +224,12 @@ class ClientInstance:
         route_refresh_interval_ms: int = ROUTE_REFRESH_INTERVAL_MS,
         heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS,
         rng: random.Random | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
+        """`credentials`: every request to name servers and brokers is signed with them (plain
+        ACL, docs/acl.md)."""
         assert timeout_ms > 0
+        self.credentials: Final = credentials
         self.client_ip: Final = client_ip or local_ip()
         # changeInstanceNameToPID: "DEFAULT" becomes pid#nanotime, so two clients of one
         # process (or of one pid after a restart) never share an id.
@@ -233,7 +239,9 @@ class ClientInstance:
         self.route_refresh_interval_ms: Final = route_refresh_interval_ms
         self.heartbeat_interval_ms: Final = heartbeat_interval_ms
         self.rng: Final = rng if rng is not None else random.Random()
-        self.namesrv: Final = NamesrvList(namesrv, lambda address: Transport(address, timeout_ms))
+        self.namesrv: Final = NamesrvList(
+            namesrv, lambda address: Transport(address, timeout_ms, credentials=credentials)
+        )
         self.scheduler: Final = Scheduler(f"mqbox-client-{self.client_id}")
         self._lock = threading.Lock()
         self._routes = RouteTable(self.rng)
@@ -449,7 +457,10 @@ class ClientInstance:
                 if self._state == "shut down":
                     raise ClientStateError(f"client {self.client_id} is shut down")
                 transport = Transport(
-                    address, self.timeout_ms, request_handler=self._on_broker_request
+                    address,
+                    self.timeout_ms,
+                    request_handler=self._on_broker_request,
+                    credentials=self.credentials,
                 )
                 self._transports[address] = transport
             return transport

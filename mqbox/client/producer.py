@@ -56,11 +56,12 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Final, TypedDict, Unpack, cast
 
+from mqbox.acl.signature import SessionCredentials
 from mqbox.client import selector
 from mqbox.client.errors import (
     BrokerError,
@@ -187,10 +188,12 @@ class Producer:
         create_topic_key: str | None = DEFAULT_TOPIC,
         default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
         rng: random.Random | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         """`namesrv` (`;`-separated) makes a ClientInstance this producer owns and shuts down;
         `instance` shares one that the caller owns. `create_topic_key` None: a topic without a
-        route raises NoRouteError instead of borrowing TBW102's (rule 1)."""
+        route raises NoRouteError instead of borrowing TBW102's (rule 1). `credentials` (with
+        `namesrv`): every request of the instance is signed (plain ACL, docs/acl.md)."""
         check_group(group)
         if (namesrv is None) == (instance is None):
             raise ConfigError("give a producer either `namesrv` or `instance`")
@@ -214,7 +217,9 @@ class Producer:
         self._owns_instance = instance is None
         if instance is None:
             assert namesrv is not None
-            instance = ClientInstance(namesrv, instance_name=instance_name, rng=self._rng)
+            instance = ClientInstance(
+                namesrv, instance_name=instance_name, rng=self._rng, credentials=credentials
+            )
         self.instance: Final = instance
         self._fault = MQFaultStrategy(enabled=latency_fault_enable, rng=self._rng)
         self._fault_lock = threading.Lock()
@@ -403,12 +408,52 @@ class Producer:
         """Send to the queue selector.by_hash picks for `sharding_key` (Java's
         SelectMessageQueueByHash): one attempt, no retry, no fault avoidance (Java's
         sendSelectImpl), so messages of one key keep their order."""
+        return self._send_once(
+            topic, body, options, lambda info: selector.by_hash(info.queues, sharding_key)
+        )
+
+    def send_to_queue(
+        self,
+        topic: str,
+        body: bytes,
+        queue_id: int,
+        *,
+        broker_name: str | None = None,
+        **options: Unpack[SendOptions],
+    ) -> SendResult:
+        """Send to one queue the caller names (Java's send(msg, MessageQueue)): queue `queue_id`
+        of `broker_name`, else of the first broker by name that has it. One attempt, no retry
+        on another queue (Java's sendKernelImpl for a given queue). NoRouteError when the
+        topic's route has no such writable queue."""
+
+        def named_queue(info: TopicPublishInfo) -> MessageQueue:
+            candidates = sorted(
+                (queue for queue in info.queues if queue.queue_id == queue_id),
+                key=lambda queue: queue.broker_name,
+            )
+            if broker_name is not None:
+                candidates = [queue for queue in candidates if queue.broker_name == broker_name]
+            if not candidates:
+                where = f" of broker {broker_name}" if broker_name is not None else ""
+                raise NoRouteError(topic, f"topic {topic} has no writable queue {queue_id}{where}")
+            return candidates[0]
+
+        return self._send_once(topic, body, options, named_queue)
+
+    def _send_once(
+        self,
+        topic: str,
+        body: bytes,
+        options: SendOptions,
+        pick: Callable[[TopicPublishInfo], MessageQueue],
+    ) -> SendResult:
+        """One attempt to the queue `pick` chooses from the topic's publish info: no retry, no
+        fault avoidance (Java's sendSelectImpl and send to a given queue)."""
         begin_ns = time.monotonic_ns()
         message = self._single(topic, body, options)
         deadline_ns = begin_ns + (options.get("timeout_ms") or self.send_timeout_ms) * 1_000_000
         try:
-            info = self._publish_info(topic)
-            queue = selector.by_hash(info.queues, sharding_key)
+            queue = pick(self._publish_info(topic))
             address = self._master_address(queue)
             result = self._attempt(message, queue, address, deadline_ns, update_fault=False)
         except ClientError:

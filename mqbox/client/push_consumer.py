@@ -99,6 +99,7 @@ from mqbox.client.process_queue import (
 )
 from mqbox.client.producer import Producer
 from mqbox.client.pull import PullResult
+from mqbox.client.pull_decode import PullBodyError, decode_pull_body
 from mqbox.clock import wall_clock_ms
 from mqbox.errors import ConfigError
 from mqbox.message import PROPERTY_RETRY_TOPIC
@@ -318,6 +319,40 @@ class PushConsumer(ConsumerCore):
             log.exception("%s: the handler raised; its %d messages fail", self.group, len(messages))
             return False
         return result is ConsumeResult.SUCCESS
+
+    def consume_directly(self, record: bytes, broker_name: str) -> dict[str, Any] | None:
+        """CONSUME_MESSAGE_DIRECTLY (309): the stored record, decoded, goes to the topic's
+        handler on the request thread, outside the consume threads and the queue's in-flight
+        table (nothing is committed or sent back, as in Java's consumeMessageDirectly). Java's
+        ConsumeMessageDirectlyResult: consumeResult CR_SUCCESS, CR_LATER (any other answer),
+        CR_RETURN_NULL or CR_THROW_EXCEPTION (remark: the exception)."""
+        if not self._handlers:
+            return None
+        batch = decode_pull_body(record, broker_name=broker_name)
+        if len(batch) != 1:
+            message = f"the body holds {len(batch)} whole stored records, not one"
+            raise PullBodyError(message, batch.stop_position_bytes)
+        messages = MessageBatch(batch, range(1))
+        started_ms = wall_clock_ms()
+        remark = ""
+        try:
+            answer = self._handler_of(messages[0].topic)(messages)
+        except Exception as error:  # the handler's fault is the answer, as in Java
+            outcome, remark = "CR_THROW_EXCEPTION", repr(error)
+        else:
+            if answer is None:
+                outcome = "CR_RETURN_NULL"
+            elif answer is ConsumeResult.SUCCESS:
+                outcome = "CR_SUCCESS"
+            else:
+                outcome = "CR_LATER"
+        return {
+            "autoCommit": True,
+            "consumeResult": outcome,
+            "order": self.orderly,
+            "remark": remark,
+            "spentTimeMills": wall_clock_ms() - started_ms,
+        }
 
     def _handler_of(self, topic: str) -> Handler:
         handlers = self._handlers

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from mqbox.acl.signature import SessionCredentials
 from mqbox.client.namesrv_api import (
     RegisterBrokerOutcome,
     register_broker,
@@ -88,7 +89,10 @@ class BrokerRegistrar:
         timeout_ms: int = TIMEOUT_MS_DEFAULT,
         unregister_on_stop: bool = True,
         on_registered: RegisteredCallback | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
+        """`credentials`: registrations are signed with them (an admin account of the name
+        server's ACL, docs/acl.md section 6)."""
         assert period_ms > 0
         assert retry_ms > 0
         assert timeout_ms > 0
@@ -99,6 +103,7 @@ class BrokerRegistrar:
         self.timeout_ms = timeout_ms
         self.unregister_on_stop = unregister_on_stop
         self._on_registered = on_registered
+        self.credentials = credentials
         self._targets = tuple(_Target(address) for address in self.addresses)
         self._stopping = threading.Event()
         self._started = False
@@ -149,7 +154,7 @@ class BrokerRegistrar:
     # -- one thread per name server --------------------------------------------------------------
 
     def _run(self, target: _Target) -> None:
-        client = RemotingClient(target.address, self.timeout_ms)
+        client = RemotingClient(target.address, self.timeout_ms, credentials=self.credentials)
         last_header: RegisterBrokerRequestHeader | None = None
         try:
             while not self._stopping.is_set():

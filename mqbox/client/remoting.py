@@ -29,6 +29,7 @@ import time
 from types import TracebackType
 from typing import Final, Protocol, Self
 
+from mqbox.acl.signature import SessionCredentials, sign_request
 from mqbox.client.errors import RemotingClosedError as RemotingClosedError
 from mqbox.client.errors import RemotingConnectError as RemotingConnectError
 from mqbox.client.errors import RemotingError as RemotingError
@@ -79,8 +80,11 @@ class RemotingClient:
         timeout_ms: int = TIMEOUT_MS_DEFAULT,
         *,
         frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
+        credentials: SessionCredentials | None = None,
     ) -> None:
+        """With `credentials`, every request is signed (plain ACL, docs/acl.md)."""
         assert timeout_ms > 0
+        self.credentials: Final = credentials
         self.address: Final = address.strip()
         self._host, self._port = parse_address(self.address)
         self.timeout_ms: Final = timeout_ms
@@ -136,7 +140,7 @@ class RemotingClient:
         with self._lock:
             sock = self._connect(deadline_ns)
             opaque = self._next_opaque()
-            request = make_request(code, opaque, dict(ext or {}), body=body)
+            request = make_request(code, opaque, self._ext(ext, body), body=body)
             self._send(sock, self._connection.send(request), deadline_ns)
             return self._receive(sock, opaque, deadline_ns)
 
@@ -152,10 +156,16 @@ class RemotingClient:
         with self._lock:
             sock = self._connect(deadline_ns)
             opaque = self._next_opaque()
-            request = make_request(code, opaque, dict(ext or {}), body=body, oneway=True)
+            request = make_request(code, opaque, self._ext(ext, body), body=body, oneway=True)
             self._send(sock, self._connection.send(request), deadline_ns)
 
     # -- internals (called with the lock held) -------------------------------------------------
+
+    def _ext(self, ext: dict[str, str] | None, body: bytes) -> dict[str, str]:
+        """A copy of the request's extFields, signed when this client has credentials."""
+        if self.credentials is None:
+            return dict(ext or {})
+        return sign_request(self.credentials, ext, body)
 
     def _next_opaque(self) -> int:
         opaque = self._opaque_next

@@ -63,6 +63,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Final, Self
 
+from mqbox.acl.signature import SessionCredentials, sign_request
 from mqbox.client.errors import (
     ClientError,
     ClientStateError,
@@ -464,8 +465,12 @@ class Transport:
         *,
         request_handler: RequestHandler | None = None,
         frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
+        credentials: SessionCredentials | None = None,
     ) -> None:
+        """With `credentials`, every request is signed (plain ACL, docs/acl.md); answers to
+        the broker's requests are not, as in Java."""
         assert timeout_ms > 0
+        self.credentials: Final = credentials
         self._address = address.strip()
         self._host, self._port = parse_address(self._address)
         self.timeout_ms: Final = timeout_ms
@@ -513,7 +518,7 @@ class Transport:
         deadline_ns = time.monotonic_ns() + (timeout_ms or self.timeout_ms) * 1_000_000
         channel = self._channel_for(deadline_ns)
         opaque = next(self._opaques) & _OPAQUE_MASK
-        frame = self._encode(make_request(code, opaque, ext, body=body))
+        frame = self._encode(make_request(code, opaque, self._signed(ext, body), body=body))
         return channel.call_sync(_Call(opaque, deadline_ns, None), frame)
 
     def invoke_callback(
@@ -534,7 +539,7 @@ class Transport:
             callback(None, error)
             return
         opaque = next(self._opaques) & _OPAQUE_MASK
-        frame = self._encode(make_request(code, opaque, ext, body=body))
+        frame = self._encode(make_request(code, opaque, self._signed(ext, body), body=body))
         channel.call_callback(_Call(opaque, deadline_ns, callback), frame)
 
     def invoke_async(
@@ -572,7 +577,10 @@ class Transport:
         channel = self._channel_for(deadline_ns)
         opaque = next(self._opaques) & _OPAQUE_MASK
         channel.write(
-            self._encode(make_request(code, opaque, ext, body=body, oneway=True)), deadline_ns
+            self._encode(
+                make_request(code, opaque, self._signed(ext, body), body=body, oneway=True)
+            ),
+            deadline_ns,
         )
 
     def respond(
@@ -593,6 +601,12 @@ class Transport:
             return
         response = request.make_response(code, ext or {}, remark=remark, body=body)
         channel.respond(self._encode(response))
+
+    def _signed(self, ext: dict[str, str] | None, body: bytes) -> dict[str, str] | None:
+        """The request's extFields, signed when this transport has credentials."""
+        if self.credentials is None:
+            return ext
+        return sign_request(self.credentials, ext, body)
 
     def _encode(self, command: RemotingCommand) -> bytes:
         try:

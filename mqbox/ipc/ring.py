@@ -1204,6 +1204,34 @@ class Ring:
             # A stale ring from an earlier sleep woke us: sleep again.
 
 
+def ring_occupancy(name: str) -> tuple[int, int]:
+    """(used bytes, capacity bytes) of the ring `name`, read from its header page alone (an
+    observer's view: no doorbell, no data mapping). FileNotFoundError if it does not exist,
+    ConfigError if it is not a ring of this version."""
+    try:
+        memory_object = posix_ipc.SharedMemory(name)
+    except posix_ipc.ExistentialError as error:
+        raise FileNotFoundError(f"shared memory {name} does not exist") from error
+    try:
+        if int(memory_object.size) < layout.DATA_OFFSET_BYTES:
+            raise ConfigError(f"shared memory {name} is too small to be a ring")
+        memory = mmap.mmap(
+            memory_object.fd, layout.DATA_OFFSET_BYTES, mmap.MAP_SHARED, mmap.PROT_READ
+        )
+    finally:
+        memory_object.close_fd()
+    with memory:
+        header = np.frombuffer(memory, dtype=np.int64, count=layout.DATA_OFFSET_BYTES // _W)
+        try:
+            if int(header[_MAGIC]) != layout.RING_MAGIC:
+                raise ConfigError(f"shared memory {name} is not a ring")
+            used_bytes = int(header[_HEAD]) - int(header[_TAIL])
+            capacity_bytes = int(header[_CAPACITY])
+        finally:
+            del header
+    return used_bytes, capacity_bytes
+
+
 def warm_up() -> None:
     """Compile (or load from cache) every kernel of this module on a tiny ring in private memory,
     and check them against layout.py: numba's cache would keep constants from an older layout."""

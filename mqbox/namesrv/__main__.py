@@ -5,6 +5,10 @@ line mean the same thing. Never: anything else; it loads the configuration and c
 
     python -m mqbox.namesrv --listen-port 0 --ready-file /tmp/ns.ready [--config etc/namesrv.conf]
         [--host 127.0.0.1] [--scan-interval-ms 10000] [--expire-ms 120000] [--stats-file PATH]
+        [--acl-file plain_acl.yml]
+
+The ACL (docs/acl.md section 6) is on with --acl-file, or with aclEnable=true in the config file,
+which then names the file with mqboxAclFile (relative to the working directory).
 
 Flags override the file. Exit status: 0 after SIGTERM or SIGINT, 1 when it cannot start, 2 for a
 bad command line.
@@ -25,7 +29,9 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m mqbox.namesrv", description=__doc__)
     parser.add_argument("--config", type=Path, help="namesrv.conf (RocketMQ key=value lines)")
     parser.add_argument("--listen-port", type=int, help="TCP port; 0 = any free port (listenPort)")
-    parser.add_argument("--host", default="127.0.0.1", help="IPv4 address to listen on")
+    parser.add_argument(
+        "--host", help="IPv4 address to listen on (mqboxListenAddress, default 127.0.0.1)"
+    )
     parser.add_argument(
         "--ready-file", type=Path, help='written atomically once listening: {"pid","port","host"}'
     )
@@ -42,6 +48,9 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--stats-file", type=Path, help="statistics JSON, after each scan and at exit"
     )
+    parser.add_argument(
+        "--acl-file", type=Path, help="plain_acl.yml: registrations and wipes need an admin"
+    )
     return parser.parse_args(argv)
 
 
@@ -50,6 +59,8 @@ def run(argv: list[str]) -> None:
     overrides: dict[str, str] = {}
     if arguments.listen_port is not None:
         overrides["listenPort"] = str(arguments.listen_port)
+    if arguments.host is not None:
+        overrides["mqboxListenAddress"] = arguments.host
     if arguments.scan_interval_ms is not None:
         overrides["scanNotActiveBrokerInterval"] = str(arguments.scan_interval_ms)
     if arguments.expire_ms is not None:
@@ -59,11 +70,17 @@ def run(argv: list[str]) -> None:
     except ConfigError as error:
         sys.stderr.write(f"mqbox.namesrv: {error}\n")
         raise SystemExit(1) from None
+    acl_file: Path | None = arguments.acl_file
+    if acl_file is None and config.acl_enable:
+        if not config.acl_file:
+            sys.stderr.write("mqbox.namesrv: aclEnable=true needs mqboxAclFile or --acl-file\n")
+            raise SystemExit(1)
+        acl_file = Path(config.acl_file).expanduser()
     main(
         config,
-        host=arguments.host,
         ready_file=arguments.ready_file,
         stats_file=arguments.stats_file,
+        acl_file=acl_file,
     )
 
 

@@ -196,6 +196,30 @@ class RouteTable:
                 )
         return None
 
+    def slot_refusal(
+        self, header: RegisterBrokerRequestHeader, now_ms: int, expired_ms: int
+    ) -> str | None:
+        """Why 103 from `header` may not take its (brokerName, brokerId) slot (the remark), or
+        None. mqbox's rule, not Java's: a slot held by a live broker at another address stays
+        its own until that broker unregisters (104), its registering connection closes, or it
+        has been silent for `expired_ms` (brokerChannelExpiredTime; the scan may not have run
+        yet). So nobody can push a running broker out of routes; a broker restarting on its
+        own address, or moving once the old one is gone, is accepted."""
+        entry = self._broker_addr_table.get(header.broker_name)
+        if entry is None:
+            return None
+        holder = entry.broker_addrs.get(header.broker_id)
+        if holder is None or holder == header.broker_addr:
+            return None
+        live = self._broker_live_table.get(holder)
+        if live is None or live.last_update_ms + expired_ms < now_ms:
+            return None
+        return (
+            f"broker {header.broker_name} id {header.broker_id} is registered at {holder}, "
+            f"which registered {now_ms - live.last_update_ms} ms ago: {header.broker_addr} may "
+            f"take its place once it unregisters or is silent for {expired_ms} ms"
+        )
+
     def _broker_slot_count(self) -> int:
         return sum(len(entry.broker_addrs) for entry in self._broker_addr_table.values())
 
@@ -424,6 +448,29 @@ class RouteTable:
     def topic_list(self) -> tuple[str, ...]:
         """206 GET_ALL_TOPIC_LIST_FROM_NAMESERVER: every topic with queue data, first seen first."""
         return tuple(self._topic_queue_table)
+
+    def topics_of_cluster(self, cluster: str) -> tuple[str, ...]:
+        """224 GET_TOPICS_BY_CLUSTER: the topics with queue data on a broker of `cluster`."""
+        names = self._cluster_addr_table.get(cluster, set())
+        return tuple(
+            topic
+            for topic, queue_datas in self._topic_queue_table.items()
+            if any(broker_name in names for broker_name in queue_datas)
+        )
+
+    def system_topic_list(self) -> tuple[tuple[str, ...], str | None]:
+        """304 GET_SYSTEM_TOPIC_LIST_FROM_NS: (every cluster name and broker name, the address
+        of one registered broker or None), as Java's getSystemTopicList."""
+        names: list[str] = []
+        for cluster, broker_names in sorted(self._cluster_addr_table.items()):
+            names.append(cluster)
+            names.extend(sorted(broker_names))
+        broker_addr = None
+        for entry in self._broker_addr_table.values():
+            if entry.broker_addrs:
+                broker_addr = entry.broker_addrs[min(entry.broker_addrs)]
+                break
+        return tuple(dict.fromkeys(names)), broker_addr
 
     def broker_live(self, broker_addr: str) -> BrokerLiveInfo | None:
         """The live entry of `broker_addr`, for tests and statistics."""

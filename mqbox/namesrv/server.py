@@ -33,6 +33,18 @@ Bounds on everything from outside (docs/style.md section 3):
   would pass mqboxNamesrvBrokerCountMax gets SYSTEM_ERROR and a remark, topics past
   mqboxNamesrvTopicCountMax are left out of routes with a warning at most every 10 s.
 
+Who may change the broker tables (docs/security.md): 103, 104 and 205 only from a peer in
+mqboxNamesrvBrokerWhiteList (admission.py; `local` by default), else 16 NO_PERMISSION; and a
+103 cannot take a (brokerName, brokerId) slot that a live broker at another address holds
+(routes.slot_refusal), 16 too. Both refusals are counted and logged at most every 10 s. The
+listener binds mqboxListenAddress (127.0.0.1 by default).
+
+With an ACL (`aclEnable=true`, docs/acl.md section 6), the requests that change what clients are
+told (acl.requests.NAMESRV_ADMIN_CODES: registration 103/104, permission wipes, topic deletion,
+KV writes) must be signed by an admin account of the ACL file, or come from an address the file
+white-lists; anything else is refused with SYSTEM_ERROR and the ACL's remark before any handler
+sees it. Reads (routes, cluster info) stay open, as on a Java name server.
+
 One request never stops the name server: `NamesrvRequestHandler.handle` is a request boundary.
 An exception a handler did not expect becomes SYSTEM_ERROR with a remark naming it, and its
 traceback is logged a few times a minute at most (resources.FailureLog); the tables are left as
@@ -62,14 +74,21 @@ from pathlib import Path
 from types import FrameType
 from typing import Final, NoReturn
 
-from mqbox.config import NamesrvConfig
+from mqbox.acl.requests import NAMESRV_ADMIN_CODES
+from mqbox.acl.validator import AclStatistics, AclValidator
+from mqbox.config import LOOPBACK_ADDRESS, NamesrvConfig, broker_white_list_of
 from mqbox.errors import MqboxError
+from mqbox.namesrv.admission import WHITE_LIST_KEY, BrokerWhiteList
 from mqbox.namesrv.routes import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
     KvLimits,
     RemovedBroker,
     RouteLimits,
     RouteTable,
+)
+from mqbox.protocol.admin_bodies import (
+    GetKvListByNamespaceRequestHeader,
+    GetTopicsByClusterRequestHeader,
 )
 from mqbox.protocol.codes import (
     DELETE_KV_CONFIG,
@@ -117,6 +136,15 @@ ACCEPT_COUNT_PER_TURN_MAX: Final = 64
 RECENT_ROUTE_TOPIC_COUNT_MAX: Final = 32
 
 _SUCCESS: Final = int(ResponseCode.SUCCESS)
+# What only brokers and operators send; admission.py decides who may.
+_BROKER_TABLE_CODES: Final = frozenset(
+    {
+        int(RequestCode.REGISTER_BROKER),
+        int(RequestCode.UNREGISTER_BROKER),
+        int(RequestCode.WIPE_WRITE_PERM_OF_BROKER),
+    }
+)
+BROKER_EXPIRED_MS_DEFAULT: Final = 120_000  # brokerChannelExpiredTime
 
 
 def monotonic_ms() -> int:
@@ -144,6 +172,8 @@ class HandlerStatistics:
     registration_refused_count: int  # 103 refused: mqboxNamesrvBrokerCountMax was reached
     topic_refused_count: int  # topics left out of routes: mqboxNamesrvTopicCountMax was reached
     failure_count: int  # unexpected exceptions answered SYSTEM_ERROR at the request boundary
+    broker_change_refused_count: int  # 103/104/205 from outside mqboxNamesrvBrokerWhiteList
+    slot_refused_count: int  # 103 for a (brokerName, brokerId) a live broker elsewhere holds
 
 
 class NamesrvRequestHandler:
@@ -153,8 +183,20 @@ class NamesrvRequestHandler:
     for a request marked oneway and for any response a peer sends (the namesrv sends no requests).
     """
 
-    def __init__(self, routes: RouteTable) -> None:
+    def __init__(
+        self,
+        routes: RouteTable,
+        *,
+        broker_white_list: BrokerWhiteList | None = None,
+        broker_expired_ms: int = BROKER_EXPIRED_MS_DEFAULT,
+    ) -> None:
+        assert broker_expired_ms > 0
         self.routes = routes
+        self.broker_white_list = broker_white_list or BrokerWhiteList()
+        self.broker_expired_ms = broker_expired_ms
+        self._broker_change_refused_count = 0
+        self._slot_refused_count = 0
+        self._refusal_log = RateLimitedLog(log)
         self._request_count = 0
         self._request_count_by_code: collections.Counter[int] = collections.Counter()
         self._route_found_count = 0
@@ -180,18 +222,30 @@ class NamesrvRequestHandler:
             PUT_KV_CONFIG: self._put_kv_config,
             GET_KV_CONFIG: self._get_kv_config,
             DELETE_KV_CONFIG: self._delete_kv_config,
+            RequestCode.GET_KVLIST_BY_NAMESPACE: self._kv_list,
+            RequestCode.GET_TOPICS_BY_CLUSTER: self._topics_by_cluster,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self._system_topic_list,
         }
         self._handlers: Final = {int(code): handler for code, handler in handlers.items()}
 
     def handle(
-        self, request: RemotingCommand, connection_id: int, now_ms: int
+        self,
+        request: RemotingCommand,
+        connection_id: int,
+        now_ms: int,
+        *,
+        peer_host: str = LOOPBACK_ADDRESS,
     ) -> RemotingCommand | None:
+        """The response to `request`, which came on `connection_id` from `peer_host`."""
         if request.is_response:
             return None
         self._request_count += 1
         self._request_count_by_code[request.code] += 1
         handler = self._handlers.get(request.code)
-        if handler is None:
+        refusal = self._white_list_refusal(request, peer_host)
+        if refusal is not None:
+            response = refusal
+        elif handler is None:
             self._unsupported_count += 1
             response = request.make_response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -213,6 +267,29 @@ class NamesrvRequestHandler:
                 )
         return None if request.is_oneway else response
 
+    def _white_list_refusal(
+        self, request: RemotingCommand, peer_host: str
+    ) -> RemotingCommand | None:
+        """16 NO_PERMISSION for a code that changes the broker tables (103, 104, 205) from a
+        peer outside mqboxNamesrvBrokerWhiteList (admission.py), else None."""
+        if request.code not in _BROKER_TABLE_CODES or self.broker_white_list.admits(peer_host):
+            return None
+        self._broker_change_refused_count += 1
+        self._refusal_log.warning(
+            "refused request code %d from %s: not in %s=%s",
+            request.code,
+            peer_host,
+            WHITE_LIST_KEY,
+            self.broker_white_list.describe(),
+        )
+        return request.make_response(
+            ResponseCode.NO_PERMISSION,
+            remark=(
+                f"mqbox: request code {request.code} changes the broker tables and {peer_host} "
+                f"is not in the name server's {WHITE_LIST_KEY}"
+            ),
+        )
+
     def statistics(self) -> HandlerStatistics:
         return HandlerStatistics(
             request_count=self._request_count,
@@ -226,6 +303,8 @@ class NamesrvRequestHandler:
             registration_refused_count=self._registration_refused_count,
             topic_refused_count=self._topic_refused_count,
             failure_count=self.failures.failure_count,
+            broker_change_refused_count=self._broker_change_refused_count,
+            slot_refused_count=self._slot_refused_count,
         )
 
     # -- one method per request code ----------------------------------------------------------
@@ -249,6 +328,11 @@ class NamesrvRequestHandler:
         if refusal is not None:
             self._registration_refused_count += 1
             return request.make_response(ResponseCode.SYSTEM_ERROR, remark=f"mqbox: {refusal}")
+        taken = self.routes.slot_refusal(header, now_ms, self.broker_expired_ms)
+        if taken is not None:
+            self._slot_refused_count += 1
+            self._refusal_log.warning("refused a registration: %s", taken)
+            return request.make_response(ResponseCode.NO_PERMISSION, remark=f"mqbox: {taken}")
         result = self.routes.register_broker(
             header, body, connection_id=connection_id, now_ms=now_ms
         )
@@ -367,6 +451,38 @@ class NamesrvRequestHandler:
         self.routes.kv_delete(header.namespace, header.key)
         return request.make_response(_SUCCESS)
 
+    def _kv_list(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand:
+        """219 GET_KVLIST_BY_NAMESPACE: the namespace's KVTable; 22 with Java's remark when it
+        holds nothing."""
+        header = GetKvListByNamespaceRequestHeader.from_ext(request.ext_fields)
+        table = self.routes.kv_namespace(header.namespace)
+        if not table:
+            return request.make_response(
+                ResponseCode.QUERY_NOT_FOUND,
+                remark=f"No config item, Namespace: {header.namespace}",
+            )
+        return request.make_response(_SUCCESS, body=KvTable(table).to_json())
+
+    def _topics_by_cluster(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand:
+        """224 GET_TOPICS_BY_CLUSTER: TopicList of the topics any broker of the cluster routes
+        (an unknown cluster: an empty list; Java fails there without a remark)."""
+        header = GetTopicsByClusterRequestHeader.from_ext(request.ext_fields)
+        topics = self.routes.topics_of_cluster(header.cluster)
+        return request.make_response(_SUCCESS, body=TopicList(topics).to_json())
+
+    def _system_topic_list(
+        self, request: RemotingCommand, connection_id: int, now_ms: int
+    ) -> RemotingCommand:
+        """304 GET_SYSTEM_TOPIC_LIST_FROM_NS: Java's RouteInfoManager.getSystemTopicList, the
+        cluster names and broker names (each is a topic a broker registers), and brokerAddr, one
+        broker's address, which Java's admin then asks for its own system topics (305)."""
+        names, broker_addr = self.routes.system_topic_list()
+        return request.make_response(_SUCCESS, body=TopicList(names, broker_addr).to_json())
+
 
 def log_removed(removed: RemovedBroker, why: str) -> None:
     log.info(
@@ -399,6 +515,7 @@ class NamesrvStatistics:
     broker_closed_count: int  # because their registering connection closed
     broker_registered_count: int  # broker addresses registered now
     handler: HandlerStatistics
+    acl: AclStatistics | None = None  # None without an ACL
 
 
 class _Peer:
@@ -408,6 +525,7 @@ class _Peer:
         "address",
         "connection",
         "connection_id",
+        "host",
         "last_receive_ms",
         "outbox",
         "sock",
@@ -425,6 +543,7 @@ class _Peer:
         self.sock = sock
         self.connection_id = connection_id
         self.address = address
+        self.host = address.rsplit(":", 1)[0]  # the peer's IP, what admission.py checks
         self.connection = Connection(Role.BROKER, frame_size_bytes_max)
         self.outbox = bytearray()
         self.writing = False  # registered for EVENT_WRITE
@@ -447,11 +566,16 @@ class NamesrvServer:
         self,
         config: NamesrvConfig,
         *,
-        host: str = "127.0.0.1",
+        host: str | None = None,
         frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
         outbox_size_bytes_max: int = OUTBOX_SIZE_BYTES_MAX_DEFAULT,
+        acl_file: Path | None = None,
     ) -> None:
+        """`acl_file`: check NAMESRV_ADMIN_CODES against this plain_acl.yml (module docstring);
+        AclConfigError when it is not valid."""
         assert config.scan_not_active_broker_interval_ms > 0
+        if host is None:
+            host = config.listen_address  # mqboxListenAddress
         assert config.broker_channel_expired_time_ms > 0
         assert outbox_size_bytes_max > 0
         assert config.connection_count_max > 0
@@ -469,7 +593,12 @@ class NamesrvServer:
             kv_limits=kv_limits,
             route_limits=route_limits,
         )
-        self.handler = NamesrvRequestHandler(self.routes)
+        self.handler = NamesrvRequestHandler(
+            self.routes,
+            broker_white_list=BrokerWhiteList(broker_white_list_of(config, acl_file is not None)),
+            broker_expired_ms=config.broker_channel_expired_time_ms,
+        )
+        self.acl = None if acl_file is None else AclValidator(acl_file, logger=log)
         self.frame_size_bytes_max = frame_size_bytes_max
         self.outbox_size_bytes_max = outbox_size_bytes_max
         self.connection_count_max = config.connection_count_max
@@ -544,6 +673,7 @@ class NamesrvServer:
             broker_closed_count=self._broker_closed_count,
             broker_registered_count=self.routes.broker_count(),
             handler=self.handler.statistics(),
+            acl=None if self.acl is None else self.acl.statistics(),
         )
 
     # -- the loop -------------------------------------------------------------------------------
@@ -684,7 +814,9 @@ class NamesrvServer:
                             peer.sock.send(peer.outbox)
                     self._close_peer(peer)
                     return
-                response = handle(command, peer.connection_id, now_ms)
+                if self.acl is not None and not self._acl_allows(command, peer):
+                    continue
+                response = handle(command, peer.connection_id, now_ms, peer_host=peer.host)
                 if response is not None:
                     peer.outbox += connection.send(response)
         except RemoteProtocolError as error:
@@ -694,6 +826,20 @@ class NamesrvServer:
             return
         if peer.outbox:
             self._flush(peer)
+
+    def _acl_allows(self, command: RemotingCommand, peer: _Peer) -> bool:
+        """True if the ACL lets `command` through; else its refusal is in the peer's outbox."""
+        assert self.acl is not None
+        if command.is_response or command.code not in NAMESRV_ADMIN_CODES:
+            return True
+        host = peer.address.rpartition(":")[0]
+        remark = self.acl.check(command.code, command.ext_fields, command.body, host)
+        if remark is None:
+            return True
+        if not command.is_oneway:
+            refusal = command.make_response(ResponseCode.SYSTEM_ERROR, remark=remark)
+            peer.outbox += peer.connection.send(refusal)
+        return False
 
     def _flush(self, peer: _Peer) -> None:
         outbox = peer.outbox
@@ -769,9 +915,10 @@ def configure_logging() -> None:
 def main(
     config: NamesrvConfig,
     *,
-    host: str = "127.0.0.1",
+    host: str | None = None,
     ready_file: Path | None = None,
     stats_file: Path | None = None,
+    acl_file: Path | None = None,
 ) -> NoReturn:
     """Run the name server in this process until SIGTERM or SIGINT, then exit 0.
 
@@ -784,10 +931,15 @@ def main(
     soft_before, soft_now = raise_file_limit()
     if soft_now != soft_before:
         log.info("descriptor limit raised from %d to %d", soft_before, soft_now)
+    if host is None:
+        host = config.listen_address
     try:
-        server = NamesrvServer(config, host=host)
+        server = NamesrvServer(config, host=host, acl_file=acl_file)
     except OSError as error:
         log.error("cannot listen on %s:%d: %s", host, config.listen_port, error)
+        raise SystemExit(1) from None
+    except MqboxError as error:  # the ACL file
+        log.error("cannot start: %s", error)
         raise SystemExit(1) from None
     server.install_signal_handlers()
 

@@ -958,6 +958,22 @@ class ViewMessageRequestHeader:
         return {"offset": str(self.log_offset_bytes)}
 
 
+@dataclass(slots=True, frozen=True)
+class ViewBrokerStatsDataRequestHeader:
+    """315 VIEW_BROKER_STATS_DATA: which stats item (docs/metrics.md section 2), both required."""
+
+    stats_name: str  # statsName, e.g. TOPIC_PUT_NUMS
+    stats_key: str  # statsKey: a topic, "topic@group", or the cluster name
+
+    @classmethod
+    def from_ext(cls, ext: Ext) -> Self:
+        where = cls.__name__
+        return cls(_text(ext, "statsName", where), _text(ext, "statsKey", where))
+
+    def to_ext(self) -> Ext:
+        return {"statsName": self.stats_name, "statsKey": self.stats_key}
+
+
 @dataclass(slots=True)
 class QueryMessageRequestHeader:
     """12 QUERY_MESSAGE: by key, or by UNIQ_KEY when `_UNIQUE_KEY_QUERY` is true."""

@@ -21,10 +21,13 @@ from mqbox.message import java_utf8_encode
 # A private range far above RocketMQ's codes, whose largest are in the 300s.
 MQBOX_CODE_FIRST: Final = 10_000
 MQBOX_NOOP: Final = 10_000
-MQBOX_TOPIC_STATUS: Final = 10_001
-MQBOX_CONSUMER_PROGRESS: Final = 10_002
+# 10001 and 10002 are unused: the CLI's topic status and consumer progress use RocketMQ's 202 and
+# 208 (docs/protocol.md section 4.7).
 MQBOX_RESET_CONSUMER_OFFSET: Final = 10_003
 MQBOX_PULL_STATUS: Final = 10_004
+# The broker's identity and replication: role, id, version and the HA state of run/replication.json
+# (server/home.HaState); `mqbox cluster list` asks every broker for it.
+MQBOX_BROKER_STATUS: Final = 10_010
 MQBOX_CODE_LAST: Final = 10_099
 
 # MQBOX_RESET_CONSUMER_OFFSET's `to`

@@ -3,9 +3,21 @@
 Owns: the layout under --home (`run/`, `logs/`, `store/`), the shared-memory instance name of a
 broker in a home, the home's lock (flock on `run/lock`: one appliance or store repair at a
 time), and reading and writing the run files the supervisor keeps for `mqbox status` and
-`mqbox stop` (`run/state.json`, `run/last-stop.json`, the pid file), plus recognising the
-processes a state file lists. Never: starts or stops anything (supervisor.py, admin/ops.py), or
-touches the store's files (store_root_of only names the directory).
+`mqbox stop` (`run/state.json`, `run/last-stop.json`, the pid file; `run/http.json` is the
+services role's), plus recognising the processes a state file lists. Never: starts or stops
+anything (supervisor.py, admin/ops.py), or touches the store's files (store_root_of only names
+the directory).
+
+A layout home (`mqbox start --layout`, admin/layout_ops.py) is a home whose `run/` holds the
+name server's files and `run/layout.json` (what runs: the layout file, the name server, the
+brokers), and whose `brokers/<NAME>/` are ordinary single-broker homes, one per broker of the
+layout (NAME is config.member_name: broker-a, broker-a-s, ...). The name server process holds the
+layout home's lock (it inherits the descriptor), so nothing else starts in that home while it
+runs; each broker's supervisor holds its own sub-home's lock.
+
+`run/replication.json` of a broker's home is where replication reports itself: the HA roles
+write it, `mqbox status` and the MQBOX_BROKER_STATUS answer (`mqbox cluster list`) read it
+(HaState); with no such file both say "n/a".
 
 mqbox/admin imports this module without the supervisor, so `mqbox status` loads neither numpy
 nor numba.
@@ -36,10 +48,15 @@ LOCK_FILE_NAME: Final = "lock"
 PID_FILE_NAME: Final = "mqbox.pid"
 STATE_FILE_NAME: Final = "state.json"
 LAST_STOP_FILE_NAME: Final = "last-stop.json"  # why the last run stopped after a failure
+REPLICATION_FILE_NAME: Final = "replication.json"
 NAMESRV_READY_FILE_NAME: Final = "namesrv.ready"
 NAMESRV_OUTPUT_FILE_NAME: Final = "namesrv.out"
 SUPERVISOR_LOG_FILE_NAME: Final = "supervisor.log"
+RUN_CONFIG_FILE_NAME: Final = "config.json"  # the configuration the running appliance uses
+HTTP_FILE_NAME: Final = "http.json"  # the services role's bound HTTP endpoint (server/web/)
 STATE_VERSION: Final = 1
+LAYOUT_STATE_FILE_NAME: Final = "layout.json"  # a layout home's: what `--layout` started
+BROKERS_DIR_NAME: Final = "brokers"  # a layout home's: one single-broker home per broker
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -75,6 +92,73 @@ class HomeLayout:
     @property
     def last_stop_path(self) -> Path:
         return self.run_dir / LAST_STOP_FILE_NAME
+
+    @property
+    def run_config_path(self) -> Path:
+        return self.run_dir / RUN_CONFIG_FILE_NAME
+
+    @property
+    def http_path(self) -> Path:
+        return self.run_dir / HTTP_FILE_NAME
+
+    @property
+    def layout_state_path(self) -> Path:
+        return self.run_dir / LAYOUT_STATE_FILE_NAME
+
+    def broker_home(self, member_name: str) -> Path:
+        """The home of one broker of a layout started in this home."""
+        return self.home / BROKERS_DIR_NAME / member_name
+
+    @property
+    def replication_path(self) -> Path:
+        """The HA role's state (roles/ha_service.py, roles/ha_client.py; `mqbox status`)."""
+        return self.run_dir / REPLICATION_FILE_NAME
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HaState:
+    """A broker's replication as `mqbox status` and `mqbox cluster list` show it, read from the
+    HA role's `run/replication.json` (docs/replication.md): a master's state is "no-slave" or
+    "serving" and its lag the bytes its slowest slave has not acknowledged; a slave's state is
+    its connection's ("connecting", "connected", "diverged") and its lag the bytes between the
+    master's end and what it reported. The lag in messages is not known (None: "n/a")."""
+
+    state: str  # "n/a" with no file
+    slave_lag_bytes: int | None
+    slave_lag_messages: int | None
+
+    @classmethod
+    def of(cls, document: Mapping[str, Any] | None) -> HaState:
+        """The state a replication.json holds; every field "n/a" (None) without one."""
+        document = document or {}
+
+        def count(key: str) -> int | None:
+            value = document.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        role = document.get("role")
+        if role == "master":
+            acked, written = count("acked_log_offset"), count("write_log_offset")
+            if not document.get("slaves"):
+                return cls("no-slave", None, None)
+            lag = None if acked is None or written is None else max(0, written - acked)
+            return cls("serving", lag, None)
+        if role == "slave":
+            state = document.get("state")
+            reported, master = count("reported_log_offset"), count("master_log_offset")
+            lag = None if reported is None or not master else max(0, master - reported)
+            return cls(state if isinstance(state, str) and state else "n/a", lag, None)
+        return cls("n/a", None, None)
+
+
+def read_ha_state(home: Path) -> HaState:
+    """The replication state of the broker whose home is `home` ("n/a" without a report)."""
+    return HaState.of(read_json(HomeLayout(home).replication_path))
+
+
+def read_layout_state(home: Path) -> dict[str, Any] | None:
+    """`run/layout.json` of a layout home, or None if no layout was started there."""
+    return read_json(HomeLayout(home).layout_state_path)
 
 
 def prepare_home(home: Path) -> HomeLayout:
@@ -128,10 +212,21 @@ def read_state(home: Path) -> dict[str, Any] | None:
     return read_json(HomeLayout(home).state_path)
 
 
+def read_replication(home: Path) -> dict[str, Any] | None:
+    """The HA role's last published state, or None (no HA role has written one)."""
+    return read_json(HomeLayout(home).replication_path)
+
+
 def read_last_stop(home: Path) -> dict[str, Any] | None:
     """`run/last-stop.json` of `home`: why its last run stopped after a failure ("reason",
     "stopped_at_ms", "exit_status"); None if it stopped cleanly or runs."""
     return read_json(HomeLayout(home).last_stop_path)
+
+
+def read_http(home: Path) -> dict[str, Any] | None:
+    """`run/http.json` of `home`: the HTTP endpoint's "url", "host", "port" (or "error" when
+    its port could not be bound); None when the broker runs without one."""
+    return read_json(HomeLayout(home).http_path)
 
 
 def process_alive(pid: int, create_time: float | None) -> bool:

@@ -51,6 +51,8 @@ APPEND_ACK: Final = 11
 WRITTEN: Final = 12
 QUEUES_GREW: Final = 13
 NO_ANSWER: Final = 14
+REPLICATED: Final = 15
+REPLICA: Final = 16
 SPILLED_FLAG: Final = 1 << 24
 PARCEL_TYPE_NAMES: Final = {
     FRAME: "FRAME",
@@ -67,6 +69,8 @@ PARCEL_TYPE_NAMES: Final = {
     WRITTEN: "WRITTEN",
     QUEUES_GREW: "QUEUES_GREW",
     NO_ANSWER: "NO_ANSWER",
+    REPLICATED: "REPLICATED",
+    REPLICA: "REPLICA",
 }
 
 # Why a connection closed (CONNECTION_CLOSED.reason, CLOSE_CONNECTION.reason).
@@ -377,6 +381,34 @@ WRITTEN_HEAD = np.dtype(
 WRITTEN_HEAD_STRUCT = struct.Struct("<qq")
 
 
+# REPLICATED (ha_service.0 -> store_writer on a master): the slaves' greatest acknowledged
+# position moved, or the number of connected slaves changed. SYNC_MASTER acks wait on it.
+#
+#     +0                        +8
+#     | acked_log_offset_bytes  | slave_count |
+#     | i64                     | i64         |
+REPLICATED_HEAD = np.dtype(
+    {
+        "names": ["acked_log_offset", "slave_count"],
+        "formats": ["<i8", "<i8"],
+        "offsets": [0, 8],
+        "itemsize": 16,
+    }
+)
+REPLICATED_HEAD_STRUCT = struct.Struct("<qq")
+
+
+# REPLICA (ha_client.0 -> store_writer on a slave): the master's commit-log bytes from
+# log_offset, whole records only, the last of them possibly a segment's end blank (the HA
+# client drops the blank's padding). The store writer appends them byte-identically.
+#
+#     +0             +8
+#     | log_offset   | data: the rest of the parcel |
+#     | i64          |                              |
+REPLICA_HEAD = np.dtype({"names": ["log_offset"], "formats": ["<i8"], "itemsize": 8})
+REPLICA_HEAD_STRUCT = struct.Struct("<q")
+
+
 # QUEUES_GREW: after a dispatch batch, the queues whose entry count grew, as queue_counters keys
 # (64-bit hashes of (topic, queue_id)); with QUEUES_GREW_FLAG_MANY the list is empty and every
 # held pull should look again.
@@ -454,6 +486,8 @@ for _dtype, _twin in (
     (APPEND_ACK_HEAD, APPEND_ACK_HEAD_STRUCT),
     (WRITTEN_HEAD, WRITTEN_HEAD_STRUCT),
     (QUEUES_GREW_HEAD, QUEUES_GREW_HEAD_STRUCT),
+    (REPLICATED_HEAD, REPLICATED_HEAD_STRUCT),
+    (REPLICA_HEAD, REPLICA_HEAD_STRUCT),
     (SPILL_HEAD, SPILL_HEAD_STRUCT),
 ):
     assert _dtype.itemsize == _twin.size
@@ -852,6 +886,25 @@ def unpack_written(buffer: Buffer, offset: int = 0) -> tuple[int, int]:
     """(write_log_offset_bytes, appended_record_total) of a WRITTEN parcel."""
     fields: tuple[int, int] = WRITTEN_HEAD_STRUCT.unpack_from(buffer, offset)
     return fields
+
+
+def pack_replicated(acked_log_offset_bytes: int, slave_count: int) -> bytes:
+    assert acked_log_offset_bytes >= 0
+    assert slave_count >= 0
+    return REPLICATED_HEAD_STRUCT.pack(acked_log_offset_bytes, slave_count)
+
+
+def unpack_replicated(buffer: Buffer, offset: int = 0) -> tuple[int, int]:
+    """(acked_log_offset_bytes, slave_count) of a REPLICATED parcel."""
+    fields: tuple[int, int] = REPLICATED_HEAD_STRUCT.unpack_from(buffer, offset)
+    return fields
+
+
+def unpack_replica(buffer: Buffer, offset: int, size: int) -> tuple[int, memoryview]:
+    """(log_offset_bytes, data) of a REPLICA parcel; data is a view into `buffer`."""
+    (log_offset_bytes,) = REPLICA_HEAD_STRUCT.unpack_from(buffer, offset)
+    start = offset + REPLICA_HEAD_STRUCT.size
+    return int(log_offset_bytes), memoryview(buffer)[start : offset + size]
 
 
 def pack_queues_grew(dispatched_log_offset_bytes: int, keys: bytes, flags: int = 0) -> bytes:

@@ -41,6 +41,12 @@ Layouts (little-endian int64 words unless named otherwise):
           flushed store timestamp
     +384  retention line: commit-log
           minimum, segments deleted
+    +512  replication line: state,
+          slave count, acknowledged
+          position (the slaves' greatest
+          report; a slave: its last
+          report), master position seen,
+          report time ms, HA role pid
 
     SLOT, 160 bytes:
     +0 key u64 (0 = empty) | +8 entry_count i64 | +16 queue_id i32 | +20 topic_size i32 |
@@ -79,7 +85,7 @@ _SHM_MODE: Final = 0o600
 
 POSITIONS_MAGIC: Final = 0x6D71_626F_7850_6F73  # "mqboxPos"
 COUNTERS_MAGIC: Final = 0x6D71_626F_7843_6E74  # "mqboxCnt"
-LAYOUT_VERSION: Final = 3
+LAYOUT_VERSION: Final = 4
 
 # store-positions words
 _P_MAGIC: Final = 0
@@ -89,15 +95,36 @@ _P_APPENDED_TOTAL: Final = _LINE_WORDS + 1
 _P_DISPATCH_START: Final = _LINE_WORDS + 2
 _P_WRITER_PID: Final = _LINE_WORDS + 3
 _P_STATE: Final = _LINE_WORDS + 4
+_P_REPLICA_STOPPED: Final = _LINE_WORDS + 5
 _P_FLUSHED: Final = 2 * _LINE_WORDS + 0
 _P_FLUSHED_TIMESTAMP: Final = 2 * _LINE_WORDS + 1
 _P_MIN_LOG_OFFSET: Final = 3 * _LINE_WORDS + 0
 _P_DELETED_SEGMENT_TOTAL: Final = 3 * _LINE_WORDS + 1
+_P_HA_STATE: Final = 4 * _LINE_WORDS + 0
+_P_HA_SLAVE_COUNT: Final = 4 * _LINE_WORDS + 1
+_P_HA_ACKED: Final = 4 * _LINE_WORDS + 2
+_P_HA_MASTER_SEEN: Final = 4 * _LINE_WORDS + 3
+_P_HA_REPORT_TIME: Final = 4 * _LINE_WORDS + 4
+_P_HA_PID: Final = 4 * _LINE_WORDS + 5
 _POSITIONS_SIZE_BYTES: Final = mmap.PAGESIZE
-assert (4 * _LINE_WORDS) * _WORD <= _POSITIONS_SIZE_BYTES
+assert (5 * _LINE_WORDS) * _WORD <= _POSITIONS_SIZE_BYTES
 
 STATE_OPENING: Final = 0
 STATE_READY: Final = 1
+
+# The replication line's state word (docs/replication.md).
+HA_NONE: Final = 0  # no HA role runs (or it has not started)
+HA_MASTER: Final = 1  # a master's HA service listens; slave count says who is connected
+HA_SLAVE_CONNECTING: Final = 2  # a slave with no connection to its master
+HA_SLAVE_CONNECTED: Final = 3  # a slave receiving its master's log
+HA_SLAVE_DIVERGED: Final = 4  # a slave whose log disagrees with its master's: it stopped
+HA_STATE_NAMES: Final = {
+    HA_NONE: "none",
+    HA_MASTER: "master",
+    HA_SLAVE_CONNECTING: "connecting",
+    HA_SLAVE_CONNECTED: "connected",
+    HA_SLAVE_DIVERGED: "diverged",
+}
 
 # queue-counters words
 _C_MAGIC: Final = 0
@@ -181,6 +208,21 @@ def _unlink_segment(name: str) -> None:
 # Store positions
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplicationView:
+    """The replication line as one reader saw it."""
+
+    state: int  # HA_*
+    slave_count: int  # a master's connected slaves
+    acked_log_offset_bytes: int  # master: the slaves' greatest report; slave: its last report
+    master_log_offset_bytes: int  # slave: the master's offset in the newest frame
+    report_time_ms: int  # when the acknowledged position last moved (wall clock)
+
+    @property
+    def state_name(self) -> str:
+        return HA_STATE_NAMES.get(self.state, str(self.state))
+
+
 class StorePositions:
     """The store writer's published positions (see the module docstring for who writes what)."""
 
@@ -219,6 +261,14 @@ class StorePositions:
         self._words[_P_DISPATCH_START] = dispatch_start_log_offset_bytes
         self._words[_P_STATE] = STATE_READY
 
+    def publish_replica_stopped(self, log_offset_bytes: int) -> None:
+        """A slave's writer refused its master's bytes at `log_offset_bytes` (diverged)."""
+        self._words[_P_REPLICA_STOPPED] = log_offset_bytes + 1
+
+    @property
+    def replica_stopped(self) -> bool:
+        return bool(self._words[_P_REPLICA_STOPPED])
+
     # -- the writer's flush thread ----------------------------------------------------------------
 
     def publish_flushed(self, flushed_log_offset_bytes: int, store_timestamp_ms: int) -> None:
@@ -234,6 +284,35 @@ class StorePositions:
         assert min_log_offset_bytes >= self._words[_P_MIN_LOG_OFFSET]
         self._words[_P_DELETED_SEGMENT_TOTAL] = deleted_segment_total
         self._words[_P_MIN_LOG_OFFSET] = min_log_offset_bytes
+
+    # -- the HA role ------------------------------------------------------------------------------
+
+    def publish_replication(
+        self,
+        state: int,
+        slave_count: int,
+        acked_log_offset_bytes: int,
+        master_log_offset_bytes: int,
+        report_time_ms: int,
+    ) -> None:
+        """The HA role's view (see HA_* above); every word is its own."""
+        words = self._words
+        words[_P_HA_PID] = os.getpid()
+        words[_P_HA_SLAVE_COUNT] = slave_count
+        words[_P_HA_ACKED] = acked_log_offset_bytes
+        words[_P_HA_MASTER_SEEN] = master_log_offset_bytes
+        words[_P_HA_REPORT_TIME] = report_time_ms
+        words[_P_HA_STATE] = state
+
+    def replication(self) -> ReplicationView:
+        words = self._words
+        return ReplicationView(
+            int(words[_P_HA_STATE]),
+            int(words[_P_HA_SLAVE_COUNT]),
+            int(words[_P_HA_ACKED]),
+            int(words[_P_HA_MASTER_SEEN]),
+            int(words[_P_HA_REPORT_TIME]),
+        )
 
     # -- everyone ---------------------------------------------------------------------------------
 

@@ -8,8 +8,9 @@ pool may serve it), and `DEFAULT_ROUTE` for every code not listed. The worker fo
 of a pool a connection reaches (the worker: `conn % pool size`).
 
 Member 0 only: state with one owner. admin.0 alone holds the client, offset and lock tables (and
-the calls to clients, 307, which need a client's connection from those tables), so the worker
-sends those codes to admin.0 whatever the connection, and any admin pool size serves them.
+the calls to clients, 307, 309 and 223, which need a client's connection from those tables), so
+the worker sends those codes to admin.0 whatever the connection, and any admin pool size serves
+them.
 
 The default route is the admin pool, whose processors answer REQUEST_CODE_NOT_SUPPORTED (3) for a
 code they have no handler for, as the Java broker does. ARCHITECTURE.md ("Adding a RocketMQ
@@ -24,11 +25,10 @@ from typing import Final, NamedTuple
 from mqbox.protocol.codes import RequestCode
 from mqbox.protocol.mqbox_codes import (
     INVOKE_BROKER_TO_RESET_OFFSET,
-    MQBOX_CONSUMER_PROGRESS,
+    MQBOX_BROKER_STATUS,
     MQBOX_NOOP,
     MQBOX_PULL_STATUS,
     MQBOX_RESET_CONSUMER_OFFSET,
-    MQBOX_TOPIC_STATUS,
 )
 from mqbox.server.topology import RoleKind
 
@@ -60,13 +60,19 @@ ROUTES: Final[Mapping[int, Route]] = {
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: _ADMIN_ZERO,
     RequestCode.GET_CONSUMER_RUNNING_INFO: _ADMIN_ZERO,
     RequestCode.CHECK_CLIENT_CONFIG: _ADMIN,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: _ADMIN_ZERO,
+    RequestCode.GET_PRODUCER_CONNECTION_LIST: _ADMIN_ZERO,
+    RequestCode.CONSUME_MESSAGE_DIRECTLY: _ADMIN_ZERO,  # relayed like 307
+    RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: _ADMIN_ZERO,  # 221 to each member
     # admin/offsets.py
     RequestCode.QUERY_CONSUMER_OFFSET: _ADMIN_ZERO,
     RequestCode.UPDATE_CONSUMER_OFFSET: _ADMIN_ZERO,
     RequestCode.LOCK_BATCH_MQ: _ADMIN_ZERO,
     RequestCode.UNLOCK_BATCH_MQ: _ADMIN_ZERO,
     INVOKE_BROKER_TO_RESET_OFFSET: _ADMIN_ZERO,
-    MQBOX_CONSUMER_PROGRESS: _ADMIN_ZERO,
+    RequestCode.GET_CONSUME_STATS: _ADMIN_ZERO,
+    RequestCode.GET_BROKER_CONSUME_STATS: _ADMIN_ZERO,
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: _ADMIN_ZERO,
     MQBOX_RESET_CONSUMER_OFFSET: _ADMIN_ZERO,
     RequestCode.GET_ALL_CONSUMER_OFFSET: _ADMIN_ZERO,
     RequestCode.GET_ALL_DELAY_OFFSET: _ADMIN,  # reads delayOffset.json
@@ -81,7 +87,15 @@ ROUTES: Final[Mapping[int, Route]] = {
     RequestCode.GET_EARLIEST_MSG_STORETIME: _ADMIN,
     RequestCode.VIEW_MESSAGE_BY_ID: _ADMIN,
     RequestCode.QUERY_MESSAGE: _ADMIN,
-    MQBOX_TOPIC_STATUS: _ADMIN,
+    RequestCode.VIEW_BROKER_STATS_DATA: _ADMIN,
+    RequestCode.GET_TOPIC_STATS_INFO: _ADMIN,
+    # admin/broker_info.py
+    RequestCode.GET_BROKER_RUNTIME_INFO: _ADMIN,
+    RequestCode.GET_BROKER_CONFIG: _ADMIN,
+    RequestCode.UPDATE_BROKER_CONFIG: _ADMIN,
+    RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: _ADMIN,
+    # admin/broker_status.py
+    MQBOX_BROKER_STATUS: _ADMIN,
     # admin/topic_admin.py
     RequestCode.UPDATE_AND_CREATE_TOPIC: _ADMIN,
     RequestCode.DELETE_TOPIC_IN_BROKER: _ADMIN,

@@ -64,6 +64,7 @@ from typing import Any, Final, NoReturn
 from mqbox.config import BrokerConfig
 from mqbox.ipc.ring import ParcelBatch, Ring
 from mqbox.server.control_block import ControlBlock, ControlWatcher
+from mqbox.server.statistics import StatisticsBlock, StatisticsWriter
 from mqbox.server.topology import RoleSpec, Topology
 
 LOG_FILE_SIZE_BYTES_MAX: Final = 16 << 20
@@ -99,6 +100,19 @@ class RoleContext:
     # The supervisor's shared words about every role: generations, pids, states, broker state
     # (control_block.py). None only in contexts built by unit tests.
     control: ControlBlock | None = None
+    # A master's HA listening socket (haListenPort), kept only by ha_service.0; None elsewhere.
+    ha_socket: Any = None
+    # The roles' shared statistics counters (statistics.py); None only in unit tests' contexts.
+    statistics: StatisticsBlock | None = None
+
+
+def statistics_writer(ctx: RoleContext) -> StatisticsWriter:
+    """This role's writer of the broker's statistics block; a private block of its own when
+    the context has none (unit tests), so counting never needs a branch."""
+    block = getattr(ctx, "statistics", None)
+    if block is None:
+        block = StatisticsBlock.create([ctx.role.role_id])
+    return StatisticsWriter(block, ctx.role.role_id)
 
 
 # ---------------------------------------------------------------------------------------------

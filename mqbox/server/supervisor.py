@@ -84,8 +84,20 @@ from typing import Any, Final, NoReturn, TypeGuard
 import psutil
 
 from mqbox import _jit
+from mqbox.acl.validator import acl_file_path, load_acl_file
 from mqbox.clock import wall_clock_ms
-from mqbox.config import BrokerConfig, RestartConfig, load_broker_config, load_namesrv_config
+from mqbox.config import (
+    BrokerConfig,
+    BrokerRole,
+    NamesrvConfig,
+    RestartConfig,
+    broker_listen_address,
+    effective_ha_listen_port,
+    ignored_keys_warning,
+    key_values,
+    load_broker_config,
+    load_namesrv_config,
+)
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
@@ -102,11 +114,14 @@ from mqbox.server.home import (
     lock_home,
     prepare_home,
     process_alive,
+    read_http,
     read_state,
     recorded_processes,
     store_root_of,
 )
 from mqbox.server.runtime import RoleContext
+from mqbox.server.runtime_config import apply_home_overrides
+from mqbox.server.statistics import StatisticsBlock
 from mqbox.server.topology import START_ORDER, RoleKind, RoleSpec, Topology, broker_topology
 from mqbox.store.layout import DIRECTORY_MODE, abort_path
 
@@ -120,6 +135,7 @@ EXIT_ROLE_BUG: Final = 70  # a role's main() returned or raised (EX_SOFTWARE)
 
 
 LISTEN_BACKLOG: Final = 1024
+FREE_PORT_PAIR_ATTEMPTS: Final = 20  # port 0: tries at a port whose HA port (+1) is free too
 PRIVATE_UMASK: Final = 0o077
 # Starting: the store writer and the dispatcher may run a long recovery before they are ready.
 READY_TIMEOUT_S_DEFAULT: Final = 60.0
@@ -205,6 +221,9 @@ class ApplianceOptions:
     topology: str | None = None
     run_namesrv: bool = True
     namesrv_module: str = "mqbox.namesrv"
+    # With run_namesrv False: the name server(s) to register with instead of namesrvAddr (a
+    # layout's brokers get the address of the name server `mqbox start --layout` started).
+    namesrv_addr: str | None = None
     ready_timeout_s: float | None = None  # None = per kind (long for the store roles)
     stop_timeout_s: float | None = None  # None = per kind (long for the store writer)
     # Deaths of one role within the restart window; None = mqboxRoleRestartCountMax.
@@ -272,10 +291,14 @@ class Supervisor:
         self._previous_wakeup_fd: int | None = None
         self._lock_fd = -1
         self._listen_socket: socket.socket | None = None
+        self._ha_socket: socket.socket | None = None
+        self.ha_address = ""
         self._namesrv: _Namesrv | None = None
         self._namesrv_output: Path | None = None
         self._namesrv_restart_due_ns: int | None = None
         self._namesrv_port_to_reuse = 0
+        self._namesrv_listen_address = "127.0.0.1"  # what the name server binds
+        self.namesrv_acl_path: Path | None = None  # set by _check_acl when it checks the ACL
         self._instances_to_sweep: set[str] = set()
         self._processes: dict[str, _RoleProcess] = {}  # live or starting, by role id
         self._restart_due_ns: dict[str, int] = {}
@@ -296,6 +319,7 @@ class Supervisor:
         self.broker: BrokerConfig | None = None
         self.topology: Topology | None = None
         self.control: control_block.ControlBlock | None = None
+        self.statistics: StatisticsBlock | None = None
         self.store_root: Path | None = None
         self.broker_address = ""
         self._base_ctx: RoleContext | None = None
@@ -383,8 +407,14 @@ class Supervisor:
         # and the run files also pass modes 0600 and 0700 explicitly.
         os.umask(PRIVATE_UMASK)
         prepare_home(self.layout.home)
-        broker = load_broker_config(options.broker_config_path)
+        # The runtime keys UPDATE_BROKER_CONFIG persisted in the home win (runtime_config.py).
+        broker = apply_home_overrides(
+            load_broker_config(options.broker_config_path), self.layout.home
+        )
+        if options.namesrv_addr is not None:
+            broker = dataclasses.replace(broker, namesrv_addr=options.namesrv_addr)
         namesrv_config = load_namesrv_config(options.namesrv_config_path)
+        broker = self._check_acl(broker, namesrv_config)
         # The lock first: a second supervisor of this home must not even write to its log.
         self._lock_home()
         runtime.configure_logging(
@@ -392,12 +422,20 @@ class Supervisor:
             stderr_level=logging.WARNING if options.log_to_stderr else None,
         )
         log.info("starting in %s (pid %d)", self.layout.home, os.getpid())
+        ignored = ignored_keys_warning(options.broker_config_path or "", broker.unknown_keys)
+        if ignored is not None:
+            log.info("%s", ignored)
         # Every role and the name server inherit the limit: each connection is a descriptor, and
         # the usual soft limit (1024) is far below what mqboxConnectionCountMax allows.
         soft_before, soft_now = raise_file_limit()
         log.info("descriptor limit: soft %d (was %d)", soft_now, soft_before)
-        with contextlib.suppress(FileNotFoundError):
-            self.layout.last_stop_path.unlink()
+        for stale in (
+            self.layout.last_stop_path,
+            self.layout.http_path,
+            self.layout.replication_path,
+        ):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
         self._restarts = broker.restarts
         self.instance = instance_name(self.layout.home, broker.broker_name)
         self._sweep_stale(self.instance)
@@ -407,10 +445,22 @@ class Supervisor:
         except OSError as error:
             raise ConfigError(f"cannot create store {self.store_root}: {error.strerror}") from None
         broker_port = options.broker_port if options.broker_port is not None else broker.listen_port
-        self._listen_socket = self._bind_broker(broker.broker_ip1 or "127.0.0.1", broker_port)
+        self._listen_socket = self._bind_broker(broker_listen_address(broker), broker_port)
         bound_port = int(self._listen_socket.getsockname()[1])
         self.broker_address = f"{broker.broker_ip1 or '127.0.0.1'}:{bound_port}"
         broker = dataclasses.replace(broker, listen_port=bound_port)
+        # RocketMQ's BrokerStartup sets haListenPort to listenPort + 1 unless the file sets it
+        # (_bind_broker chose a port whose successor is free when asked for any port).
+        ha_port = effective_ha_listen_port(broker, bound_port)
+        broker = dataclasses.replace(broker, ha_listen_port=ha_port)
+        if broker.broker_role is not BrokerRole.SLAVE:
+            # A master serves its slaves on haListenPort, where the broker listens.
+            self._ha_socket = self._bind_ha(broker_listen_address(broker), ha_port, broker_port)
+            ha_bound_port = int(self._ha_socket.getsockname()[1])
+            self.ha_address = (
+                f"{broker.broker_ip2 or broker.broker_ip1 or '127.0.0.1'}:{ha_bound_port}"
+            )
+            broker = dataclasses.replace(broker, ha_listen_port=ha_bound_port)
         factory: TopologyFactory = broker_topology
         if options.topology is not None:
             factory = resolve_callable(options.topology)
@@ -424,16 +474,19 @@ class Supervisor:
                 if options.namesrv_port is not None
                 else namesrv_config.listen_port
             )
-            namesrv = self._start_namesrv(namesrv_port, wait=True)
+            namesrv = self._start_namesrv(namesrv_port, namesrv_config.listen_address, wait=True)
             client_host = namesrv.host if namesrv.host not in ("", "0.0.0.0") else "127.0.0.1"
             broker = dataclasses.replace(broker, namesrv_addr=f"{client_host}:{namesrv.port}")
         self.broker = broker
+        self._write_run_config(broker, namesrv_config)
         self._check_stop()
         self._instances_to_sweep.add(self.instance)
         self._create_rings()
         self.control = control_block.ControlBlock.create(
             [role.role_id for role in self.topology.roles]
         )
+        if self.statistics is None:  # kept across whole-broker restarts: totals only grow
+            self.statistics = StatisticsBlock.create([role.role_id for role in self.topology.roles])
         self._base_ctx = RoleContext(
             instance=self.instance,
             home=self.layout.home,
@@ -442,9 +495,11 @@ class Supervisor:
             topology=self.topology,
             role=self.topology.roles[0],
             listen_socket=self._listen_socket,
+            ha_socket=self._ha_socket,
             broker_address=self.broker_address,
             report_ready=_report_ready_outside_a_role,
             control=self.control,
+            statistics=self.statistics,
         )
         self._write_state()
         # Everything the roles share is loaded: keep the collector's hands off it, so the
@@ -464,6 +519,25 @@ class Supervisor:
         log.info("ready: %s", json.dumps(info, sort_keys=True))
         if self._on_ready is not None:
             self._on_ready(info)
+
+    def _write_run_config(self, broker: BrokerConfig, namesrv_config: NamesrvConfig) -> None:
+        """run/config.json: the configuration in force by RocketMQ key (ports as bound, the name
+        server address the broker registers with), for `mqbox config --home`."""
+        namesrv = self._namesrv
+        if namesrv is not None:
+            namesrv_config = dataclasses.replace(namesrv_config, listen_port=namesrv.port)
+        options = self.options
+        document = {
+            "broker_config_path": str(options.broker_config_path or ""),
+            "namesrv_config_path": str(options.namesrv_config_path or ""),
+            "broker": key_values(broker),
+            "namesrv": key_values(namesrv_config) if namesrv is not None else None,
+            "ignored": {
+                "broker": list(broker.unknown_keys),
+                "namesrv": list(namesrv_config.unknown_keys),
+            },
+        }
+        write_json_atomically(self.layout.run_config_path, document)
 
     def _create_rings(self) -> None:
         """Every ring of the topology, empty (none of them may exist)."""
@@ -499,10 +573,12 @@ class Supervisor:
             "pid": os.getpid(),
             "instance": self.instance,
             "broker": self.broker_address,
+            "ha": self.ha_address,
             "broker_name": self.broker.broker_name if self.broker else "",
             "namesrv": f"{namesrv.host}:{namesrv.port}" if namesrv is not None else "",
             "namesrv_addr": self.broker.namesrv_addr if self.broker else "",
             "roles": {role_id: process.pid for role_id, process in self._processes.items()},
+            "http": (read_http(self.layout.home) or {}).get("url", ""),
         }
 
     def _check_stop(self) -> None:
@@ -519,7 +595,7 @@ class Supervisor:
     def _release_home(self) -> None:
         if self._lock_fd < 0:
             return
-        for path in (self.layout.pid_path, self.layout.state_path):
+        for path in (self.layout.pid_path, self.layout.state_path, self.layout.http_path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         _close_quietly(self._lock_fd)  # releases the flock
@@ -567,6 +643,26 @@ class Supervisor:
                 )
 
     def _bind_broker(self, host: str, port: int) -> socket.socket:
+        """The broker's listening socket on host:port. With port 0, a free port whose successor
+        (the HA port, listenPort + 1) is free too, as far as a probe can tell."""
+        for _ in range(FREE_PORT_PAIR_ATTEMPTS if port == 0 else 1):
+            sock = self._bind_broker_once(host, port)
+            if port != 0 or _port_free(host, int(sock.getsockname()[1]) + 1):
+                break
+            sock.close()
+        return sock
+
+    def _bind_ha(self, host: str, port: int, broker_port: int) -> socket.socket:
+        """A master's HA listening socket; when any broker port was asked for and another
+        process took listenPort + 1 since _bind_broker's probe, any free port instead."""
+        try:
+            return self._bind_broker_once(host, port)
+        except MqboxError:
+            if broker_port != 0:
+                raise
+            return self._bind_broker_once(host, 0)
+
+    def _bind_broker_once(self, host: str, port: int) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -580,6 +676,31 @@ class Supervisor:
         sock.setblocking(False)
         log.info("broker listening on %s:%d", host, sock.getsockname()[1])
         return sock
+
+    def _check_acl(self, broker: BrokerConfig, namesrv: NamesrvConfig) -> BrokerConfig:
+        """Refuse to start with an ACL file that is not valid (ConfigError naming it), decide
+        the name server's ACL (on when either configuration turns it on, with the broker's
+        file unless namesrv.conf names one), and give the broker the account it signs its
+        registrations with: mqboxNamesrvAccessKey, else the first admin account of the file the
+        name server checks (docs/acl.md section 6)."""
+        home = self.layout.home
+        broker_path = acl_file_path(broker.acl_file, home)
+        namesrv_path = acl_file_path(namesrv.acl_file, home) if namesrv.acl_file else broker_path
+        if broker.acl_enable:
+            load_acl_file(broker_path)
+        if self.options.run_namesrv and (namesrv.acl_enable or broker.acl_enable):
+            self.namesrv_acl_path = namesrv_path
+        if broker.namesrv_access_key or not (broker.acl_enable or namesrv.acl_enable):
+            return broker
+        account = load_acl_file(namesrv_path).admin_account()
+        if account is None:
+            raise ConfigError(
+                f"aclEnable: the broker signs its name server requests with an admin account: "
+                f"add one to {namesrv_path} or set mqboxNamesrvAccessKey/mqboxNamesrvSecretKey"
+            )
+        return dataclasses.replace(
+            broker, namesrv_access_key=account.access_key, namesrv_secret_key=account.secret_key
+        )
 
     def _check_topology(self, topology: Topology) -> None:
         role_ids = [role.role_id for role in topology.roles]
@@ -635,10 +756,12 @@ class Supervisor:
 
     # -- the name server -----------------------------------------------------------------------
 
-    def _start_namesrv(self, port: int, *, wait: bool) -> _Namesrv:
-        """Spawn `python -m <namesrv_module>`; with `wait`, until it wrote its ready file."""
+    def _start_namesrv(self, port: int, host: str, *, wait: bool) -> _Namesrv:
+        """Spawn `python -m <namesrv_module>`; with `wait`, until it wrote its ready file.
+        `host`: the address it binds (its config's mqboxListenAddress, which it reads too)."""
+        self._namesrv_listen_address = host
         if port != 0:
-            _check_port_free("name server", "127.0.0.1", port)
+            _check_port_free("name server", host, port)
         ready_path = self.layout.run_dir / NAMESRV_READY_FILE_NAME
         with contextlib.suppress(FileNotFoundError):
             ready_path.unlink()
@@ -654,6 +777,8 @@ class Supervisor:
         ]
         if self.options.namesrv_config_path is not None:
             command += ["--config", str(self.options.namesrv_config_path)]
+        if self.namesrv_acl_path is not None:
+            command += ["--acl-file", str(self.namesrv_acl_path)]
         with self._namesrv_output.open("ab") as output:
             # Its own process group: a Ctrl-C in the terminal reaches the supervisor, which
             # stops the name server last, after the broker unregistered.
@@ -782,6 +907,9 @@ class Supervisor:
             if spec.kind is not RoleKind.REACTOR and listen_socket is not None:
                 # Only reactors keep the listener, so it closes when they stop (rule 6).
                 listen_socket.close()
+            ha_socket = self._base_ctx.ha_socket
+            if spec.kind is not RoleKind.HA_SERVICE and ha_socket is not None:
+                ha_socket.close()
             ctx = dataclasses.replace(
                 self._base_ctx, role=spec, report_ready=_ready_reporter(spec.role_id, write_fd)
             )
@@ -1170,7 +1298,9 @@ class Supervisor:
         if self._namesrv_restart_due_ns is not None and self._namesrv_restart_due_ns <= now_ns:
             self._namesrv_restart_due_ns = None
             try:
-                self._start_namesrv(self._namesrv_port_to_reuse, wait=False)
+                self._start_namesrv(
+                    self._namesrv_port_to_reuse, self._namesrv_listen_address, wait=False
+                )
             except MqboxError as error:
                 return f"the name server cannot restart: {error}"
         return None
@@ -1187,7 +1317,18 @@ class Supervisor:
         for instance in sorted(self._instances_to_sweep):
             names.unlink_instance(instance)
         log.info("stopped%s", " (not cleanly)" if self._stop_unclean else "")
-        return EXIT_STOP_UNCLEAN if self._stop_unclean else EXIT_OK
+        if not self._stop_unclean:
+            return EXIT_OK
+        # `mqbox stop` is not this process's parent: the file is how it learns of it.
+        document = {
+            "reason": "the stop was not clean: a process was killed or exited non-zero while "
+            f"stopping (see {self.layout.logs_dir / SUPERVISOR_LOG_FILE_NAME})",
+            "stopped_at_ms": wall_clock_ms(),
+            "exit_status": EXIT_STOP_UNCLEAN,
+        }
+        with contextlib.suppress(OSError):
+            write_json_atomically(self.layout.last_stop_path, document)
+        return EXIT_STOP_UNCLEAN
 
     def _stop_roles(self, *, close_listener: bool) -> None:
         """SIGTERM to every role in reverse START_ORDER, a kind at a time, each kind waited for
@@ -1259,6 +1400,9 @@ class Supervisor:
         if self._listen_socket is not None:
             self._listen_socket.close()
             self._listen_socket = None
+        if self._ha_socket is not None:
+            self._ha_socket.close()
+            self._ha_socket = None
 
     def _mark_abort(self) -> None:
         """A critical role died: make sure the next start runs the full recovery, even if the
@@ -1313,6 +1457,9 @@ class Supervisor:
             "broker": {
                 "broker_name": self.broker.broker_name if self.broker else "",
                 "cluster_name": self.broker.broker_cluster_name if self.broker else "",
+                "broker_id": self.broker.broker_id if self.broker else 0,
+                "broker_role": self.broker.broker_role.value if self.broker else "",
+                "ha_port": self.broker.ha_listen_port if self.broker else 0,
                 "address": self.broker_address,
                 "namesrv_addr": self.broker.namesrv_addr if self.broker else "",
                 "store_root": str(self.store_root) if self.store_root else "",
@@ -1361,15 +1508,26 @@ def _namesrv_preexec() -> None:
     runtime.set_parent_death_signal(signal.SIGTERM)
 
 
-def _check_port_free(what: str, host: str, port: int) -> None:
-    """MqboxError if nothing could listen on host:port now (a clear message beats the child's)."""
+def _port_problem(host: str, port: int) -> str | None:
+    """Why nothing could listen on host:port now; None if something could."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as error:
-            reason = error.strerror or str(error)
-            raise MqboxError(f"{what} cannot listen on {host}:{port}: {reason}") from None
+            return error.strerror or str(error)
+    return None
+
+
+def _port_free(host: str, port: int) -> bool:
+    return port <= 65535 and _port_problem(host, port) is None
+
+
+def _check_port_free(what: str, host: str, port: int) -> None:
+    """MqboxError if nothing could listen on host:port now (a clear message beats the child's)."""
+    reason = _port_problem(host, port)
+    if reason is not None:
+        raise MqboxError(f"{what} cannot listen on {host}:{port}: {reason}")
 
 
 def _last_line(path: Path | None) -> str:
@@ -1400,6 +1558,7 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--topology", help="module:function building the topology (tests)")
     parser.add_argument("--namesrv-module", default="mqbox.namesrv")
     parser.add_argument("--no-namesrv", action="store_true", help="use namesrvAddr as it is")
+    parser.add_argument("--namesrv-addr", help="with --no-namesrv: register here, not namesrvAddr")
     parser.add_argument("--ready-timeout-s", type=float)
     parser.add_argument("--stop-timeout-s", type=float)
     parser.add_argument(
@@ -1423,6 +1582,7 @@ def options_from_arguments(arguments: argparse.Namespace) -> ApplianceOptions:
         topology=arguments.topology,
         run_namesrv=not arguments.no_namesrv,
         namesrv_module=arguments.namesrv_module,
+        namesrv_addr=arguments.namesrv_addr,
         ready_timeout_s=arguments.ready_timeout_s,
         stop_timeout_s=arguments.stop_timeout_s,
         restart_count_max=arguments.restart_count_max,

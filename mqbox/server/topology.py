@@ -22,6 +22,12 @@ processors; each arrow names the parcels it carries, laid out in parcels.py and 
     dispatcher --QUEUES_GREW--> pull.p          (plus queue-counters in shared memory)
     dispatcher --QUEUES_GREW--> schedule.0      (only when a SCHEDULE_TOPIC_XXXX queue grew)
     pull.p --COMMIT_OFFSET--> admin.0           (commitOffset piggybacked on pulls)
+    store_writer --WRITTEN--> ha_service.0 --REPLICATED--> store_writer      (a master)
+    store_writer --WRITTEN--> ha_client.0 --REPLICA--> store_writer          (a slave)
+
+Replication (docs/replication.md): a master (ASYNC_MASTER, SYNC_MASTER) runs ha_service.0, which
+serves its slaves on haListenPort from read-only maps of the commit log; a SLAVE runs
+ha_client.0, which connects to haMasterAddress and hands the master's bytes to the store writer.
 
 Every arrow is one single-producer single-consumer ring (mqbox/ipc/ring.py); a role that hears
 from several producers drains one ring per producer. A connection id carries the reactor index in
@@ -41,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from mqbox.config import BrokerConfig
+from mqbox.config import BrokerConfig, BrokerRole
 from mqbox.ipc import names
 
 
@@ -56,6 +62,8 @@ class RoleKind(enum.Enum):
     DISPATCHER = "dispatcher"
     SERVICES = "services"
     SCHEDULE = "schedule"
+    HA_SERVICE = "ha_service"
+    HA_CLIENT = "ha_client"
 
 
 # Roles whose death stops the broker (recovery runs at the next start) instead of a restart:
@@ -70,6 +78,8 @@ START_ORDER = (
     RoleKind.DISPATCHER,
     RoleKind.SERVICES,
     RoleKind.SCHEDULE,
+    RoleKind.HA_SERVICE,
+    RoleKind.HA_CLIENT,
     RoleKind.SEND,
     RoleKind.PULL,
     RoleKind.ADMIN,
@@ -153,6 +163,8 @@ ROLE_MAIN = {
     RoleKind.DISPATCHER: "mqbox.server.roles.dispatcher:main",
     RoleKind.SERVICES: "mqbox.server.roles.services:main",
     RoleKind.SCHEDULE: "mqbox.server.roles.schedule:main",
+    RoleKind.HA_SERVICE: "mqbox.server.roles.ha_service:main",
+    RoleKind.HA_CLIENT: "mqbox.server.roles.ha_client:main",
 }
 
 
@@ -174,6 +186,8 @@ def broker_topology(
         RoleKind.DISPATCHER: 1,
         RoleKind.SERVICES: 1,
         RoleKind.SCHEDULE: 1,
+        RoleKind.HA_SERVICE: 0 if config.broker_role is BrokerRole.SLAVE else 1,
+        RoleKind.HA_CLIENT: 1 if config.broker_role is BrokerRole.SLAVE else 0,
     }
     roles = tuple(
         RoleSpec(f"{kind.value}.{index}", kind, index, ROLE_MAIN[kind])
@@ -203,6 +217,11 @@ def broker_topology(
     link(by_kind[RoleKind.SCHEDULE], by_kind[RoleKind.STORE_WRITER])
     link(by_kind[RoleKind.STORE_WRITER], by_kind[RoleKind.SCHEDULE])
     link(by_kind[RoleKind.DISPATCHER], by_kind[RoleKind.SCHEDULE])
+    # Replication: the HA role hears of new bytes like the dispatcher, and answers the writer
+    # (a master's slave acknowledgements, a slave's received bytes).
+    ha_roles = by_kind[RoleKind.HA_SERVICE] + by_kind[RoleKind.HA_CLIENT]
+    link(by_kind[RoleKind.STORE_WRITER], ha_roles)
+    link(ha_roles, by_kind[RoleKind.STORE_WRITER])
 
     ring_counts: dict[str, int] = {}
     rings: list[RingSpec] = []

@@ -19,6 +19,7 @@ import threading
 from concurrent.futures import Future
 from typing import Final
 
+from mqbox.acl.signature import SessionCredentials
 from mqbox.client.pull import (
     PullResult,
     max_offset,
@@ -106,15 +107,22 @@ _LOCK: Final = threading.Lock()
 _BY_ADDRESS: dict[str, BrokerReads] = {}
 
 
-def broker_reads(address: str, broker_name: str = "", timeout_ms: int = 30_000) -> BrokerReads:
-    """This process's BrokerReads for `address`, made on first use and kept."""
-    reads = _BY_ADDRESS.get(address)
+def broker_reads(
+    address: str,
+    broker_name: str = "",
+    timeout_ms: int = 30_000,
+    credentials: SessionCredentials | None = None,
+) -> BrokerReads:
+    """This process's BrokerReads for `address` (and account), made on first use and kept."""
+    key = address if credentials is None else f"{address} {credentials.access_key}"
+    reads = _BY_ADDRESS.get(key)
     if reads is None:
         with _LOCK:
-            reads = _BY_ADDRESS.get(address)
+            reads = _BY_ADDRESS.get(key)
             if reads is None:
-                reads = BrokerReads(Transport(address, timeout_ms), broker_name)
-                _BY_ADDRESS[address] = reads
+                transport = Transport(address, timeout_ms, credentials=credentials)
+                reads = BrokerReads(transport, broker_name)
+                _BY_ADDRESS[key] = reads
     return reads
 
 

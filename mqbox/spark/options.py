@@ -18,6 +18,7 @@ import logging
 from collections.abc import Mapping
 from typing import Final
 
+from mqbox.acl.signature import SessionCredentials
 from mqbox.client.outgoing import check_group, check_topic
 from mqbox.client.subscription import SubscriptionExpressionError, parse_tags
 from mqbox.errors import MqboxError
@@ -47,6 +48,8 @@ _READ_NAMES: Final = frozenset(
         "pullbatchsize",
         "pulltimeoutms",
         "includeproperties",
+        "accesskey",
+        "secretkey",
     }
 )
 _WRITE_NAMES: Final = frozenset(
@@ -59,6 +62,8 @@ _WRITE_NAMES: Final = frozenset(
         "sendbatchbytes",
         "sendtimeoutms",
         "maxinflight",
+        "accesskey",
+        "secretkey",
     }
 )
 _SPARK_NAMES: Final = frozenset({"path", "checkpointlocation"})
@@ -145,6 +150,17 @@ def _group(options: Mapping[str, str], name: str, default: str | None) -> str | 
     return group
 
 
+def _credentials(options: Mapping[str, str]) -> SessionCredentials | None:
+    """accessKey and secretKey (plain ACL, docs/acl.md): both or neither."""
+    access_key = options.get("accesskey", "").strip()
+    secret_key = options.get("secretkey", "").strip()
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        raise OptionError("give accessKey and secretKey together")
+    return SessionCredentials(access_key, secret_key)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ReadOptions:
     """A read's options (docs/spark.md section 3)."""
@@ -163,6 +179,7 @@ class ReadOptions:
     pull_batch_size: int = PULL_BATCH_SIZE_DEFAULT
     pull_timeout_ms: int = PULL_TIMEOUT_MS_DEFAULT
     include_properties: bool = True
+    credentials: SessionCredentials | None = None  # accessKey, secretKey: requests are signed
 
     @classmethod
     def parse(cls, given: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -205,6 +222,7 @@ class ReadOptions:
             pull_batch_size=_int(options, "pullBatchSize", PULL_BATCH_SIZE_DEFAULT, 1) or 1,
             pull_timeout_ms=_int(options, "pullTimeoutMs", PULL_TIMEOUT_MS_DEFAULT, 1) or 1,
             include_properties=_bool(options, "includeProperties", True),
+            credentials=_credentials(options),
         )
 
 
@@ -220,6 +238,7 @@ class WriteOptions:
     send_batch_bytes: int = SEND_BATCH_BYTES_DEFAULT
     send_timeout_ms: int = SEND_TIMEOUT_MS_DEFAULT
     max_in_flight: int = IN_FLIGHT_MAX_DEFAULT
+    credentials: SessionCredentials | None = None  # accessKey, secretKey: requests are signed
 
     @classmethod
     def parse(cls, given: Mapping[str, str]) -> WriteOptions:
@@ -244,4 +263,5 @@ class WriteOptions:
             or 1024,
             send_timeout_ms=_int(options, "sendTimeoutMs", SEND_TIMEOUT_MS_DEFAULT, 1) or 1,
             max_in_flight=_int(options, "maxInFlight", IN_FLIGHT_MAX_DEFAULT, 1) or 1,
+            credentials=_credentials(options),
         )

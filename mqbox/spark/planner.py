@@ -46,7 +46,11 @@ class QueuePlanner:
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
-        self.instance = ClientInstance(options.namesrv_addr, timeout_ms=options.pull_timeout_ms)
+        self.instance = ClientInstance(
+            options.namesrv_addr,
+            timeout_ms=options.pull_timeout_ms,
+            credentials=options.credentials,
+        )
         self.addresses: dict[str, str] = {}
 
     def close(self) -> None:
@@ -74,7 +78,9 @@ class QueuePlanner:
         return sorted(keys)
 
     def reads(self, broker: str) -> BrokerReads:
-        return broker_reads(self.addresses[broker], broker, self.options.pull_timeout_ms)
+        return broker_reads(
+            self.addresses[broker], broker, self.options.pull_timeout_ms, self.options.credentials
+        )
 
     def brokers_by_topic(self, keys: Iterable[QueueKey]) -> dict[str, list[str]]:
         found: dict[str, set[str]] = {}

@@ -59,12 +59,13 @@ QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
 
 _PRODUCERS_LOCK: Final = threading.Lock()
-_PRODUCERS: dict[tuple[str, str], Producer] = {}
+_PRODUCERS: dict[tuple[str, str, str], Producer] = {}
 
 
 def worker_producer(options: WriteOptions) -> Producer:
     """This process's Producer for the options' name server and group, started on first use."""
-    key = (options.namesrv_addr, options.producer_group)
+    account = options.credentials.access_key if options.credentials is not None else ""
+    key = (options.namesrv_addr, options.producer_group, account)
     with _PRODUCERS_LOCK:
         producer = _PRODUCERS.get(key)
         if producer is None:
@@ -72,6 +73,7 @@ def worker_producer(options: WriteOptions) -> Producer:
                 options.producer_group,
                 options.namesrv_addr,
                 send_timeout_ms=options.send_timeout_ms,
+                credentials=options.credentials,
             )
             producer.start()
             _PRODUCERS[key] = producer

@@ -91,7 +91,9 @@ class QueuePartition(InputPartition):
 
 def read_partition(options: ReadOptions, piece: QueueRange) -> Iterator[pa.RecordBatch]:
     """Every record of the partition's range (reading.read_range), in an executor."""
-    reads = broker_reads(piece.address, piece.key.broker, options.pull_timeout_ms)
+    reads = broker_reads(
+        piece.address, piece.key.broker, options.pull_timeout_ms, options.credentials
+    )
     yield from read_range(
         reads,
         piece,

@@ -392,6 +392,12 @@ def record_log_offsets(result: AppendResult, sizes_bytes: NDArray[np.int32]) -> 
     return offsets
 
 
+class ReplicaAppendResult(NamedTuple):
+    log_offset_bytes: int  # where the bytes went (the write position before)
+    end_log_offset_bytes: int  # the write position after (the next segment's start after a blank)
+    record_count: int
+
+
 @dataclasses.dataclass(frozen=True)
 class CommitLogStatistics:
     """Counters of a CommitLog since it was opened."""
@@ -412,6 +418,29 @@ _SIZE_AND_MAGIC = struct.Struct(">iI")
 _INT64_BE = struct.Struct(">q")
 # A clean stop leaves zeros right after the last record; this much of them is checked.
 _CLEAN_END_ZERO_CHECK_BYTES = 64 * 1024
+
+
+def _scan_outputs(
+    capacity: int,
+) -> tuple[
+    NDArray[np.int64],
+    NDArray[np.int32],
+    NDArray[np.int32],
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+]:
+    """The out arrays of kernels.scan_records, `capacity` records each: log offsets, sizes,
+    queue ids, queue indexes, tag hashes, store times."""
+    wide = [np.empty(capacity, dtype=np.int64) for _ in range(4)]
+    return (
+        wide[0],
+        np.empty(capacity, dtype=np.int32),
+        np.empty(capacity, dtype=np.int32),
+        wide[1],
+        wide[2],
+        wide[3],
+    )
 
 
 class WriterStoppedForTestError(Exception):
@@ -583,15 +612,7 @@ class CommitLog:
         if not starts_bytes:
             return 0
         position_bytes = max(start_log_offset_bytes, starts_bytes[0])
-        capacity = 4096
-        outs = (
-            np.empty(capacity, dtype=np.int64),
-            np.empty(capacity, dtype=np.int32),
-            np.empty(capacity, dtype=np.int32),
-            np.empty(capacity, dtype=np.int64),
-            np.empty(capacity, dtype=np.int64),
-            np.empty(capacity, dtype=np.int64),
-        )
+        outs = _scan_outputs(4096)
         last_start_bytes = starts_bytes[-1]
         while True:
             segment_start_bytes = position_bytes - position_bytes % self.segment_size_bytes
@@ -814,6 +835,114 @@ class CommitLog:
             self._roll_total += 1
         self._segment_buffer = buffer
         self._segment_start_bytes = segment_start_bytes
+
+    # -- replication (a slave's appends) ---------------------------------------------------------
+
+    def append_replica(self, data: NDArray[np.uint8]) -> ReplicaAppendResult:
+        """Append a master's commit-log bytes at the write position, byte for byte: whole
+        records, the last of them possibly the segment's end blank (then the position moves to
+        the next segment's start). The records keep the master's QUEUEOFFSET, PHYSICALOFFSET and
+        store fields; the queue-index table is not touched (a slave takes no local appends).
+
+        Raises StoreError, leaving the position where it was and the bytes past it zeroed, if
+        the data is not that: a torn or invalid record, a PHYSICALOFFSET that is not its offset,
+        a record that leaves no room for a blank, or bytes past a blank.
+        """
+        assert self._position_set
+        assert data.dtype == np.uint8
+        size_bytes = int(data.size)
+        assert size_bytes > 0
+        position_bytes = self._write_log_offset_bytes
+        segment_start_bytes = position_bytes - position_bytes % self.segment_size_bytes
+        file_offset_bytes = position_bytes - segment_start_bytes
+        end_file_offset_bytes = file_offset_bytes + size_bytes
+        if end_file_offset_bytes > self.segment_size_bytes:
+            raise StoreError(
+                f"replica of {size_bytes} bytes at {position_bytes} crosses the segment end"
+            )
+        if self._segment_start_bytes != segment_start_bytes or not self._segment_buffer.size:
+            with self._lock:
+                buffer = self._segments.segment_for_write(position_bytes).buffer
+                self._views[segment_start_bytes] = buffer
+            self._segment_buffer = buffer
+            self._segment_start_bytes = segment_start_bytes
+        buffer = self._segment_buffer
+        buffer[file_offset_bytes:end_file_offset_bytes] = data
+        try:
+            record_count, last_time_ms, rolled = self._check_replica(
+                buffer, file_offset_bytes, end_file_offset_bytes, segment_start_bytes
+            )
+        except StoreError:
+            buffer[file_offset_bytes:end_file_offset_bytes] = 0
+            raise
+        end_bytes = (
+            segment_start_bytes + self.segment_size_bytes
+            if rolled
+            else segment_start_bytes + end_file_offset_bytes
+        )
+        # The position moves after the bytes are whole (the invariant of _append).
+        self._write_log_offset_bytes = end_bytes
+        if record_count:
+            self._last_store_timestamp_ms = last_time_ms
+        self._record_total += record_count
+        self._roll_total += int(rolled)
+        return ReplicaAppendResult(position_bytes, end_bytes, record_count)
+
+    def _check_replica(
+        self,
+        buffer: NDArray[np.uint8],
+        start_bytes: int,
+        end_bytes: int,
+        segment_start_bytes: int,
+    ) -> tuple[int, int, bool]:
+        """(records, the last one's store time, whether a blank ended the segment) of the
+        replica bytes in buffer[start_bytes:end_bytes]; StoreError if they are not whole
+        records of this log (append_replica)."""
+        outs = _scan_outputs(1024)
+        position_bytes = start_bytes
+        record_total = 0
+        last_time_ms = 0
+        while True:
+            count, stop_bytes, reason = scan_records(
+                buffer, position_bytes, end_bytes, segment_start_bytes, False, *outs
+            )
+            if count:
+                record_total += count
+                last_time_ms = int(outs[5][count - 1])
+                last_end_bytes = int(outs[0][count - 1]) + int(outs[1][count - 1])
+                if (
+                    segment_start_bytes + self.segment_size_bytes - last_end_bytes
+                    < BLANK_SIZE_BYTES
+                ):
+                    raise StoreError(f"replica record ending at {last_end_bytes} leaves no blank")
+            position_bytes = int(stop_bytes)
+            if reason == STOP_FULL:
+                continue
+            if reason == STOP_END:
+                return record_total, last_time_ms, False
+            if reason == STOP_BLANK and end_bytes - position_bytes == BLANK_SIZE_BYTES:
+                left_bytes, _magic = _BLANK.unpack_from(buffer.data, position_bytes)
+                if left_bytes == self.segment_size_bytes - position_bytes:
+                    return record_total, last_time_ms, True
+            raise StoreError(
+                f"replica bytes are not whole records at {segment_start_bytes + position_bytes} "
+                f"(scan stop {reason})"
+            )
+
+    def replica_bytes_equal(self, log_offset_bytes: int, data: bytes | memoryview) -> bool:
+        """Whether this log holds `data` at `log_offset_bytes` (below the write position, in one
+        segment): how a slave checks bytes it already has against its master's."""
+        size_bytes = len(data)
+        end_bytes = log_offset_bytes + size_bytes
+        assert self.min_log_offset_bytes <= log_offset_bytes
+        assert end_bytes <= self._write_log_offset_bytes
+        segment_start_bytes = log_offset_bytes - log_offset_bytes % self.segment_size_bytes
+        assert end_bytes <= segment_start_bytes + self.segment_size_bytes
+        buffer = self.segment_view(segment_start_bytes)
+        if buffer is None:
+            return False
+        at = log_offset_bytes - segment_start_bytes
+        return bool(buffer[at : at + size_bytes].tobytes() == bytes(data))
 
     # -- reading -------------------------------------------------------------------------------
 

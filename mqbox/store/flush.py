@@ -15,14 +15,13 @@ flushed position and store time to shared memory for the checkpoint) and by Mess
 Never: decides what an append is or answers a client, flushes the consume queues or the index
 (the dispatcher's), runs a thread its owner did not start, or moves a position back.
 
-The seam for replication (issue 14): an acknowledgement waits for the least of the named
-positions it needs to cover its end, never for "flushed" as such. Today there is one position,
-FLUSHED, advanced after each flush, and SYNC_ACK_POSITIONS names it. A SYNC_MASTER broker adds a
-second, REPLICATED, advanced by the HA service as the slave confirms offsets
-(`positions.advance(REPLICATED, offset)`), and names both in the tuple its acks wait for: the
-waiters, `covered_log_offset_bytes` and `wait_covered`, then need no change. RocketMQ waits for
-the flush and then for the slave's GroupTransferService, one after the other; the least of the
-two positions is the same condition, checked once.
+The seam for replication: an acknowledgement waits for the least of the named positions it
+needs to cover its end, never for "flushed" as such. FLUSHED, advanced after each flush, is the
+one this module keeps; SYNC_ACK_POSITIONS names it. The store writer adds REPLICATED (the slaves'
+acknowledged offset, from the HA service) under SYNC_MASTER and releases each ack once the least
+of its positions covers it (server/roles/store_writer.py). RocketMQ waits for the flush and then
+for the slave's GroupTransferService, one after the other; the least of the two positions is the
+same condition, checked once.
 
 Threads: the flush itself runs outside every lock here, with the GIL released (CommitLog.flush
 calls msync through ctypes), so the writer keeps appending; one condition guards the requested
@@ -140,6 +139,7 @@ class FlushService:
         self._waiter_total = 0
         self._waiting_count = 0
         self._timeout_total = 0
+        self.last_flush_duration_ns = 0  # how long the last flush_now took
 
     # -- asking for a flush ----------------------------------------------------------------------
 
@@ -173,7 +173,10 @@ class FlushService:
     def flush_now(self) -> int:
         """Flush in the calling thread; return the flushed log offset. Raises what
         CommitLog.flush raises (the thread retries; a caller at the stop lets it through)."""
+        started_ns = time.monotonic_ns()
         flushed_bytes = self._commit_log.flush()
+        # Read by on_flushed (the broker's flush-latency histogram), in this same thread.
+        self.last_flush_duration_ns = time.monotonic_ns() - started_ns
         self.positions.advance(FLUSHED, flushed_bytes)
         with self._condition:
             self._flush_total += 1

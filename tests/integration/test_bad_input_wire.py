@@ -56,9 +56,7 @@ from mqbox.protocol.headers import (
 )
 from mqbox.protocol.mqbox_codes import (
     INVOKE_BROKER_TO_RESET_OFFSET,
-    MQBOX_CONSUMER_PROGRESS,
     MQBOX_RESET_CONSUMER_OFFSET,
-    MQBOX_TOPIC_STATUS,
 )
 from mqbox.server.queue_counters import StorePositions, store_positions_name
 from mqbox.server.roles.processors.client_manager import group_name_problem
@@ -315,8 +313,44 @@ SPECS: Final[tuple[Spec, ...]] = (
         {"consumerGroup": GROUP, "clientId": CLIENT_ID},
         {"consumerGroup": GROUP_BAD, "clientId": (MISSING,)},
     ),
-    Spec(MQBOX_TOPIC_STATUS, {"topic": TOPIC}, {"topic": TOPIC_BAD}),
-    Spec(MQBOX_CONSUMER_PROGRESS, {"consumerGroup": GROUP}, {"consumerGroup": GROUP_BAD}),
+    Spec(RequestCode.GET_TOPIC_STATS_INFO, {"topic": TOPIC}, {"topic": TOPIC_BAD}),
+    Spec(RequestCode.GET_CONSUME_STATS, {"consumerGroup": GROUP}, {"consumerGroup": GROUP_BAD}),
+    Spec(
+        RequestCode.GET_CONSUMER_CONNECTION_LIST,
+        {"consumerGroup": GROUP},
+        {"consumerGroup": GROUP_BAD},
+    ),
+    Spec(
+        RequestCode.GET_PRODUCER_CONNECTION_LIST,
+        {"producerGroup": "SweepPG"},
+        {"producerGroup": NAME_BAD},
+    ),
+    Spec(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": TOPIC}, {"topic": (MISSING, "")}),
+    Spec(RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": "false"}, {"isOrder": (MISSING, "")}),
+    Spec(
+        RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+        {"topic": TOPIC, "group": GROUP},
+        {"topic": (MISSING, ""), "group": GROUP_BAD},
+    ),
+    Spec(
+        RequestCode.CONSUME_MESSAGE_DIRECTLY,
+        {
+            "consumerGroup": GROUP,
+            "clientId": CLIENT_ID,
+            "msgId": "7F000001000027430000000000000000",
+        },
+        {
+            "consumerGroup": GROUP_BAD,
+            "clientId": (MISSING, ""),
+            "msgId": (MISSING, "", "XYZ", "G" * 32, "7F00000100002743FFFFFFFFFFFFFFFF"),
+        },
+    ),
+    Spec(
+        RequestCode.UPDATE_BROKER_CONFIG,
+        {},
+        {},
+        bodies=(b"listenPort=1\n", b"no separator\n", b"autoCreateTopicEnable=maybe\n", b"x=1"),
+    ),
     Spec(
         MQBOX_RESET_CONSUMER_OFFSET,
         {"consumerGroup": GROUP, "topic": TOPIC, "to": "timestamp", "timestamp": "0"},
@@ -382,8 +416,8 @@ def broker_state(appliance: Appliance) -> BrokerState:
     with RemotingClient(appliance.broker_address) as broker:
         listed = broker.invoke(RequestCode.GET_ALL_TOPIC_CONFIG)
         assert listed.code == ResponseCode.SUCCESS
-        progress = broker.invoke(MQBOX_CONSUMER_PROGRESS, {"consumerGroup": GROUP})
-    assert progress.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, progress.body[:200]
+        members = broker.invoke(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": GROUP})
+    assert members.code == ResponseCode.CONSUMER_NOT_ONLINE, members.body[:200]
     topics = frozenset(json.loads(listed.body)["topicConfigTable"])
     return BrokerState(pids, appended, written, topics)
 

@@ -39,7 +39,14 @@ from mqbox.admin.cli import app
 from mqbox.config import load_broker_config
 from mqbox.ipc import names
 from mqbox.message import encode_offset_msg_id, pack_host
-from mqbox.server.home import process_alive, read_state, recorded_processes
+from mqbox.server.home import (
+    HaState,
+    HomeLayout,
+    process_alive,
+    read_state,
+    recorded_processes,
+)
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -169,9 +176,10 @@ def closed_port() -> int:
 
 
 def test_the_name_server_is_the_option_else_the_env_else_etc_broker_conf(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv(ops.NAMESRV_ENV, raising=False)
+    monkeypatch.setenv("MQBOX_HOME", str(tmp_path))  # a home where nothing runs
     from_file = load_broker_config(ops.config_paths(None)[1]).namesrv_addr
     assert ops.namesrv_addr(None) == from_file
     monkeypatch.setenv(ops.NAMESRV_ENV, "127.0.0.1:7")
@@ -198,9 +206,39 @@ def test_cluster_list_names_the_broker(appliance: Appliance) -> None:
     assert broker["broker_id"] == 0
     assert broker["address"] == appliance.broker
     assert broker["broker_name"] == "broker-a"
+    assert broker["role"] == "ASYNC_MASTER"
+    assert broker["version"].startswith("mqbox")
+    # A master with no slave says so (run/replication.json of its HA role), or "n/a" before
+    # the HA role's first report.
+    assert broker["ha_state"] in ("no-slave", "n/a")
+    assert broker["slave_lag_bytes"] is None
     text = ok(appliance, "cluster", "list")
-    assert "master" in text
+    assert "ASYNC_MASTER" in text
+    assert "n/a" in text
     assert appliance.broker in text
+
+
+def test_replication_s_run_file_reaches_cluster_list_and_status(appliance: Appliance) -> None:
+    """run/replication.json, which the HA role writes, is what cluster list and status show
+    (docs/layout.md section 4): a master without a slave says so."""
+    path = HomeLayout(appliance.home).replication_path
+    wait_until(path.exists, "the HA role's run/replication.json")
+    (broker,) = ok_json(appliance, "cluster", "list")["brokers"]
+    assert (broker["ha_state"], broker["slave_lag_bytes"]) == ("no-slave", None)
+    status = ops.status(appliance.home)
+    assert (status.ha_state, status.slave_lag_bytes) == ("no-slave", None)
+    assert status.replication["role"] == "master"
+    assert (status.broker_role, status.broker_id) == ("ASYNC_MASTER", 0)
+
+
+def test_ha_state_reads_both_sides_of_replication() -> None:
+    master = {"role": "master", "slaves": [{"address": "x"}], "acked_log_offset": 100}
+    assert HaState.of({**master, "write_log_offset": 4196}) == HaState("serving", 4096, None)
+    assert HaState.of({**master, "slaves": []}).state == "no-slave"
+    slave = {"role": "slave", "state": "connected", "reported_log_offset": 10}
+    assert HaState.of({**slave, "master_log_offset": 30}) == HaState("connected", 20, None)
+    assert HaState.of({**slave, "master_log_offset": 0}) == HaState("connected", None, None)
+    assert HaState.of(None) == HaState("n/a", None, None)
 
 
 def test_the_name_server_can_come_from_the_environment(appliance: Appliance) -> None:
@@ -280,9 +318,9 @@ def test_send_then_tail_gets_it_back(appliance: Appliance) -> None:
     (record,) = tail_json(appliance, topic, "--from", "earliest", "--count", "1", "--json")
     assert record["body"] == "hello tail"
     assert (record["tags"], record["keys"]) == ("TagA", "k1 k2")
-    assert record["msg_id"] == sent["msg_id"]
+    assert (record["msg_id"], record["offset_msg_id"]) == (sent["msg_id"], sent["offset_msg_id"])
+    assert record["properties"]["UNIQ_KEY"] == sent["msg_id"]  # RocketMQ's msgId is the UNIQ_KEY
     assert (record["queue_id"], record["queue_index"]) == (sent["queue_id"], sent["queue_index"])
-    assert record["uniq_key"] == sent["uniq_key"]
     text = ok(appliance, "tail", "--topic", topic, "--from", "earliest", "--count", "1")
     assert sent["msg_id"] in text
     assert "hello tail" in text
@@ -338,17 +376,18 @@ def test_message_get_finds_what_send_printed(appliance: Appliance) -> None:
     topic = "CliGetTopic"
     create_topic(appliance, topic)
     printed = ok(appliance, "send", "--topic", topic, "--tags", "TagG", "--keys", "gk", "body g")
-    match = re.match(r"msgId ([0-9A-F]{32}) ", printed)
+    match = re.match(r"msgId ([0-9A-F]{32}) offsetMsgId ([0-9A-F]{32}) ", printed)
     assert match is not None, printed
-    msg_id = match.group(1)
-    view = ok_json(appliance, "message", "get", msg_id)
-    assert (view["msg_id"], view["topic"], view["body"]) == (msg_id, topic, "body g")
+    msg_id, offset_msg_id = match.group(1), match.group(2)
+    view = ok_json(appliance, "message", "get", offset_msg_id)
+    assert (view["msg_id"], view["offset_msg_id"]) == (msg_id, offset_msg_id)
+    assert (view["topic"], view["body"]) == (topic, "body g")
     assert (view["tags"], view["keys"]) == ("TagG", "gk")
     assert view["broker_address"] == appliance.broker
     assert view["properties"]["TAGS"] == "TagG"
     assert view["queue_index"] == 0
-    text = ok(appliance, "message", "get", msg_id.lower())
-    for fact in (f"topic:             {topic}", "tags:              TagG", "body g"):
+    text = ok(appliance, "message", "get", offset_msg_id.lower())
+    for fact in (f"topic:             {topic}", "tags:              TagG", "body g", msg_id):
         assert fact in text
 
 
@@ -362,9 +401,9 @@ def test_send_reads_the_body_from_stdin(appliance: Appliance) -> None:
         input=body.encode(),
     )
     assert result.exit_code == 0, result.stderr
-    msg_id = json.loads(result.stdout)["msg_id"]
-    assert ok_json(appliance, "message", "get", msg_id)["body"] == body
-    assert "line one\\nline two \u00e9" in ok(appliance, "message", "get", msg_id)
+    offset_msg_id = json.loads(result.stdout)["offset_msg_id"]
+    assert ok_json(appliance, "message", "get", offset_msg_id)["body"] == body
+    assert "line one\\nline two \u00e9" in ok(appliance, "message", "get", offset_msg_id)
 
 
 def test_message_query_finds_messages_by_key_and_uniq_key(appliance: Appliance) -> None:
@@ -379,7 +418,7 @@ def test_message_query_finds_messages_by_key_and_uniq_key(appliance: Appliance) 
     ]
     (only,) = ok_json(appliance, "message", "query", "--topic", topic, "--key", "qk2")["messages"]
     assert only["body"] == "q two"
-    by_uniq = ok_json(appliance, "message", "query", "--topic", topic, "--key", first["uniq_key"])
+    by_uniq = ok_json(appliance, "message", "query", "--topic", topic, "--key", first["msg_id"])
     assert [message["body"] for message in by_uniq["messages"]] == ["q one"]
     assert "q two" in ok(appliance, "message", "query", "--topic", topic, "--key", "qk2")
 
@@ -436,7 +475,6 @@ ERROR_CASES: list[tuple[str, list[str], str]] = [
     ("status-unknown-topic", ["topic", "status", NO_TOPIC], "does not exist"),
     ("update-unknown-topic", ["topic", "update", NO_TOPIC, "--perm", "r"], "does not exist"),
     ("delete-unknown-topic", ["topic", "delete", NO_TOPIC], "does not exist"),
-    ("send-unknown-topic", ["send", "--topic", NO_TOPIC, "x"], "does not exist"),
     ("tail-unknown-topic", ["tail", "--topic", NO_TOPIC, "--count", "1"], "does not exist"),
     ("query-unknown-topic", ["message", "query", "--topic", NO_TOPIC, "--key", "k"], "not exist"),
     (

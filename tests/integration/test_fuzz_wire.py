@@ -69,11 +69,10 @@ from mqbox.protocol.headers import (
 )
 from mqbox.protocol.mqbox_codes import (
     INVOKE_BROKER_TO_RESET_OFFSET,
-    MQBOX_CONSUMER_PROGRESS,
+    MQBOX_BROKER_STATUS,
     MQBOX_NOOP,
     MQBOX_PULL_STATUS,
     MQBOX_RESET_CONSUMER_OFFSET,
-    MQBOX_TOPIC_STATUS,
 )
 from mqbox.server.home import read_state
 from mqbox.server.routing import ROUTES
@@ -191,6 +190,7 @@ def _templates() -> tuple[tuple[int, dict[str, str], bytes], ...]:
         ),
         (RequestCode.PULL_MESSAGE, pull.to_ext(), b""),
         (MQBOX_PULL_STATUS, {}, b""),
+        (MQBOX_BROKER_STATUS, {}, b""),
         (RequestCode.HEART_BEAT, {}, _heartbeat_body()),
         (RequestCode.UNREGISTER_CLIENT, {"clientID": CLIENT_ID, "consumerGroup": GROUP}, b""),
         (RequestCode.GET_CONSUMER_LIST_BY_GROUP, group, b""),
@@ -204,6 +204,11 @@ def _templates() -> tuple[tuple[int, dict[str, str], bytes], ...]:
         (
             RequestCode.QUERY_MESSAGE,
             {"topic": TOPIC, "key": "k", "maxNum": "8", "beginTimestamp": "0", "endTimestamp": "1"},
+            b"",
+        ),
+        (
+            RequestCode.VIEW_BROKER_STATS_DATA,
+            {"statsName": "TOPIC_PUT_NUMS", "statsKey": TOPIC},
             b"",
         ),
         (RequestCode.LOCK_BATCH_MQ, {}, _lock_body()),
@@ -236,8 +241,22 @@ def _templates() -> tuple[tuple[int, dict[str, str], bytes], ...]:
             b"",
         ),
         (MQBOX_NOOP, {}, b""),
-        (MQBOX_TOPIC_STATUS, {"topic": TOPIC}, b""),
-        (MQBOX_CONSUMER_PROGRESS, group, b""),
+        (RequestCode.GET_TOPIC_STATS_INFO, {"topic": TOPIC}, b""),
+        (RequestCode.GET_CONSUME_STATS, group, b""),
+        (RequestCode.GET_CONSUMER_CONNECTION_LIST, group, b""),
+        (RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "FuzzPG"}, b""),
+        (RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": TOPIC}, b""),
+        (RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": "false"}, b""),
+        (RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, {"topic": TOPIC, "group": GROUP}, b""),
+        (
+            RequestCode.CONSUME_MESSAGE_DIRECTLY,
+            {**group, "clientId": CLIENT_ID, "msgId": "7F000001000027430000000000000000"},
+            b"",
+        ),
+        (RequestCode.GET_BROKER_RUNTIME_INFO, {}, b""),
+        (RequestCode.GET_BROKER_CONFIG, {}, b""),
+        (RequestCode.UPDATE_BROKER_CONFIG, {}, b"autoCreateSubscriptionGroup=true\n"),
+        (RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER, {}, b""),
         (MQBOX_RESET_CONSUMER_OFFSET, {**group, "topic": TOPIC, "to": "earliest"}, b""),
     )
 

@@ -11,7 +11,7 @@ it: 17 TOPIC_NOT_EXIST with a remark naming the key).
 Method: the real appliance (tests/support/appliance.py) with the limits set in its broker.conf;
 heartbeats are raw HEART_BEAT requests with hand-made HeartbeatData bodies on FrontClient, and a
 second client times a MQBOX_NOOP to admin.0 while the big heartbeat is served. The topic table
-is read back with GET_ALL_TOPIC_CONFIG, the group table with MQBOX_CONSUMER_PROGRESS.
+is read back with GET_ALL_TOPIC_CONFIG, the group table from subscriptionGroup.json.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ import pytest
 from mqbox.protocol import RemotingCommand
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.headers import SendMessageRequestHeader
-from mqbox.protocol.mqbox_codes import MQBOX_CONSUMER_PROGRESS, MQBOX_NOOP
+from mqbox.protocol.mqbox_codes import MQBOX_NOOP
+from mqbox.store import config_files
+from tests.integration.test_admin_wire import store_config_dir
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
 from tests.support.front_client import FrontClient
 from tests.support.pull_requests import pull_everything_header
@@ -78,9 +80,9 @@ def topic_names(appliance: Appliance) -> set[str]:
 
 
 def group_known(appliance: Appliance, group: str) -> bool:
-    with contextlib.closing(appliance.client()) as client:
-        response = client.call(MQBOX_CONSUMER_PROGRESS, {"consumerGroup": group})
-    return response.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    """The group has a subscription group config (the heartbeat created it)."""
+    table = config_files.load_subscription_groups(store_config_dir(appliance))
+    return group in table.groups
 
 
 def timed_heartbeat(appliance: Appliance, body: bytes) -> tuple[RemotingCommand, float, float]:

@@ -3,8 +3,11 @@ send with DELAY=1 cannot be pulled from its topic at once and can be about a sec
 its body, flag, tags, keys and user properties; CONSUMER_SEND_MSG_BACK (36) puts the message
 into `%RETRY%<group>` after its delay level's time with reconsumeTimes + 1, RETRY_TOPIC and
 ORIGIN_MESSAGE_ID, and the name server routes that topic; a send-back past maxReconsumeTimes or
-with delayLevel -1 lands in `%DLQ%<group>` at once; and a bad offset or a malformed header gets
-code 1 with a remark while every role keeps running.
+with delayLevel -1 lands in `%DLQ%<group>` at once; a bad offset or a malformed header gets
+code 1 with a remark while every role keeps running; and a group may send back only records of
+the topics it consumes (its heartbeat's subscription, or an offset it committed, or its own
+`%RETRY%` topic): the cross-topic read probe (another topic's offset sent back, then read from
+the group's DLQ) gets 16 and copies nothing.
 
 Method: one real appliance for the module (`python -m mqbox.server.supervisor` with every role
 of the broker's topology and the real name server, port 0, a home of its own) with
@@ -26,19 +29,32 @@ import pytest
 from mqbox.client import admin_api
 from mqbox.client.namesrv_api import get_route
 from mqbox.client.remoting import RemotingClient
+from mqbox.config import BrokerConfig
 from mqbox.message import (
     StoredMessage,
     decode_offset_msg_id,
     decode_properties_str,
     encode_properties_str,
 )
-from mqbox.protocol.codes import PULL_FLAG_SUBSCRIPTION, RequestCode, ResponseCode
+from mqbox.protocol.codes import (
+    PULL_FLAG_SUBSCRIPTION,
+    ConsumeFromWhere,
+    ConsumeType,
+    MessageModel,
+    RequestCode,
+    ResponseCode,
+)
 from mqbox.protocol.headers import (
+    ConsumerData,
     ConsumerSendMsgBackRequestHeader,
+    HeartbeatData,
     PullMessageRequestHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
+    SubscriptionData,
+    UpdateConsumerOffsetRequestHeader,
 )
+from mqbox.server.home import store_root_of
 from mqbox.server.roles.processors.topics import SCHEDULE_TOPIC
 from tests.conftest import unique_name
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
@@ -117,6 +133,41 @@ def pull_until(
     return found
 
 
+def subscribe(broker: RemotingClient, group: str, *topics: str) -> None:
+    """A push consumer's heartbeat on this connection: `group` subscribes to `topics` and to
+    its own retry topic, as every clustering consumer does."""
+    subscriptions = tuple(SubscriptionData(topic, "*", (), 1) for topic in topics)
+    data = HeartbeatData(
+        unique_name("client"),
+        (),
+        (
+            ConsumerData(
+                group,
+                ConsumeType.CONSUME_PASSIVELY,
+                MessageModel.CLUSTERING,
+                ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                (*subscriptions, SubscriptionData("%RETRY%" + group, "*", (), 1)),
+            ),
+        ),
+    )
+    response = broker.invoke(RequestCode.HEART_BEAT, {}, data.to_json())
+    assert response.code == ResponseCode.SUCCESS, (response.code, response.remark)
+
+
+def send_back_answer(
+    broker: RemotingClient,
+    group: str,
+    log_offset_bytes: int,
+    delay_level: int = 0,
+    reconsume_times_max: int | None = None,
+) -> tuple[int, str | None]:
+    header = ConsumerSendMsgBackRequestHeader(
+        group, log_offset_bytes, delay_level, max_reconsume_times=reconsume_times_max
+    )
+    response = broker.invoke(RequestCode.CONSUMER_SEND_MSG_BACK, header.to_ext())
+    return response.code, response.remark
+
+
 def send_back(
     broker: RemotingClient,
     group: str,
@@ -124,11 +175,8 @@ def send_back(
     delay_level: int = 0,
     reconsume_times_max: int | None = None,
 ) -> None:
-    header = ConsumerSendMsgBackRequestHeader(
-        group, log_offset_bytes, delay_level, max_reconsume_times=reconsume_times_max
-    )
-    response = broker.invoke(RequestCode.CONSUMER_SEND_MSG_BACK, header.to_ext())
-    assert response.code == ResponseCode.SUCCESS, (response.code, response.remark)
+    answer = send_back_answer(broker, group, log_offset_bytes, delay_level, reconsume_times_max)
+    assert answer[0] == ResponseCode.SUCCESS, answer
 
 
 def wait_routed(appliance: Appliance, topic: str) -> None:
@@ -172,6 +220,7 @@ def test_a_send_back_is_retried_after_its_delay_then_dead_letters_past_the_limit
 ) -> None:
     topic = unique_name("Failing")
     group = unique_name("CG-retry")
+    subscribe(broker, group, topic)
     answer = send(broker, topic, b"please retry", TAGS="TagR", KEYS="order-9", shade="blue")
     send_back(broker, group, log_offset_of(answer.msg_id))
     retry_topic = "%RETRY%" + group
@@ -207,6 +256,7 @@ def test_a_send_back_is_retried_after_its_delay_then_dead_letters_past_the_limit
 def test_delay_level_minus_one_goes_straight_to_the_dlq(broker: RemotingClient) -> None:
     topic = unique_name("Poison")
     group = unique_name("CG-poison")
+    subscribe(broker, group, topic)
     answer = send(broker, topic, b"poison", TAGS="TagP")
     sent_back_at = time.monotonic()
     send_back(broker, group, log_offset_of(answer.msg_id), delay_level=-1)
@@ -245,3 +295,69 @@ def test_bad_send_backs_get_code_1_and_the_broker_stays_up(
     send(broker, topic, b"second")
     assert [m.body for m in pull_until(broker, topic, 2)] == [b"first", b"second"]
     assert all(psutil.pid_exists(pid) for pid in appliance.role_pids)
+
+
+def test_a_send_back_of_another_topics_message_is_refused_and_copies_nothing(
+    appliance: Appliance, broker: RemotingClient
+) -> None:
+    """The cross-topic read probe: a group that consumes only its own topic names the offset of
+    a secret message, asking for it in its DLQ at once (delayLevel -1) and as a retry (delayLevel
+    0: through SCHEDULE_TOPIC_XXXX queue 2, level 3). Nothing is stored: the group's own messages
+    sent back afterwards are the first in its DLQ and the only new entry of that schedule queue
+    (the store keeps the order, so a copy of the secret would come first)."""
+    secret_topic = unique_name("Secret")
+    secret = send(broker, secret_topic, b"not yours")
+    group = unique_name("CG-probe")
+    own_topic = unique_name("Own")
+    subscribe(broker, group, own_topic)
+    scheduled_before = admin_api.get_max_offset(broker, SCHEDULE_TOPIC, 2)
+    for delay_level in (-1, 0):
+        code, remark = send_back_answer(
+            broker, group, log_offset_of(secret.msg_id), delay_level=delay_level
+        )
+        assert code == ResponseCode.NO_PERMISSION, (code, remark)
+        assert remark is not None
+        assert group in remark
+        assert secret_topic not in remark
+    # A group with no claim at all (no heartbeat, no offset) is refused the same way.
+    stranger = unique_name("CG-stranger")
+    code, _remark = send_back_answer(broker, stranger, log_offset_of(secret.msg_id), -1)
+    assert code == ResponseCode.NO_PERMISSION
+
+    mine = send(broker, own_topic, b"mine")
+    send_back(broker, group, log_offset_of(mine.msg_id), delay_level=-1)
+    (dead,) = pull_until(broker, "%DLQ%" + group, 1)
+    assert dead.body == b"mine"
+    send_back(broker, group, log_offset_of(mine.msg_id), delay_level=0)
+    deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+    while admin_api.get_max_offset(broker, SCHEDULE_TOPIC, 2) == scheduled_before:
+        assert time.monotonic() < deadline, "the own send-back never reached the schedule queue"
+        time.sleep(0.05)
+    assert admin_api.get_max_offset(broker, SCHEDULE_TOPIC, 2) == scheduled_before + 1
+    (retried,) = pull_until(broker, "%RETRY%" + group, 1)
+    assert retried.body == b"mine"
+    assert all(psutil.pid_exists(pid) for pid in appliance.role_pids)
+
+
+def test_a_group_without_live_members_may_send_back_what_it_committed_offsets_for(
+    appliance: Appliance,
+) -> None:
+    """A late send-back: the group has no member in the live table (as after a broker restart,
+    a reconnect, or 120 s of silence; here it never heartbeated), but it committed an offset for
+    the topic, which the broker keeps in consumerOffset.json: the retry still works."""
+    topic = unique_name("Late")
+    group = unique_name("CG-late")
+    with RemotingClient(appliance.broker_address, REQUEST_TIMEOUT_MS) as late:
+        answer = send(late, topic, b"late retry")
+        commit = UpdateConsumerOffsetRequestHeader(group, topic, 0, 1).to_ext()
+        committed = late.invoke(RequestCode.UPDATE_CONSUMER_OFFSET, commit)
+        assert committed.code == ResponseCode.SUCCESS, committed.remark
+        store_root = store_root_of(appliance.home.resolve(), BrokerConfig())
+        offsets_file = store_root / "config" / "consumerOffset.json"
+        deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+        while f"{topic}@{group}" not in (offsets_file.read_text() if offsets_file.exists() else ""):
+            assert time.monotonic() < deadline, "admin.0 never saved the committed offset"
+            time.sleep(0.1)
+        send_back(late, group, log_offset_of(answer.msg_id), delay_level=-1)
+        (dead,) = pull_until(late, "%DLQ%" + group, 1)
+    assert dead.body == b"late retry"

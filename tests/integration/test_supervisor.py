@@ -422,7 +422,13 @@ def test_role_that_never_reports_ready_fails_the_start_and_leaves_nothing(
     assert "role send.0 did not report ready within 2 s" in running.report["error"]
     assert running.wait() == supervisor.EXIT_START_FAILED
     started = [e.pid for e in roles.read_events(home) if e.what == "start"]
-    started_before_send = {"store_writer.0", "dispatcher.0", "services.0", "schedule.0"}
+    started_before_send = {
+        "store_writer.0",
+        "dispatcher.0",
+        "services.0",
+        "schedule.0",
+        "ha_service.0",
+    }
     assert len(started) == len(started_before_send | {"send.0"})
     assert_nothing_left(running, [running.popen.pid, *started])
 

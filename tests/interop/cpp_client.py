@@ -268,6 +268,12 @@ def describe(message):
     )
 
 
+def sign_with_credentials(client):
+    """spec["credentials"] = [access key, secret key, channel]: the plain ACL's session."""
+    if spec.get("credentials"):
+        client.set_session_credentials(*spec["credentials"])
+
+
 def status_name(status):
     return SendStatus(status).name
 
@@ -277,6 +283,7 @@ def produce():
     producer.set_namesrv_addr(spec["namesrv"])
     producer.set_timeout(spec.get("timeout_ms", 3000))
     producer.set_max_message_size(spec.get("max_message_size", 4 * 1024 * 1024))
+    sign_with_credentials(producer)
     producer.start()
     emit(event="started")
     topic = spec["topic"]
@@ -374,6 +381,7 @@ def push():
     def on_message(message):
         emit(**describe(message))
 
+    sign_with_credentials(consumer)
     consumer.subscribe(spec["topic"], on_message, spec.get("expression", "*"))
     consumer.start()
     emit(event="started", pid=os.getpid())
@@ -386,6 +394,7 @@ def push():
 def pull():
     consumer = PullConsumer(spec["group"])
     consumer.set_namesrv_addr(spec["namesrv"])
+    sign_with_credentials(consumer)
     consumer.start()
     emit(event="started", pid=os.getpid())
     for message in consumer.pull(spec["topic"], spec.get("expression", "*")):
@@ -557,7 +566,7 @@ def cpp_child(
 
 def produce(
     directory: Path,
-    appliance: Appliance,
+    appliance: Appliance | str,
     topic: str,
     messages: Sequence[SentMessage],
     reap_pids: list[int],
@@ -568,10 +577,10 @@ def produce(
 ) -> list[dict[str, Any]]:
     """Send `messages` from one C++ producer child with `method` (sync, async, oneway, orderly
     with `order_args`, batch with `batches` of indexes; `delay_levels` maps a seq to its delay
-    level); its events once it ended."""
+    level); its events once it ended. `appliance` may be a name server address (a layout)."""
     spec = {
         "mode": "produce",
-        "namesrv": appliance.namesrv_address,
+        "namesrv": appliance if isinstance(appliance, str) else appliance.namesrv_address,
         "group": unique_name("PG"),
         "topic": topic,
         "method": method,

@@ -33,6 +33,7 @@ BROKER_CONF: Final = (
     "mapedFileSizeConsumeQueue=60000\n"
     "mqboxSendProcessorCount=1\n"
     "mqboxPullProcessorCount=1\n"
+    "mqboxHttpPort=0\n"
 )
 # Retention at once (tests of deleted segments): 64 KiB commit-log segments, 64-entry consume-queue
 # segments, and RocketMQ's keys set to delete a segment as soon as the writer rolled past it.
@@ -50,6 +51,7 @@ RETENTION_BROKER_CONF: Final = (
     "flushIntervalConsumeQueue=200\n"
     "mqboxSendProcessorCount=1\n"
     "mqboxPullProcessorCount=1\n"
+    "mqboxHttpPort=0\n"
 )
 
 
@@ -65,6 +67,8 @@ class Appliance:
     output_path: Path
     role_pids: list[int]
     roles: dict[str, int] = dataclasses.field(default_factory=dict)  # role id -> pid
+    http_url: str = ""  # the HTTP endpoint (mqboxHttpPort=0 in BROKER_CONF), "" if none
+    ha_address: str = ""  # a master's HA listening address (haListenPort), "" on a slave
 
     @property
     def broker_port(self) -> int:
@@ -175,4 +179,6 @@ def running_appliance(
             output_path,
             [int(pid) for pid in ready["roles"].values()],
             {str(role_id): int(pid) for role_id, pid in ready["roles"].items()},
+            str(ready.get("http") or ""),
+            str(ready.get("ha") or ""),
         )

@@ -29,10 +29,15 @@ class FrontClient:
         *,
         pump: Callable[[], object] = _sleep_briefly,
         receive_buffer_size_bytes: int | None = None,
+        source_host: str | None = None,
     ) -> None:
+        """`source_host`: the local address to connect from (any 127.x.y.z works on Linux),
+        so a test can be a peer that a server's address rules treat differently."""
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if receive_buffer_size_bytes is not None:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_size_bytes)
+        if source_host is not None:
+            self.sock.bind((source_host, 0))
         self.sock.connect((host, port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.setblocking(False)

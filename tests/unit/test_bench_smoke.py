@@ -20,6 +20,7 @@ SCRIPTS = sorted(path for path in BENCH_DIR.glob("*.py") if not path.name.starts
 SHARED_KEYS = {"bench", "params", "msgs", "secs", "msgs_per_s", "MB_per_s", "checksum", "host"}
 # The figures a script exists for: present and not null in its smoke line.
 FIGURE_KEYS = {
+    "acl": {"batch_check_us", "batch_check_ns_per_msg", "single_check_us"},
     "latency": {"cpp_p50_us", "cpp_p99_us", "cpp_count", "raw_p50_us", "raw_p99_us", "raw_count"},
     "sync_flush": {"single_msgs_per_s", "batch_msgs_per_s", "single_client_cpu_pct"},
     "memory": {"idle_pss_mb", "after_pss_mb", "ratio", "requests"},
@@ -51,7 +52,8 @@ def test_there_are_bench_scripts() -> None:
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.stem)
 def test_bench_smoke_prints_one_json_line(script: Path, tmp_path: Path) -> None:
-    environment = dict(os.environ, TMPDIR=str(tmp_path))
+    # PYTHONPATH: the scripts import this tree's mqbox, not whichever the venv installed
+    environment = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(BENCH_DIR.parent))
     result = subprocess.run(
         [sys.executable, str(script), "--smoke"],
         capture_output=True,
@@ -78,3 +80,24 @@ def test_figure_keys_name_existing_scripts() -> None:
     stems = {path.stem for path in SCRIPTS}
     assert FIGURE_KEYS.keys() <= stems
     assert FAILURE_KEYS.keys() <= stems
+
+
+@pytest.mark.parametrize("stem", ["produce", "latency"])
+def test_bench_smoke_with_the_acl_on(stem: str, tmp_path: Path) -> None:
+    """--acl: the appliance checks every request and the bench signs them; none is refused."""
+    # PYTHONPATH: the scripts import this tree's mqbox, not whichever the venv installed
+    environment = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(BENCH_DIR.parent))
+    result = subprocess.run(
+        [sys.executable, str(BENCH_DIR / f"{stem}.py"), "--smoke", "--acl"],
+        capture_output=True,
+        text=True,
+        timeout=SMOKE_TIMEOUT_SECS,
+        env=environment,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    document = json.loads(result.stdout.strip().splitlines()[-1])
+    assert document["params"]["acl"] is True
+    assert document["msgs"] > 0
+    for key in FAILURE_KEYS.get(stem, set()):
+        assert document[key] == 0, (key, document)

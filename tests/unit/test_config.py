@@ -10,14 +10,18 @@ from pathlib import Path
 import pytest
 
 from mqbox.config import (
+    REFUSED_BROKER_KEYS,
     BrokerConfig,
     BrokerRole,
     FlushDiskType,
     LimitConfig,
     NamesrvConfig,
     delay_level_durations_ms,
+    ignored_keys_warning,
     load_broker_config,
+    load_layout,
     load_namesrv_config,
+    member_name,
     parse_properties,
 )
 from mqbox.errors import ConfigError
@@ -177,3 +181,142 @@ def test_delay_levels_are_rocketmq_defaults() -> None:
     assert durations[0] == 1000
     assert durations[2] == 10_000
     assert durations[-1] == 2 * 3_600_000
+
+
+def test_http_endpoint_keys_load_and_are_bounded() -> None:
+    default = load_broker_config()
+    assert (default.http_port, default.http_host) == (5557, "127.0.0.1")
+    config = load_broker_config(overrides={"mqboxHttpPort": "0", "mqboxHttpHost": "0.0.0.0"})
+    assert (config.http_port, config.http_host) == (0, "0.0.0.0")
+    assert load_broker_config(overrides={"mqboxHttpPort": "-1"}).http_port == -1
+    for bad in ("-2", "65536", "web"):
+        with pytest.raises(ConfigError, match="mqboxHttpPort"):
+            load_broker_config(overrides={"mqboxHttpPort": bad})
+
+
+# --- keys mqbox does not implement (issue 16 section 5, issue 14 item 1) ------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("enableLmq", "true"),
+        ("enablePropertyFilter", "TRUE"),
+        ("transientStorePoolEnable", "1"),
+        ("enableDLegerCommitLog", "true"),
+        ("brokerPermission", "4"),
+        ("storePathCommitLog", "/data/commitlog"),
+    ],
+)
+def test_a_key_that_changes_behaviour_is_refused_naming_key_and_file(
+    tmp_path: Path, key: str, value: str
+) -> None:
+    path = tmp_path / "broker.conf"
+    path.write_text(f"brokerName = b\n{key} = {value}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_broker_config(path)
+    message = str(caught.value)
+    assert str(path) in message
+    assert f"{key}={value}" in message
+    assert "does not implement" in message
+
+
+def test_a_refused_key_at_rocketmq_s_default_is_only_ignored() -> None:
+    harmless = {
+        key: refused.harmless
+        for key, refused in REFUSED_BROKER_KEYS.items()
+        if refused.harmless is not None
+    }
+    config = load_broker_config(None, {**harmless, "enableLmq": "False"})
+    assert set(config.unknown_keys) == set(harmless)
+
+
+def test_an_unknown_mqbox_key_is_a_typo_and_refused_with_the_nearest_names() -> None:
+    with pytest.raises(ConfigError, match="did you mean mqboxReactorCount"):
+        load_broker_config(None, {"mqboxReactorCont": "2"})
+    with pytest.raises(ConfigError, match="mqboxKvEntryCountMix is not an mqbox key"):
+        load_namesrv_config(None, {"mqboxKvEntryCountMix": "2"})
+
+
+def test_harmless_unknown_keys_make_one_warning_line(tmp_path: Path) -> None:
+    config = load_broker_config(
+        None, {"sendMessageThreadPoolNums": "4", "warmMapedFileEnable": "1"}
+    )
+    line = ignored_keys_warning(tmp_path / "b.conf", config.unknown_keys)
+    assert line is not None
+    assert "\n" not in line
+    assert "sendMessageThreadPoolNums" in line
+    assert "warmMapedFileEnable" in line
+    assert ignored_keys_warning("x", ()) is None
+
+
+def test_replication_keys_load() -> None:
+    config = load_broker_config(
+        None,
+        {
+            "brokerRole": "SLAVE",
+            "brokerId": "2",
+            "haMasterAddress": "10.0.0.1:10912",
+            "slaveReadEnable": "true",
+            "brokerIP2": "10.0.0.9",
+        },
+    )
+    assert config.broker_role is BrokerRole.SLAVE
+    assert (config.ha_master_address, config.slave_read_enable) == ("10.0.0.1:10912", True)
+    assert config.broker_ip2 == "10.0.0.9"
+    assert member_name(config) == "broker-a-s2"
+
+
+# --- layouts ----------------------------------------------------------------------------------
+
+
+def test_the_2m_2s_example_loads_as_four_brokers() -> None:
+    layout = load_layout(ETC / "examples" / "2m-2s")
+    members = {member.name: member.broker for member in layout.members}
+    assert list(members) == ["broker-a", "broker-a-s", "broker-b", "broker-b-s"]
+    assert {(b.broker_name, b.broker_id) for b in members.values()} == {
+        ("broker-a", 0),
+        ("broker-a", 1),
+        ("broker-b", 0),
+        ("broker-b", 1),
+    }
+    assert members["broker-a"].broker_role is BrokerRole.SYNC_MASTER
+    assert members["broker-b-s"].broker_role is BrokerRole.SLAVE
+    assert layout.namesrv_config_path == ETC / "namesrv.conf"
+    with pytest.raises(ConfigError, match="no broker 'broker-c'"):
+        layout.member("broker-c")
+
+
+def _write_layout(directory: Path, brokers: dict[str, str], extra: str = "") -> Path:
+    directory.mkdir()
+    for name, text in brokers.items():
+        (directory / name).write_text(text)
+    (directory / "mqbox.conf").write_text(f"brokers = {';'.join(brokers)}\n{extra}")
+    return directory
+
+
+def test_a_layout_refuses_a_broker_twice_colliding_ports_and_unknown_keys(tmp_path: Path) -> None:
+    twice = _write_layout(
+        tmp_path / "twice",
+        {
+            "a.conf": "brokerName = x\nlistenPort = 0\n",
+            "b.conf": "brokerName = x\nlistenPort = 0\n",
+        },
+    )
+    with pytest.raises(ConfigError, match="both brokerName=x brokerId=0"):
+        load_layout(twice)
+    clash = _write_layout(
+        tmp_path / "clash",
+        {
+            "a.conf": "brokerName = x\nlistenPort = 20000\n",
+            "b.conf": "brokerName = y\nlistenPort = 20001\n",
+        },
+    )
+    with pytest.raises(ConfigError, match="want port 20001"):
+        load_layout(clash)
+    odd = _write_layout(tmp_path / "odd", {"a.conf": "brokerName = x\n"}, "colour = blue\n")
+    with pytest.raises(ConfigError, match="unknown key 'colour'"):
+        load_layout(odd)
+    refused = _write_layout(tmp_path / "refused", {"a.conf": "enableDLegerCommitLog = true\n"})
+    with pytest.raises(ConfigError, match=r"a\.conf: enableDLegerCommitLog=true"):
+        load_layout(refused)

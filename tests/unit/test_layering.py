@@ -148,6 +148,19 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # The connector is a client: it reaches brokers over the wire only (docs/spark.md).
     "mqbox.spark": ("mqbox.store", "mqbox.server", "mqbox.ipc", "mqbox.admin"),
     "mqbox.config": ("mqbox.store", "mqbox.server", "mqbox.protocol", "mqbox.ipc"),
+    # The plain ACL is pure rules over protocol's codes and headers: the codec, the name server
+    # and the clients call it; it reaches no socket, ring or process.
+    "mqbox.acl": (
+        "socket",
+        "selectors",
+        "mqbox.store",
+        "mqbox.server",
+        "mqbox.ipc",
+        "mqbox.namesrv",
+        "mqbox.client",
+        "mqbox.admin",
+        "mqbox.spark",
+    ),
 }
 # The client's pure foundation (algorithms, tables, decoding): no sockets, threads or clocks, and
 # none of the client's I/O modules. Callers pass `now_ms` in and do the I/O themselves.

@@ -7,7 +7,14 @@ parcels toward reactor.(conn >> 56); the per-connection facts a processor needs 
 elsewhere (the peer's address, from CONNECTION_OPENED); and the lazy COMPLETED notices that let
 the worker stop tracking answered requests. RocketMQ's NettyServerCodecThread, as a process.
 Never: touches a socket, routes by request code (the worker does), or looks inside extFields or
-bodies (processors do, with protocol.headers).
+bodies (processors do, with protocol.headers), except for the ACL below.
+
+With `aclEnable=true` the codec also checks each request against the plain ACL (mqbox/acl,
+docs/acl.md) right after decoding its header, once per request (a batch is one request): it
+already holds the extFields and the body that the signature covers. A refused request never
+reaches the worker: it is answered SYSTEM_ERROR with the ACL's remark (a oneway one is only
+counted as unanswered), and the validator counts and logs it, rate-limited. Clients' responses
+to broker requests are not checked, as Java's hook runs on requests only.
 
 Invariants:
 - A connection's COMMANDs leave in the order its FRAMEs arrived: one ring from each reactor, one
@@ -43,6 +50,7 @@ from typing import Final, NoReturn
 import orjson
 
 from mqbox import resources
+from mqbox.acl.validator import AclStatistics, AclValidator, acl_file_path
 from mqbox.ipc.ring import Ring
 from mqbox.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, SerializeType
 from mqbox.protocol.command import INT32_MAX, INT32_MIN, RemotingCommand, decode_command
@@ -95,6 +103,7 @@ class CodecStatistics:
     spill_count: int
     sleep_count: int
     turn_count: int
+    acl: AclStatistics | None  # None when aclEnable is false
 
 
 class Codec:
@@ -153,6 +162,11 @@ class Codec:
         self._replies_dropped = 0
         self._completed_notices = 0
         self._turn_count = 0
+        self.acl: AclValidator | None = None
+        if ctx.broker.acl_enable:
+            # `mqbox start` refused a bad file already; one that went bad since refuses all.
+            path = acl_file_path(ctx.broker.acl_file, ctx.home)
+            self.acl = AclValidator(path, fail_closed=True, logger=log)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -289,6 +303,14 @@ class Codec:
                 header_size,
                 0,  # the serving generation: the worker stamps it
             )
+            if self.acl is not None and not command.flag & FLAG_RESPONSE:
+                body = view[header_start + header_size : frame_end]
+                remark = self.acl.check(
+                    command.code, command.ext_fields, body, socket.inet_ntoa(peer_ipv4)
+                )
+                if remark is not None:
+                    self._refuse(conn_id, command, serialize_type, remark)
+                    return
         except RemoteProtocolError as error:
             self._on_protocol_error(conn_id, serialize_type, header, error)
             return
@@ -300,6 +322,27 @@ class Codec:
         outbox.append(parcels.COMMAND, head, view[header_start:frame_end])
         if command.flag & _FLAG_NO_ANSWER:
             self._no_answer_counts[conn_id] = self._no_answer_counts.get(conn_id, 0) + 1
+
+    def _refuse(
+        self, conn_id: int, command: RemotingCommand, serialize_type: int, remark: str
+    ) -> None:
+        """Answer a request the ACL refused, without passing it on (a oneway one: no answer,
+        but the reactor learns that none will come)."""
+        if command.flag & FLAG_ONEWAY:
+            self._no_answer_counts[conn_id] = self._no_answer_counts.get(conn_id, 0) + 1
+            return
+        outbox = self.reactor_outboxes.get(parcels.reactor_of(conn_id))
+        if outbox is None:
+            return
+        response = RemotingCommand(
+            ResponseCode.SYSTEM_ERROR,
+            opaque=command.opaque,
+            flag=FLAG_RESPONSE,
+            remark=remark,
+            serialize_type=SerializeType(serialize_type),
+        )
+        frame = encode_whole_command(response, self.frame_size_bytes_max)
+        outbox.append(parcels.RESPONSE, parcels.pack_response_head(conn_id, 0, 0), frame)
 
     def _on_protocol_error(
         self, conn_id: int, serialize_type: int, header: memoryview, error: RemoteProtocolError
@@ -487,6 +530,7 @@ class Codec:
             spill_count=self.spill_writer.spill_count,
             sleep_count=self.sleeper.sleep_count,
             turn_count=self._turn_count,
+            acl=None if self.acl is None else self.acl.statistics(),
         )
 
 

@@ -96,7 +96,14 @@ BACKED_UP_RETRY_MS: Final = 1
 CQ_MAP_COUNT_MAX: Final = 64
 SCHEDULE_TOPIC_BYTES: Final = SCHEDULE_TOPIC.encode()
 _SIZE: Final = struct.Struct("<i4x")  # one record size, padded to 8 bytes (parcels.APPEND)
-_OK_CODES: Final = frozenset({int(ResponseCode.SUCCESS), int(ResponseCode.FLUSH_DISK_TIMEOUT)})
+_OK_CODES: Final = frozenset(  # stored, whether or not yet durable or replicated
+    {
+        int(ResponseCode.SUCCESS),
+        int(ResponseCode.FLUSH_DISK_TIMEOUT),
+        int(ResponseCode.SLAVE_NOT_AVAILABLE),
+        int(ResponseCode.FLUSH_SLAVE_TIMEOUT),
+    }
+)
 _MESSAGE_ILLEGAL: Final = int(ResponseCode.MESSAGE_ILLEGAL)
 
 # A delivery's state.

@@ -25,7 +25,9 @@ from __future__ import annotations
 import logging
 from typing import Final, NoReturn
 
+from mqbox.acl.signature import SessionCredentials
 from mqbox.client.registration import BrokerRegistrar
+from mqbox.config import BrokerConfig
 from mqbox.errors import MqboxError
 from mqbox.ipc.ring import ParcelBatch, Ring
 from mqbox.protocol.headers import (
@@ -34,8 +36,12 @@ from mqbox.protocol.headers import (
     RegisterBrokerRequestHeader,
     TopicConfig,
 )
+from mqbox.run_files import write_json_atomically
 from mqbox.server import runtime
+from mqbox.server.home import HomeLayout
 from mqbox.server.runtime import RoleContext
+from mqbox.server.web.server import WebEndpoint
+from mqbox.server.web.sources import BrokerSources
 from mqbox.store import config_files
 from mqbox.store.layout import TOPICS_FILE_NAME, config_dir
 
@@ -52,12 +58,12 @@ def registration_request(
     """REGISTER_BROKER's header and body for this broker, with the topic table as stored now.
     Raises ConfigError (an MqboxError: the registrar retries) if topics.json is unreadable."""
     broker = ctx.broker
-    host = broker.broker_ip1 or "127.0.0.1"
+    ha_host = broker.broker_ip2 or broker.broker_ip1 or "127.0.0.1"  # RocketMQ: brokerIP2
     header = RegisterBrokerRequestHeader(
         broker_name=broker.broker_name,
         broker_addr=ctx.broker_address,
         cluster_name=broker.broker_cluster_name,
-        ha_server_addr=f"{host}:{broker.ha_listen_port}",
+        ha_server_addr=f"{ha_host}:{broker.ha_listen_port}",
         broker_id=broker.broker_id,
     )
     table = config_files.load_topics(config_dir(ctx.store_root), use_backup_if_corrupt=True)
@@ -101,6 +107,44 @@ class _TopicsWatcher:
         return True
 
 
+def start_web(ctx: RoleContext) -> tuple[BrokerSources, WebEndpoint] | None:
+    """The statistics sampler and the HTTP endpoint (server/web/), unless mqboxHttpPort is -1.
+    A port that cannot be bound is logged and leaves the broker without the endpoint (the
+    sampler still runs: 315 and 28 need it), never stops it."""
+    if ctx.statistics is None:
+        return None
+    sources = BrokerSources(ctx)
+    sources.start()
+    broker = ctx.broker
+    if broker.http_port < 0:
+        return None
+    try:
+        endpoint = WebEndpoint(sources, broker.http_host, broker.http_port)
+    except OSError as error:
+        log.warning(
+            "no HTTP endpoint: cannot bind %s:%d: %s",
+            broker.http_host,
+            broker.http_port,
+            error.strerror or error,
+        )
+        write_json_atomically(
+            HomeLayout(ctx.home).http_path, {"error": f"cannot bind: {error.strerror or error}"}
+        )
+        return None
+    endpoint.start(ctx.home)
+    log.info("HTTP endpoint: %s", endpoint.url)
+    return sources, endpoint
+
+
+def namesrv_credentials(broker: BrokerConfig) -> SessionCredentials | None:
+    """The account registrations are signed with: mqboxNamesrvAccessKey/SecretKey, which
+    `mqbox start` fills from the ACL file's first admin account when the ACL is on and they
+    are not given (supervisor._check_acl); None: unsigned."""
+    if not broker.namesrv_access_key:
+        return None
+    return SessionCredentials(broker.namesrv_access_key, broker.namesrv_secret_key)
+
+
 def main(ctx: RoleContext) -> NoReturn:
     """The services role (runtime.py has the contract)."""
     rings = runtime.attach_rings(ctx)
@@ -108,14 +152,18 @@ def main(ctx: RoleContext) -> NoReturn:
         ctx.broker.namesrv_addr,
         lambda: registration_request(ctx),
         period_ms=ctx.broker.register_name_server_period_ms,
+        credentials=namesrv_credentials(ctx.broker),
     )
     topics = _TopicsWatcher(ctx)
+    web = start_web(ctx)
     registrar.start()
     # Report ready once the name servers know the broker, so `mqbox start` returns with routes
     # in place; a name server that is down only delays that by FIRST_REGISTRATION_WAIT_MS.
     if not registrar.wait_registered(FIRST_REGISTRATION_WAIT_MS):
         log.warning("not registered with every name server of %s yet", ctx.broker.namesrv_addr)
-    ctx.report_ready({"namesrv_addr": ctx.broker.namesrv_addr})
+    ctx.report_ready(
+        {"namesrv_addr": ctx.broker.namesrv_addr, "http": web[1].url if web is not None else ""}
+    )
     log.info("ready: registering %s with %s", ctx.broker_address, ctx.broker.namesrv_addr)
 
     def on_batch(producer: str, ring: Ring, batch: ParcelBatch) -> None:
@@ -126,6 +174,9 @@ def main(ctx: RoleContext) -> NoReturn:
             registrar.register_now()
 
     def on_stop() -> None:
+        if web is not None:
+            web[1].stop()
+            web[0].stop()
         try:
             registrar.stop(UNREGISTER_TIMEOUT_MS)
         except MqboxError as error:

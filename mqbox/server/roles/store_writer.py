@@ -58,7 +58,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mqbox.clock import wall_clock_ms
-from mqbox.config import FlushDiskType
+from mqbox.config import BrokerRole, FlushDiskType
 from mqbox.errors import (
     DiskFullError,
     MessageIllegalError,
@@ -78,11 +78,12 @@ from mqbox.server.queue_counters import (
 from mqbox.server.roles.processors.topics import TopicConfigStore
 from mqbox.server.roles.store_housekeeper import StoreHousekeeper
 from mqbox.server.runtime import RoleContext
+from mqbox.server.statistics import HISTOGRAM_FLUSH
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillWriter
 from mqbox.store import recovery
 from mqbox.store.commit_log import AppendResult, record_log_offsets
-from mqbox.store.flush import SYNC_ACK_POSITIONS
+from mqbox.store.flush import FLUSHED, SYNC_ACK_POSITIONS
 from mqbox.store.idempotence import (
     IdempotenceWindow,
     RecordIdentity,
@@ -106,6 +107,15 @@ _FLUSH_DISK_TIMEOUT: Final = int(ResponseCode.FLUSH_DISK_TIMEOUT)
 _MESSAGE_ILLEGAL: Final = int(ResponseCode.MESSAGE_ILLEGAL)
 _SERVICE_NOT_AVAILABLE: Final = int(ResponseCode.SERVICE_NOT_AVAILABLE)
 _SYSTEM_ERROR: Final = int(ResponseCode.SYSTEM_ERROR)
+_SLAVE_NOT_AVAILABLE: Final = int(ResponseCode.SLAVE_NOT_AVAILABLE)
+_FLUSH_SLAVE_TIMEOUT: Final = int(ResponseCode.FLUSH_SLAVE_TIMEOUT)
+# Roles told of each new write position (WRITTEN): the dispatcher, and the HA role of either side.
+_WRITTEN_KINDS: Final = frozenset(
+    {RoleKind.DISPATCHER.value, RoleKind.HA_SERVICE.value, RoleKind.HA_CLIENT.value}
+)
+# What an acknowledgement waits to cover its records (store/flush.py's seam): the flush, the
+# slave's report (REPLICATED, SYNC_MASTER), or both.
+REPLICATED: Final = "replicated"
 
 
 def store_config_of(ctx: RoleContext) -> StoreConfig:
@@ -150,6 +160,9 @@ class _SyncWait:
     deadline_ns: int
     sender: str
     ack: AppendAck
+    # the ack's code once covered: SUCCESS, or SLAVE_NOT_AVAILABLE for a SYNC_MASTER append
+    # that found no slave fit to wait for (it still waits for its flush under SYNC_FLUSH)
+    code_when_covered: int = _OK
 
 
 class StoreWriter:
@@ -171,6 +184,8 @@ class StoreWriter:
         self.store_root = ctx.store_root
         broker = ctx.broker
         self.flush_disk_type = broker.flush_disk_type
+        self.broker_role = broker.broker_role
+        self.slave_fallbehind_max_bytes = broker.ha_slave_fallbehind_max_bytes
         self.sync_flush_timeout_ns = broker.sync_flush_timeout_ms * 1_000_000
         config = store_config_of(ctx)
         self.store, self.recovery_report = open_store_for_writing(ctx.store_root, config)
@@ -188,6 +203,9 @@ class StoreWriter:
         if added:
             log.info("created system topics: %s", ", ".join(added))
         self.positions = StorePositions.create(store_positions_name(ctx.instance))
+        # The flush thread's words of the statistics block (it writes no others).
+        self.stats = runtime.statistics_writer(ctx)
+        self._flushed_seen_bytes = self.commit_log.flushed_log_offset_bytes
         self.positions.publish_write(self.commit_log.write_log_offset_bytes, 0)
         self.positions.publish_flushed(
             self.commit_log.flushed_log_offset_bytes, self.commit_log.flushed_store_timestamp_ms
@@ -199,11 +217,11 @@ class StoreWriter:
             Inbox(Ring.attach(spec.name), spec.producer) for spec in topology.rings_to(self.role_id)
         ]
         self.ack_outboxes: dict[str, Outbox] = {}
-        self.dispatcher_outboxes: list[Outbox] = []
+        self.written_outboxes: list[Outbox] = []
         for spec in topology.rings_from(self.role_id):
             outbox = Outbox(Ring.attach(spec.name), self.spill_writer)
-            if spec.consumer.startswith(RoleKind.DISPATCHER.value + "."):
-                self.dispatcher_outboxes.append(outbox)
+            if spec.consumer.split(".", 1)[0] in _WRITTEN_KINDS:
+                self.written_outboxes.append(outbox)
             else:
                 self.ack_outboxes[spec.consumer] = outbox
         self.epoll = select.epoll()
@@ -251,7 +269,16 @@ class StoreWriter:
             )
         self._idempotent_requests = 0
         self._idempotent_duplicates = 0
-        self._sync_waits: collections.deque[_SyncWait] = collections.deque()
+        # One queue of waits per set of positions they need, each in log order, so one
+        # position's progress releases a prefix of its queue (batched waiting).
+        self._sync_waits: dict[tuple[str, ...], collections.deque[_SyncWait]] = {}
+        self._replicated_log_offset_bytes = 0  # the slaves' greatest report (REPLICATED)
+        self._slave_count = 0
+        self._replica_records = 0
+        self._replica_refused = 0
+        self._replica_overlap_bytes = 0
+        self._replica_stopped = False
+        self._slave_not_available = 0
         self._topic_names: dict[bytes, str] = {}
         self._published_log_offset_bytes = self.commit_log.write_log_offset_bytes
         self._append_requests = 0
@@ -287,8 +314,11 @@ class StoreWriter:
         if work:
             return work
         wait_ms = IDLE_WAIT_MS
-        if self._sync_waits:
-            due_ns = self._sync_waits[0].deadline_ns - time.monotonic_ns()
+        first_deadline_ns = min(
+            (waits[0].deadline_ns for waits in self._sync_waits.values() if waits), default=None
+        )
+        if first_deadline_ns is not None:
+            due_ns = first_deadline_ns - time.monotonic_ns()
             wait_ms = max(0, min(wait_ms, -(-due_ns // 1_000_000)))
         if timeout_ms >= 0:
             wait_ms = min(wait_ms, timeout_ms)
@@ -305,6 +335,9 @@ class StoreWriter:
         """Run by the flush thread after each flush (and by close's last one): publish the
         flushed position and store time (the checkpoint's source), and under SYNC_FLUSH wake
         the main loop, which releases the acks the flush covered."""
+        if flushed_log_offset_bytes > self._flushed_seen_bytes:  # a flush that wrote something
+            self._flushed_seen_bytes = flushed_log_offset_bytes
+            self.stats.observe_ns(HISTOGRAM_FLUSH, self.flusher.last_flush_duration_ns)
         self.positions.publish_flushed(flushed_log_offset_bytes, store_timestamp_ms)
         if self.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             with contextlib.suppress(BlockingIOError):
@@ -321,9 +354,16 @@ class StoreWriter:
         try:
             for parcel_type, buffer, offset, size in inbox.parcels(batch):
                 handled += 1
-                if parcel_type != parcels.APPEND:
+                if parcel_type == parcels.APPEND:
+                    self._append(inbox.producer, buffer, offset, size)
+                elif parcel_type == parcels.REPLICA:
+                    self._append_replica(buffer, offset, size)
+                elif parcel_type == parcels.REPLICATED:
+                    acked_bytes, self._slave_count = parcels.unpack_replicated(buffer, offset)
+                    if acked_bytes > self._replicated_log_offset_bytes:
+                        self._replicated_log_offset_bytes = acked_bytes
+                else:
                     raise AssertionError(f"store writer got parcel type {parcel_type}")
-                self._append(inbox.producer, buffer, offset, size)
         finally:
             inbox.release(batch)
         return handled
@@ -341,6 +381,16 @@ class StoreWriter:
             buffer, dtype=np.uint8, count=view.records_size, offset=view.records_offset
         )
         self._append_requests += 1
+        if self.broker_role is BrokerRole.SLAVE:
+            # A slave's log is its master's, byte for byte: nothing else may be appended
+            # (RocketMQ's checkStoreStatus answers SERVICE_NOT_AVAILABLE on a slave).
+            self._refuse(
+                sender,
+                view.request_id,
+                _SERVICE_NOT_AVAILABLE,
+                "mqbox: this broker is a slave; messages are put to its master",
+            )
+            return
         if view.flags & parcels.APPEND_FLAG_IDEMPOTENT:
             self._append_idempotent(sender, view, topic, source, sizes_bytes)
             return
@@ -393,25 +443,102 @@ class StoreWriter:
     def _ack_when_durable(
         self, sender: str, view: parcels.AppendView, end_log_offset_bytes: int, ack: AppendAck
     ) -> None:
-        """Send the ack now, or under SYNC_FLUSH with the WAIT flag once a flush covers
-        `end_log_offset_bytes`."""
-        if (
-            self.flush_disk_type is FlushDiskType.SYNC_FLUSH
-            and view.flags & parcels.APPEND_FLAG_WAIT_FLUSH
-            and end_log_offset_bytes > self._ack_covered_log_offset_bytes()
-        ):
-            self._sync_wait_count += 1
-            self._sync_waits.append(
-                _SyncWait(
-                    end_log_offset_bytes,
-                    time.monotonic_ns() + self.sync_flush_timeout_ns,
-                    sender,
-                    ack,
-                )
-            )
-            self.flusher.request(end_log_offset_bytes)
+        """Send the ack now, or, for an append with the WAIT flag, once what it needs covers
+        `end_log_offset_bytes`: a flush under SYNC_FLUSH, the slave's report under SYNC_MASTER
+        (RocketMQ's submitFlushRequest and submitReplicaRequest, combined)."""
+        if not view.flags & parcels.APPEND_FLAG_WAIT_FLUSH:
+            self._send_ack(sender, ack)
             return
-        self._send_ack(sender, ack)
+        names: tuple[str, ...] = ()
+        code = _OK
+        if self.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            names = SYNC_ACK_POSITIONS
+        if self.broker_role is BrokerRole.SYNC_MASTER:
+            if self._slave_fit(end_log_offset_bytes):
+                names = (*names, REPLICATED)
+            else:
+                # Stored, not replicated: RocketMQ answers at once (after the flush it needs).
+                self._slave_not_available += 1
+                code = _SLAVE_NOT_AVAILABLE
+        if not names or end_log_offset_bytes <= self._covered_log_offset_bytes(names):
+            self._send_ack(sender, self._ack_with_code(ack, code))
+            return
+        self._sync_wait_count += 1
+        deadline_ns = time.monotonic_ns() + self.sync_flush_timeout_ns
+        wait = _SyncWait(end_log_offset_bytes, deadline_ns, sender, ack, code)
+        self._sync_waits.setdefault(names, collections.deque()).append(wait)
+        if FLUSHED in names:
+            self.flusher.request(end_log_offset_bytes)
+
+    def _slave_fit(self, end_log_offset_bytes: int) -> bool:
+        """RocketMQ's isSlaveOK: a slave is connected and lags at most haSlaveFallbehindMax."""
+        lag_bytes = end_log_offset_bytes - self._replicated_log_offset_bytes
+        return self._slave_count > 0 and lag_bytes <= self.slave_fallbehind_max_bytes
+
+    @staticmethod
+    def _ack_with_code(ack: AppendAck, code: int) -> AppendAck:
+        if code == _OK:
+            return ack
+        remark = "slave not available: stored on the master only"
+        return ack._replace(response_code=code, remark=remark)
+
+    # -- replication (a slave's appends) --------------------------------------------------------
+
+    def _append_replica(self, buffer: Buffer, offset: int, size: int) -> None:
+        """Append the master's bytes (a REPLICA parcel) at exactly their offset. Bytes this log
+        already has are compared and skipped (the HA client may resend after a restart); a gap
+        or a disagreeing overlap is refused: the HA client sees the position stay and stops."""
+        log_offset_bytes, data = parcels.unpack_replica(buffer, offset, size)
+        commit_log = self.commit_log
+        if self.broker_role is not BrokerRole.SLAVE or self._replica_stopped:
+            self._replica_refused += 1
+            return
+        position_bytes = commit_log.write_log_offset_bytes
+        if (
+            position_bytes == 0
+            and not commit_log.segment_starts_bytes
+            and log_offset_bytes % commit_log.segment_size_bytes == 0
+        ):
+            # An empty slave starts where its master's log starts (RocketMQ: any start).
+            commit_log.set_write_position(log_offset_bytes)
+            position_bytes = log_offset_bytes
+        if log_offset_bytes < position_bytes:
+            overlap_bytes = min(len(data), position_bytes - log_offset_bytes)
+            if not commit_log.replica_bytes_equal(log_offset_bytes, data[:overlap_bytes]):
+                self._stop_replica(f"the master's bytes at {log_offset_bytes} differ from ours")
+                return
+            self._replica_overlap_bytes += overlap_bytes
+            data = data[overlap_bytes:]
+            log_offset_bytes += overlap_bytes
+            if not data:
+                return
+        if log_offset_bytes != position_bytes:
+            self._stop_replica(
+                f"the master's bytes start at {log_offset_bytes}, our log ends at {position_bytes}"
+            )
+            return
+        try:
+            self.store.disk_guard.check_writable()
+            result = commit_log.append_replica(np.frombuffer(data, dtype=np.uint8))
+        except DiskFullError as error:
+            # Not stored: the position stays, the HA client resends from it later.
+            self._replica_refused += 1
+            log.warning("replica not appended: %s", error)
+            return
+        except StoreError as error:
+            self._stop_replica(f"the master's bytes are not whole records: {error}")
+            return
+        self._replica_records += result.record_count
+        self._append_records += result.record_count
+        self._append_bytes += len(data)
+
+    def _stop_replica(self, reason: str) -> None:
+        """Refuse every later replica: the HA client notices (docs/replication.md, divergence)."""
+        self._replica_refused += 1
+        if not self._replica_stopped:
+            self._replica_stopped = True
+            self.positions.publish_replica_stopped(self.commit_log.write_log_offset_bytes)
+            log.error("replication stopped, this slave diverged from its master: %s", reason)
 
     # -- the idempotent window --------------------------------------------------------------------
 
@@ -551,37 +678,56 @@ class StoreWriter:
         self.positions.publish_write(position_bytes, self._append_records)
         self._published_log_offset_bytes = position_bytes
         written = parcels.pack_written(position_bytes, self._append_records)
-        for outbox in self.dispatcher_outboxes:
+        for outbox in self.written_outboxes:
             outbox.append(parcels.WRITTEN, written)
 
-    def _ack_covered_log_offset_bytes(self) -> int:
-        """Where a SYNC_FLUSH ack may go out below: the least of the positions such an ack waits
-        for (store/flush.py: FLUSHED today; issue 14 adds REPLICATED through this seam)."""
-        return self.flusher.positions.covered_log_offset_bytes(SYNC_ACK_POSITIONS)
+    def _covered_log_offset_bytes(self, names: tuple[str, ...]) -> int:
+        """The least of the named positions (store/flush.py's seam): FLUSHED from the flush
+        service, REPLICATED from the slaves' reports."""
+        flushed_bytes = self.flusher.positions.covered_log_offset_bytes(SYNC_ACK_POSITIONS)
+        covered_bytes = 1 << 62
+        for name in names:
+            position_bytes = (
+                self._replicated_log_offset_bytes if name == REPLICATED else flushed_bytes
+            )
+            covered_bytes = min(covered_bytes, position_bytes)
+        return covered_bytes
 
     def _release_sync_waits(self, now_ns: int) -> None:
-        """Ack the waits a flush covered (in log order), and those whose time ran out."""
-        waits = self._sync_waits
-        if not waits:
-            return
-        covered_bytes = self._ack_covered_log_offset_bytes()
-        while waits and waits[0].end_log_offset_bytes <= covered_bytes:
-            wait = waits.popleft()
-            self._send_ack(wait.sender, wait.ack)
-        while waits and waits[0].deadline_ns <= now_ns:
-            wait = waits.popleft()
-            self._sync_timeouts += 1
-            self._send_ack(
-                wait.sender,
-                wait.ack._replace(
-                    response_code=_FLUSH_DISK_TIMEOUT,
-                    remark="flush disk timeout: stored, but not yet durable",
-                ),
+        """Ack the waits their positions covered (in log order: one flush or one slave report
+        releases every wait below it), and those whose time ran out."""
+        for names, waits in self._sync_waits.items():
+            if not waits:
+                continue
+            covered_bytes = self._covered_log_offset_bytes(names)
+            while waits and waits[0].end_log_offset_bytes <= covered_bytes:
+                wait = waits.popleft()
+                self._send_ack(wait.sender, self._ack_with_code(wait.ack, wait.code_when_covered))
+            while waits and waits[0].deadline_ns <= now_ns:
+                wait = waits.popleft()
+                self._sync_timeouts += 1
+                self._send_ack(wait.sender, self._timed_out(wait))
+
+    def _timed_out(self, wait: _SyncWait) -> AppendAck:
+        """The ack of a wait past syncFlushTimeout: the slave's failure overrides the flush's
+        (RocketMQ's thenCombine); the records are stored either way."""
+        if self._replicated_log_offset_bytes < wait.end_log_offset_bytes and (
+            self.broker_role is BrokerRole.SYNC_MASTER
+        ):
+            return wait.ack._replace(
+                response_code=_FLUSH_SLAVE_TIMEOUT,
+                remark="flush slave timeout: stored, but the slave has not confirmed it",
             )
+        if wait.code_when_covered != _OK:
+            return self._ack_with_code(wait.ack, wait.code_when_covered)
+        return wait.ack._replace(
+            response_code=_FLUSH_DISK_TIMEOUT,
+            remark="flush disk timeout: stored, but not yet durable",
+        )
 
     def _flush_outboxes(self) -> bool:
         all_written = True
-        for outbox in (*self.ack_outboxes.values(), *self.dispatcher_outboxes):
+        for outbox in (*self.ack_outboxes.values(), *self.written_outboxes):
             if outbox.pending_count:
                 all_written = outbox.flush_nowait() and all_written
         return all_written
@@ -604,8 +750,10 @@ class StoreWriter:
         self.flusher.stop()
         self.flusher.flush_now()
         self._publish_written()
-        self._release_sync_waits(time.monotonic_ns())
-        assert not self._sync_waits
+        # Waits for a slave that will not report again end as timeouts now: the stop must
+        # not wait for them.
+        self._release_sync_waits(1 << 62)
+        assert not any(self._sync_waits.values())
         self._flush_outboxes()
         # The dispatcher stopped before this role (reverse START_ORDER) and published the store
         # times of its last flush: the final checkpoint covers everyone's final flush.
@@ -624,7 +772,7 @@ class StoreWriter:
                 os.close(fd)
         for inbox in self.inboxes:
             inbox.ring.close()
-        for outbox in (*self.ack_outboxes.values(), *self.dispatcher_outboxes):
+        for outbox in (*self.ack_outboxes.values(), *self.written_outboxes):
             outbox.ring.close()
         self.positions.close()
         log.info("stopped cleanly: %s", statistics)

@@ -26,8 +26,8 @@ def test_config_json_shows_the_defaults() -> None:
     result = runner.invoke(app, ["config", "--json"])
     assert result.exit_code == 0, result.output
     document = json.loads(result.output)
-    assert document["broker"]["broker_name"] == "broker-a"
-    assert document["namesrv"]["listen_port"] == 9876
+    assert document["broker"]["brokerName"] == "broker-a"
+    assert document["namesrv"]["listenPort"] == 9876
 
 
 def test_config_shows_the_resource_limits() -> None:
@@ -35,25 +35,25 @@ def test_config_shows_the_resource_limits() -> None:
     result = runner.invoke(app, ["config"])
     assert result.exit_code == 0, result.output
     for shown in (
-        "connection_count_max = 4096",
-        "connection_idle_time_s = 120",
-        "kv_entry_count_max = 10000",
-        "kv_namespace_entry_count_max = 1000",
-        "kv_key_size_bytes_max = 1024",
-        "kv_value_size_bytes_max = 16384",
-        "limits.connection_count_max = 4096",
-        "limits.connection_idle_time_s = 120",
-        "limits.heartbeat_group_count_max = 256",
-        "limits.heartbeat_subscription_count_max = 256",
-        "limits.auto_create_topic_count_max = 10000",
-        "limits.auto_create_group_count_max = 10000",
-        "limits.spill_size_bytes_max = 268435456",
-        "limits.partial_frame_size_bytes_max = 67108864",
-        "limits.connection_in_flight_count_max = 1024",
-        "limits.connection_output_size_bytes_max = 16777216",
-        "limits.response_buffer_size_bytes_max = 268435456",
+        "[namesrv]",
+        "  mqboxConnectionCountMax = 4096",
+        "  serverChannelMaxIdleTimeSeconds = 120",
+        "  mqboxKvEntryCountMax = 10000",
+        "  mqboxKvNamespaceEntryCountMax = 1000",
+        "  mqboxKvKeyBytesMax = 1024",
+        "  mqboxKvValueBytesMax = 16384",
+        "[broker]",
+        "  mqboxHeartbeatGroupCountMax = 256",
+        "  mqboxHeartbeatSubscriptionCountMax = 256",
+        "  mqboxAutoCreateTopicCountMax = 10000",
+        "  mqboxAutoCreateGroupCountMax = 10000",
+        "  mqboxSpillBytesMax = 268435456",
+        "  mqboxPartialFrameBytesMax = 67108864",
+        "  mqboxConnectionInFlightCountMax = 1024",
+        "  mqboxConnectionOutputBytesMax = 16777216",
+        "  mqboxResponseBufferBytesMax = 268435456",
     ):
-        assert shown in result.output
+        assert shown in result.output.splitlines()
 
 
 def test_bad_config_file_is_one_line_and_nonzero(tmp_path: Path) -> None:

@@ -619,3 +619,20 @@ def test_any_registered_topic_name_routes(topic: str) -> None:
     route = routes.route(topic)
     assert route is not None
     assert route.queue_datas == (QueueData("broker-a", 1, 1, 7),)
+
+
+# -- admin lists: 224 / 304 -------------------------------------------------------------------
+
+
+def test_topics_by_cluster_and_the_system_topic_list() -> None:
+    routes = RouteTable()
+    assert routes.system_topic_list() == ((), None)
+    register(routes, registration_body=body(1, TopicConfig("A", 1, 1, 6)))
+    other = header("broker-b", "127.0.0.1:10931", cluster="OtherCluster")
+    register(routes, other, body(1, TopicConfig("B", 1, 1, 6)), connection_id=2)
+    assert routes.topics_of_cluster(CLUSTER) == ("A",)
+    assert routes.topics_of_cluster("OtherCluster") == ("B",)
+    assert routes.topics_of_cluster("NoSuchCluster") == ()
+    names, broker_addr = routes.system_topic_list()
+    assert names == (CLUSTER, "broker-a", "OtherCluster", "broker-b")
+    assert broker_addr == MASTER_ADDR

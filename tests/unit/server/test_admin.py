@@ -29,6 +29,7 @@ import pytest
 from mqbox.ipc.ring import Ring
 from mqbox.message import decode_offset_msg_id, decode_record
 from mqbox.protocol import RemotingCommand, make_request
+from mqbox.protocol.admin_bodies import loads_fastjson
 from mqbox.protocol.codes import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -51,9 +52,7 @@ from mqbox.protocol.headers import (
     UpdateAndCreateTopicRequestHeader,
 )
 from mqbox.protocol.mqbox_codes import (
-    MQBOX_CONSUMER_PROGRESS,
     MQBOX_RESET_CONSUMER_OFFSET,
-    MQBOX_TOPIC_STATUS,
 )
 from mqbox.server import admin_parcels, parcels
 from mqbox.server.admin_parcels import GroupSubscriptionsReader
@@ -343,7 +342,7 @@ def test_bad_and_unknown_requests_get_codes_not_crashes(front: FrontInProcess) -
         assert no_field.code == ResponseCode.SYSTEM_ERROR
         assert no_field.remark is not None
         assert "'topic'" in no_field.remark
-        status = client.call(MQBOX_TOPIC_STATUS, {})
+        status = client.call(RequestCode.GET_TOPIC_STATS_INFO, {})
         assert status.code == ResponseCode.SYSTEM_ERROR
         assert status.remark is not None
         assert "'topic'" in status.remark
@@ -652,29 +651,26 @@ def test_commit_parcels_from_pulls_count_as_commits(stored: AdminOnStore) -> Non
     assert (statistics.commit_parcels, statistics.commit_parcels_refused) == (2, 1)
 
 
-def test_topic_status_progress_and_reset(stored: AdminOnStore) -> None:
+def test_topic_stats_consume_stats_and_reset(stored: AdminOnStore) -> None:
     put(stored.graph, "Q", 6, queue_id=0)
-    status = stored.ask(MQBOX_TOPIC_STATUS, {"topic": "Q"})
+    status = stored.ask(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "Q"})
     assert status.code == ResponseCode.SUCCESS
-    queues = json.loads(status.body)["queues"]
-    assert [(q["queueId"], q["minOffset"], q["maxOffset"]) for q in queues] == [
-        (0, 0, 6),
-        (1, 0, 0),
-    ]
-    assert queues[0]["lastUpdateTimestamp"] > 0
-    assert queues[1]["lastUpdateTimestamp"] == 0
+    table = loads_fastjson(status.body)["offsetTable"]
+    queues = [(queue.queue_id, table[queue]) for queue in sorted(table, key=lambda q: q.queue_id)]
+    assert [(i, q["minOffset"], q["maxOffset"]) for i, q in queues] == [(0, 0, 6), (1, 0, 0)]
+    assert queues[0][1]["lastUpdateTimestamp"] > 0
+    assert queues[1][1]["lastUpdateTimestamp"] == 0
     commit = {"consumerGroup": "CG", "topic": "Q", "queueId": "0", "commitOffset": "2"}
     assert stored.ask(RequestCode.UPDATE_CONSUMER_OFFSET, commit).code == ResponseCode.SUCCESS
-    progress = json.loads(stored.ask(MQBOX_CONSUMER_PROGRESS, {"consumerGroup": "CG"}).body)
-    assert progress["totalLag"] == 4
-    assert [
-        (q["queueId"], q["brokerOffset"], q["consumerOffset"], q["lag"]) for q in progress["queues"]
-    ] == [
-        (0, 6, 2, 4),
-        (1, 0, -1, 0),
-    ]
-    nobody = stored.ask(MQBOX_CONSUMER_PROGRESS, {"consumerGroup": "Nobody"})
-    assert nobody.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    stats = loads_fastjson(stored.ask(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "CG"}).body)
+    rows = sorted(
+        (q.queue_id, r["brokerOffset"], r["consumerOffset"])
+        for q, r in stats["offsetTable"].items()
+    )
+    assert rows == [(0, 6, 2), (1, 0, 0)]
+    nobody = stored.ask(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "Nobody"})
+    assert nobody.code == ResponseCode.SUCCESS
+    assert loads_fastjson(nobody.body)["offsetTable"] == {}
     reset = {"consumerGroup": "CG", "topic": "Q", "to": "latest"}
     answer = stored.ask(MQBOX_RESET_CONSUMER_OFFSET, reset)
     assert answer.code == ResponseCode.SUCCESS

@@ -348,3 +348,17 @@ def test_a_retry_topic_send_goes_to_the_dlq_only_past_its_limit() -> None:
     assert delivery.dead_letter_topic("%RETRY%G1", 16, 16) == "%DLQ%G1"
     assert delivery.dead_letter_topic("%RETRY%G1", 15, 16) is None
     assert delivery.dead_letter_topic("Plain", 99, 16) is None
+
+
+def test_a_record_sent_back_counts_as_its_topic_and_a_retried_one_as_its_first_topic_too() -> None:
+    plain = stored(sample(topic="Orders"))
+    assert delivery.send_back_topics(plain) == ("Orders",)
+    retried = stored(
+        sample(topic="%RETRY%CG", properties=with_properties(RETRY_TOPIC="Orders", TAGS="T"))
+    )
+    assert delivery.send_back_topics(retried) == ("%RETRY%CG", "Orders")
+    # RETRY_TOPIC counts only under a %RETRY% topic: elsewhere anyone could have set it.
+    claimed = stored(sample(topic="Secret", properties=with_properties(RETRY_TOPIC="Orders")))
+    assert delivery.send_back_topics(claimed) == ("Secret",)
+    bare_retry = stored(sample(topic="%RETRY%CG"))
+    assert delivery.send_back_topics(bare_retry) == ("%RETRY%CG",)

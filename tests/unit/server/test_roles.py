@@ -43,10 +43,15 @@ def small_front(shm_instance: str, tmp_path: Path) -> Iterator[FrontInProcess]:
         graph.close()
 
 
-def connect(front: FrontInProcess, **options: int) -> FrontClient:
+def connect(front: FrontInProcess, *, receive_buffer_size_bytes: int | None = None) -> FrontClient:
     """A client whose CONNECTION_OPENED the worker has seen."""
     known = len(front.workers[0].connections)
-    client = FrontClient("127.0.0.1", front.port, pump=front.pump, **options)
+    client = FrontClient(
+        "127.0.0.1",
+        front.port,
+        pump=front.pump,
+        receive_buffer_size_bytes=receive_buffer_size_bytes,
+    )
     front.pump_until(lambda: len(front.workers[0].connections) == known + 1)
     return client
 

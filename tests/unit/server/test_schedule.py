@@ -30,6 +30,8 @@ from mqbox.protocol import RemotingCommand, make_request
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.headers import ConsumerSendMsgBackRequestHeader
+from mqbox.server.admin_parcels import write_group_subscriptions
+from mqbox.server.roles.processors.client_manager import Subscription
 from mqbox.server.roles.processors.topics import SCHEDULE_TOPIC
 from mqbox.server.roles.schedule import ScheduleRole
 from mqbox.server.topology import RoleKind
@@ -98,9 +100,17 @@ class ScheduleGraph(StoreGraph):
 def graph(shm_instance: str, tmp_path: Path) -> Iterator[ScheduleGraph]:
     built = ScheduleGraph(shm_instance, tmp_path / "home")
     try:
+        subscribe_cg_to_orders(built)
         yield built
     finally:
         built.close()
+
+
+def subscribe_cg_to_orders(graph: StoreGraph) -> None:
+    """What admin.0 writes after CG's heartbeat subscribing to Orders: the send processor lets
+    CG send back only records of the topics it consumes (group_topics.py)."""
+    orders = Subscription("Orders", "*", (), (), 1)
+    write_group_subscriptions(graph.store_root, {"CG": {"Orders": orders}}, 1, 1)
 
 
 def send(graph: StoreGraph, topic: str, body: bytes, **properties: str) -> RemotingCommand:

@@ -2,8 +2,9 @@
 topics of docs/protocol.md section 9 once, creations from several processes at once all land
 (the file lock and the re-read inside it), readers see another process's change within the check
 interval (or at once with get_fresh), every change bumps dataVersion, topic admin's put and
-delete reach every reader, and auto-creation follows the Java broker's rules. The services role
-reads the same file in the same format.
+delete reach every reader, auto-creation follows the Java broker's rules, and topic admin may
+not touch the system topics nor take from a group's %RETRY% / %DLQ% topic what the broker
+needs. The services role reads the same file in the same format.
 
 Method: TopicConfigStore objects over a store root in tmp_path; concurrency with several Python
 processes started with subprocess, each creating its own topics through its own store object;
@@ -25,6 +26,8 @@ from mqbox.server.roles.processors.topics import (
     PERM_ALL,
     SCHEDULE_QUEUE_COUNT,
     TopicConfigStore,
+    group_topic_perm_refusal,
+    system_topic_refusal,
     system_topics,
 )
 from mqbox.store import config_files
@@ -201,3 +204,34 @@ def test_processes_creating_topics_at_once_lose_none(tmp_path: Path) -> None:
     expected = {f"P{index}-{number}" for index in range(4) for number in range(count)}
     assert expected <= set(table.topics)
     assert table.data_version.counter == 4 * count
+
+
+def test_every_system_topic_of_a_new_store_is_refused_to_topic_admin() -> None:
+    broker = BrokerConfig(broker_cluster_name="ClusterX", broker_name="broker-x")
+    for config in system_topics(broker):
+        assert system_topic_refusal(config.topic_name, broker) == (
+            f"The topic[{config.topic_name}] is conflict with system topic."
+        )
+    for topic in ("rmq_sys_x", "RMQ_SYS_X", "ClusterX", "broker-x"):
+        assert system_topic_refusal(topic, broker) is not None
+    for topic in ("Orders", "%RETRY%CG", "%DLQ%CG", "rmq_sysx", "TBW1020"):
+        assert system_topic_refusal(topic, broker) is None
+
+
+@pytest.mark.parametrize(
+    ("topic", "perm", "refused"),
+    [
+        ("%RETRY%CG", 6, False),
+        ("%RETRY%CG", 7, False),
+        ("%RETRY%CG", 4, True),
+        ("%RETRY%CG", 2, True),
+        ("%RETRY%CG", 0, True),
+        ("%DLQ%CG", 2, False),
+        ("%DLQ%CG", 6, False),
+        ("%DLQ%CG", 4, True),
+        ("%DLQ%CG", 0, True),
+        ("Orders", 0, False),
+    ],
+)
+def test_group_topics_keep_the_perm_the_broker_needs(topic: str, perm: int, refused: bool) -> None:
+    assert (group_topic_perm_refusal(topic, perm) is not None) is refused

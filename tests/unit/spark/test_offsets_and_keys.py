@@ -186,3 +186,21 @@ def test_write_options_need_a_name_server_and_a_valid_topic() -> None:
     with pytest.raises(OptionError, match="topic"):
         WriteOptions.parse({"namesrvAddr": "h:1", "topic": "bad topic!"})
     assert WriteOptions.parse({"namesrvAddr": "h:1", "exactlyOnce": "false"}).exactly_once is False
+
+
+def test_credentials_options_make_session_credentials() -> None:
+    """accessKey and secretKey (plain ACL): both make the credentials every request is signed
+    with; one alone is refused."""
+    read = ReadOptions.parse(
+        {"namesrvAddr": "h:1", "topic": "T", "accessKey": "spark-ak1", "secretKey": "spark-sk1"},
+        streaming=False,
+    )
+    assert read.credentials is not None
+    assert read.credentials.access_key == "spark-ak1"
+    assert (
+        ReadOptions.parse({"namesrvAddr": "h:1", "topic": "T"}, streaming=False).credentials is None
+    )
+    write = WriteOptions.parse({"namesrvAddr": "h:1", "ACCESSKEY": "a" * 7, "secretkey": "s" * 7})
+    assert write.credentials is not None
+    with pytest.raises(OptionError, match="accessKey and secretKey together"):
+        WriteOptions.parse({"namesrvAddr": "h:1", "accessKey": "spark-ak1"})

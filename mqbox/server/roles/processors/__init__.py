@@ -66,6 +66,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final, NoReturn, TypeVar
 
 from mqbox import resources
+from mqbox.config import BrokerConfig
 from mqbox.errors import MqboxError
 from mqbox.ipc.ring import Ring
 from mqbox.protocol.codes import (
@@ -87,6 +88,7 @@ from mqbox.protocol.frame import FRAME_PREFIX_SIZE_BYTES, FRAME_SIZE_BYTES_MAX_D
 from mqbox.server import parcels, runtime, transport
 from mqbox.server.parcels import Buffer, ConnectionEvent, Run
 from mqbox.server.runtime import RoleContext
+from mqbox.server.runtime_config import RuntimeConfigWatcher
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillBudget, SpillWriter
 
@@ -293,6 +295,7 @@ class Processor:
         if wakeup_fd is not None:
             self.epoll.register(wakeup_fd, select.EPOLLIN)
         self._tick_due_ns = time.monotonic_ns() + TICK_INTERVAL_NS
+        self._runtime_config = RuntimeConfigWatcher(ctx.home, ctx.broker)
         # Set by _flush: an outbox toward the codecs (replies) or another ring (extra) holds more
         # than STAGED_SIZE_BYTES_HIGH; the next turn then leaves the rings that feed it alone.
         self._replies_backed_up = False
@@ -361,6 +364,16 @@ class Processor:
         """A parcel from a ring that is not a worker's (store writer, dispatcher). `payload` is
         valid only during the call."""
         raise AssertionError(f"{self.role_id} got parcel type {parcel_type} from {producer}")
+
+    def on_broker_config(self, broker: BrokerConfig) -> None:
+        """The runtime keys changed (server/runtime_config.py): `self.ctx.broker` is already
+        the new configuration; a subclass that copied keys out of it copies them again."""
+
+    def _refresh_broker_config(self) -> None:
+        broker = self._runtime_config.refresh()
+        if broker is not None and broker != self.ctx.broker:
+            self.ctx = dataclasses.replace(self.ctx, broker=broker)
+            self.on_broker_config(broker)
 
     def on_tick(self, now_ns: int) -> None:
         """Timers: runs once a second and when next_deadline_ns() is due."""
@@ -519,6 +532,7 @@ class Processor:
         deadline_ns = self.next_deadline_ns()
         if now_ns >= self._tick_due_ns or (deadline_ns is not None and now_ns >= deadline_ns):
             self._tick_due_ns = now_ns + TICK_INTERVAL_NS
+            self._refresh_broker_config()
             self.on_tick(now_ns)
             deadline_ns = self.next_deadline_ns()
         all_written = self._flush()

@@ -118,6 +118,7 @@ class ConsumerClient:
     language: str
     version: int
     last_heartbeat_ns: int  # monotonic
+    client_addr: str = ""  # "ip:port" of the connection the newest heartbeat came on
 
 
 @dataclasses.dataclass(slots=True)
@@ -130,6 +131,7 @@ class ProducerClient:
     language: str
     version: int
     last_heartbeat_ns: int
+    client_addr: str = ""  # "ip:port" of the connection the newest heartbeat came on
 
 
 @dataclasses.dataclass(slots=True)
@@ -226,6 +228,11 @@ class ClientManager:
     def producer_ids(self, group: str) -> list[str]:
         return sorted(self._producer_groups.get(group, {}))
 
+    def producer_members(self, group: str) -> list[ProducerClient]:
+        """The producer group's members in client id order (GET_PRODUCER_CONNECTION_LIST)."""
+        members = self._producer_groups.get(group, {})
+        return [members[client_id] for client_id in sorted(members)]
+
     def producer_groups(self) -> list[str]:
         return sorted(self._producer_groups)
 
@@ -248,9 +255,10 @@ class ClientManager:
         *,
         language: str = "",
         version: int = 0,
+        client_addr: str = "",
     ) -> ClientChange:
-        """Record one HEART_BEAT body that came on `conn_id`. Group names must have passed
-        group_name_problem (the caller answers the client otherwise)."""
+        """Record one HEART_BEAT body that came on `conn_id` (from `client_addr`). Group names
+        must have passed group_name_problem (the caller answers the client otherwise)."""
         self._heartbeat_count += 1
         client_id = data.client_id
         for producer in data.producer_data_set:
@@ -259,7 +267,7 @@ class ClientManager:
             if old is not None and old.conn_id != conn_id:
                 self._unindex(old.conn_id, ("p", producer.group_name, client_id))
             members[client_id] = ProducerClient(
-                client_id, producer.group_name, conn_id, language, version, now_ns
+                client_id, producer.group_name, conn_id, language, version, now_ns, client_addr
             )
             self._index(conn_id, ("p", producer.group_name, client_id))
         groups_changed: set[str] = set()
@@ -291,6 +299,7 @@ class ClientManager:
                 language,
                 version,
                 now_ns,
+                client_addr,
             )
             self._index(conn_id, ("c", name, client_id))
             group.consume_type = consumer.consume_type

@@ -9,7 +9,9 @@ Owns the rewrites of docs/protocol.md section 9, as pure functions over message.
 - `send_back_message`: the message CONSUMER_SEND_MSG_BACK (36) stores for a failed one: to
   `%RETRY%<group>` with a delay level, or to `%DLQ%<group>` (Java's consumerSendMsgBack);
 - `dead_letter_topic`: where a direct send to `%RETRY%<group>` past its limit goes instead
-  (Java's SendMessageProcessor.handleRetryAndDLQ).
+  (Java's SendMessageProcessor.handleRetryAndDLQ);
+- `send_back_topics`: the topics a record sent back counts as (its own, and RETRY_TOPIC for a
+  retried one), which the send processor checks against the group's before copying it.
 The send processor and the schedule role (schedule.py) call them; the dispatcher puts the
 delivery time (store time + the level's delay) into the consume-queue entry's tag field.
 
@@ -211,6 +213,19 @@ def send_back_message(
         stored.born_host,
         stored.reconsume_times + 1,
     )
+
+
+def send_back_topics(stored: StoredMessage) -> tuple[str, ...]:
+    """The topics a record sent back with CONSUMER_SEND_MSG_BACK counts as: its own, and for a
+    retried one (stored under a `%RETRY%` topic) the topic it was first sent to, from its
+    RETRY_TOPIC property. The send processor lets a group send a record back only when one of
+    them is a topic the group consumes (group_topics.py)."""
+    if not stored.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return (stored.topic,)
+    original = decode_properties(stored.properties).get(_RETRY_TOPIC)
+    if not original:
+        return (stored.topic,)
+    return (stored.topic, original.decode("utf-8", "replace"))
 
 
 def dead_letter_topic(topic: str, reconsume_times: int, reconsume_times_max: int) -> str | None:

@@ -88,7 +88,7 @@ from mqbox.protocol.headers import (
     validate_topic,
 )
 from mqbox.protocol.mqbox_codes import MQBOX_PULL_STATUS
-from mqbox.server import admin_parcels, parcels
+from mqbox.server import admin_parcels, parcels, runtime
 from mqbox.server.admin_parcels import GroupSubscriptionsReader
 from mqbox.server.parcels import ConnectionEvent
 from mqbox.server.queue_counters import (
@@ -108,6 +108,7 @@ from mqbox.server.roles.processors.topics import (
 )
 from mqbox.server.roles.store_writer import store_config_of
 from mqbox.server.runtime import RoleContext
+from mqbox.server.statistics import S_PULL_FOUND, S_PULL_MISSED, S_PULL_REQUESTS
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Outbox
 from mqbox.store.config_files import SubscriptionGroupConfig, TopicConfig
@@ -269,6 +270,7 @@ class PullProcessor(Processor):
         self._timed_out = 0
         self._released_on_close = 0
         self._errors = 0
+        self.stats = runtime.statistics_writer(ctx)
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -468,10 +470,15 @@ class PullProcessor(Processor):
                 next_queue_index, plan.min_queue_index, plan.max_queue_index, suggested
             ).to_ext(),
         )
+        stats = self.stats
+        stats.add(S_PULL_REQUESTS)
         if code == PULL_SUCCESS:
             self._found += 1
+            stats.add(S_PULL_FOUND)
+            stats.count_get(header.consumer_group, queue.topic, plan.message_count, plan.size_bytes)
             self.reply_with_runs(request, response, plan.runs)
             return
+        stats.add(S_PULL_MISSED)
         if code == PULL_NOT_FOUND:
             self._empty += 1
         self.reply(request, response)

@@ -43,15 +43,18 @@ queue index, and adds `mqboxDuplicates`. Other sends pay one dict lookup.
 CONSUMER_SEND_MSG_BACK (docs/protocol.md sections 4.3 and 9): the failed record is read by
 its commit-log offset from a read-only map of the commit log (bounded by the writer's published
 position; a bad offset or a record that does not decode: 1 with "look message by offset
-failed"); the group's retryQueueNums and retryMaxTimes come from subscriptionGroup.json, which
-admin.0 alone writes: this process only reads it, and an unknown group gets the defaults (1 and
-16) when autoCreateSubscriptionGroup is on (admin.0 creates the group on its first heartbeat),
-26 when it is off; a group with retryQueueNums 0 is answered 0 and nothing is stored (Java). The
-header's maxReconsumeTimes, when present, wins over the group's. The new record (delivery.
-send_back_message, then the DELAY routing above) goes to the store writer like any send, with
-WAIT=false, and the answer (0, no ext) goes out only after its APPEND_ACK; a refused append is
-answered 1 with the writer's remark. `%RETRY%<group>` and `%DLQ%<group>` are created here when
-missing (topics.json changes, so the services role registers them with the name servers).
+failed"); a record the group has no claim on (not in its `%RETRY%` topic, not of a topic it
+subscribes to or committed an offset for: group_topics.py, docs/security.md) is refused with 16
+NO_PERMISSION before anything is copied or created; the group's retryQueueNums and
+retryMaxTimes come from subscriptionGroup.json, which admin.0 alone writes: this process only
+reads it, and an unknown group gets the defaults (1 and 16) when autoCreateSubscriptionGroup is
+on (admin.0 creates the group on its first heartbeat), 26 when it is off; a group with
+retryQueueNums 0 is answered 0 and nothing is stored (Java). The header's maxReconsumeTimes,
+when present, wins over the group's. The new record (delivery.send_back_message, then the
+DELAY routing above) goes to the store writer like any send, with WAIT=false, and the answer
+(0, no ext) goes out only after its APPEND_ACK; a refused append is answered 1 with the
+writer's remark. `%RETRY%<group>` and `%DLQ%<group>` are created here when missing
+(topics.json changes, so the services role registers them with the name servers).
 
 A slave (brokerRole=SLAVE) stores nothing a client sends, as Java's store refuses puts on a
 slave (docs/replication.md, "Slave service"): 10/310/320 are answered 14 SERVICE_NOT_AVAILABLE
@@ -69,6 +72,7 @@ import itertools
 import os
 import random
 import struct
+import time
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -76,7 +80,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mqbox._jit import kernel
-from mqbox.config import BrokerRole, delay_level_durations_ms
+from mqbox.config import BrokerConfig, BrokerRole, delay_level_durations_ms
 from mqbox.errors import AutoCreateLimitError, MessageIllegalError, MqboxError
 from mqbox.ipc.ring import Ring
 from mqbox.message import (
@@ -142,11 +146,12 @@ from mqbox.protocol.headers import (
     SendMessageResponseHeader,
 )
 from mqbox.protocol.headers import validate_topic as validate_topic_name
-from mqbox.server import parcels
+from mqbox.server import parcels, runtime
 from mqbox.server.parcels import AppendAck
 from mqbox.server.queue_counters import StorePositions, store_positions_name
 from mqbox.server.roles.processors import Processor, Request, delivery, handles, run_processor
 from mqbox.server.roles.processors.group_configs import SubscriptionGroupsView
+from mqbox.server.roles.processors.group_topics import GroupTopics
 from mqbox.server.roles.processors.topics import (
     PERM_READ_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -155,6 +160,7 @@ from mqbox.server.roles.processors.topics import (
 )
 from mqbox.server.roles.store_writer import store_config_of
 from mqbox.server.runtime import RoleContext
+from mqbox.server.statistics import HISTOGRAM_SEND, S_SEND_REFUSED, S_SEND_REQUESTS
 from mqbox.server.topology import RoleKind
 from mqbox.server.transport import Outbox
 from mqbox.store.commit_log import CommitLog
@@ -172,6 +178,16 @@ _HEX_DIGITS: Final = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 _MSG_ID_SEPARATOR: Final = ord(",")
 _OK: Final = int(ResponseCode.SUCCESS)
 _FLUSH_DISK_TIMEOUT: Final = int(ResponseCode.FLUSH_DISK_TIMEOUT)
+# Answers of a stored message that is not yet durable or replicated: the normal send header
+# goes with them (RocketMQ's SendMessageProcessor), the client decides what they mean.
+_STORED_CODES: Final = frozenset(
+    {
+        _OK,
+        _FLUSH_DISK_TIMEOUT,
+        int(ResponseCode.SLAVE_NOT_AVAILABLE),
+        int(ResponseCode.FLUSH_SLAVE_TIMEOUT),
+    }
+)
 # Only a single send to a retry topic, or one whose properties hold this, may need routing by
 # content (delivery.py); only those pay for parsing their properties.
 _DELAY_NAME: Final = "DELAY\x01"
@@ -358,6 +374,8 @@ class _PendingSend:
     sizes_bytes: NDArray[np.int32] | None  # a batch's record sizes; None for one message
     record_count: int
     send_back: bool = False  # CONSUMER_SEND_MSG_BACK: answered 0 without ext, or 1
+    topic: str = ""  # the stored topic, for the statistics block
+    records_size_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -372,6 +390,7 @@ class SendStatistics:
     delayed: int  # messages stored under SCHEDULE_TOPIC_XXXX
     dead_letters: int  # messages routed to a %DLQ% topic
     send_backs: int  # CONSUMER_SEND_MSG_BACK requests
+    send_backs_refused: int  # of them, for a record of a topic the group does not consume
     duplicates: int  # messages the idempotent window answered instead of storing them again
 
 
@@ -410,6 +429,7 @@ class SendProcessor(Processor):
         self.store_host = pack_host(broker.broker_ip1 or "127.0.0.1", broker.listen_port)
         self.topics = TopicConfigStore(ctx.store_root, broker)
         self.groups = SubscriptionGroupsView(ctx.store_root)
+        self.group_topics = GroupTopics(ctx.store_root)
         self.delay_level_count = len(delay_level_durations_ms(broker.message_delay_level))
         # The commit log as a reader sees it, for CONSUMER_SEND_MSG_BACK: mapped on first use.
         self._log: CommitLog | None = None
@@ -446,8 +466,15 @@ class SendProcessor(Processor):
         self._delayed = 0
         self._dead_letters = 0
         self._send_backs = 0
+        self._send_backs_refused = 0
+        self.stats = runtime.statistics_writer(ctx)
 
     # -- requests ---------------------------------------------------------------------------------
+
+    def on_broker_config(self, broker: BrokerConfig) -> None:
+        """autoCreateTopicEnable and autoCreateSubscriptionGroup are read from the topic
+        store's copy (server/runtime_config.py)."""
+        self.topics.broker = broker
 
     @handles(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
     def _send(self, request: Request) -> None:
@@ -479,6 +506,8 @@ class SendProcessor(Processor):
                 self._send_one(request, header, command.body, queue_id, sysflag, born_host)
         except _RefusedError as refused:
             self._refused += 1
+            self.stats.add(S_SEND_REQUESTS)
+            self.stats.add(S_SEND_REFUSED)
             self.reply(request, request.make_response(refused.code, {}, remark=refused.remark))
 
     def _slave_remark(self) -> str:
@@ -741,13 +770,14 @@ class SendProcessor(Processor):
             return
         if self.is_slave:
             raise _RefusedError(ResponseCode.SYSTEM_ERROR, "SERVICE_NOT_AVAILABLE")
-        retry_config = self._ensure_topic(retry_topic, config.retry_queue_nums)
         stored = self._read_stored(header.log_offset_bytes)
         if stored is None:
             raise _RefusedError(
                 ResponseCode.SYSTEM_ERROR,
                 f"look message by offset failed, {header.log_offset_bytes}",
             )
+        self._check_send_back_owner(group, stored)
+        retry_config = self._ensure_topic(retry_topic, config.retry_queue_nums)
         maximum = header.max_reconsume_times
         if maximum is None:
             maximum = config.retry_max_times
@@ -773,6 +803,22 @@ class SendProcessor(Processor):
         properties = java_utf8_decode(message.properties)  # WAIT=false
         self._append_one(
             request, message.topic, message.queue_id, record, properties, send_back=True
+        )
+
+    def _check_send_back_owner(self, group: str, stored: StoredMessage) -> None:
+        """Refuse (16) a record the group has no claim on, before anything is copied: it must
+        be in the group's own `%RETRY%` topic, or of a topic (or for a retried record, first
+        sent to a topic) the group subscribes to or committed an offset for (group_topics.py).
+        The remark names neither the record's topic nor anything else of it."""
+        if stored.topic == RETRY_GROUP_TOPIC_PREFIX + group:
+            return
+        if self.group_topics.consumes_any(group, delivery.send_back_topics(stored)):
+            return
+        self._send_backs_refused += 1
+        raise _RefusedError(
+            ResponseCode.NO_PERMISSION,
+            f"mqbox: the message at offset {stored.log_offset_bytes} is not of a topic consumer "
+            f"group {group} subscribes to or has committed an offset for; not sent back",
         )
 
     def _read_stored(self, log_offset_bytes: int) -> StoredMessage | None:
@@ -945,6 +991,8 @@ class SendProcessor(Processor):
             sizes,
             record_count,
             send_back,
+            topic_bytes.decode("utf-8", "surrogatepass"),
+            records_size_bytes,
         )
         outbox = self.writer_outbox
         ring = outbox.ring
@@ -970,12 +1018,26 @@ class SendProcessor(Processor):
             return  # meant for this role's previous process
         self._acks += 1
         self.guarded(pending.request, self._answer, pending, ack)
+        self._count(pending, ack)
+
+    def _count(self, pending: _PendingSend, ack: AppendAck) -> None:
+        """The statistics block: one request, its latency from the processor taking it to the
+        answer, and the records stored (per request, never per message)."""
+        stats = self.stats
+        stats.add(S_SEND_REQUESTS)
+        stats.observe_ns(HISTOGRAM_SEND, time.monotonic_ns() - pending.request.received_ns)
+        if ack.response_code not in (_OK, _FLUSH_DISK_TIMEOUT):
+            stats.add(S_SEND_REFUSED)
+            return
+        stored_count = pending.record_count - ack.duplicate_count
+        if stored_count > 0:
+            stats.count_put(pending.topic, stored_count, pending.records_size_bytes)
 
     def _answer(self, pending: _PendingSend, ack: AppendAck) -> None:
         request = pending.request
         if pending.send_back:
             # Java answers a send-back 0 without ext; a store that refused it, SYSTEM_ERROR.
-            if ack.response_code in (_OK, _FLUSH_DISK_TIMEOUT):
+            if ack.response_code in _STORED_CODES:
                 self.reply_fields(request, _OK, {})
             else:
                 self._refused += 1
@@ -983,7 +1045,7 @@ class SendProcessor(Processor):
                     request, int(ResponseCode.SYSTEM_ERROR), {}, remark=ack.remark or None
                 )
             return
-        if ack.response_code not in (_OK, _FLUSH_DISK_TIMEOUT):
+        if ack.response_code not in _STORED_CODES:
             self._refused += 1
             self.reply(request, request.make_response(ack.response_code, {}, remark=ack.remark))
             return
@@ -1021,6 +1083,7 @@ class SendProcessor(Processor):
             delayed=self._delayed,
             dead_letters=self._dead_letters,
             send_backs=self._send_backs,
+            send_backs_refused=self._send_backs_refused,
             duplicates=self._duplicates,
         )
 

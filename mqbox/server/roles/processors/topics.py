@@ -4,7 +4,8 @@ Owns: `TopicConfigStore`, every process's view of the topic table (the send proc
 topics on the fly, the pull processors read them, the services role registers them with the name
 server), the system topics of a new store (docs/protocol.md section 9), and the rules of
 auto-creation (from a template topic with the INHERIT permission, such as TBW102, and `%RETRY%`
-topics with one queue), and topic admin's replace and delete (`put`, `delete`: the admin
+topics with one queue), which topics topic admin may not touch (`system_topic_refusal`,
+`group_topic_perm_refusal`), and topic admin's replace and delete (`put`, `delete`: the admin
 processors' UPDATE_AND_CREATE_TOPIC and DELETE_TOPIC_IN_BROKER). The file format and its atomic
 save belong to store/config_files.py.
 
@@ -92,6 +93,53 @@ def system_topics(broker: BrokerConfig) -> list[TopicConfig]:
         TopicConfig(TRANS_CHECK_MAX_TIME_TOPIC, 1, 1, PERM_READ_WRITE),
     ]
     return topics
+
+
+# Java 4.9.x's TopicValidator.SYSTEM_TOPIC_SET: topic admin may neither create, replace nor
+# delete these (nor a topic starting with a SYSTEM_TOPIC_PREFIXES entry).
+JAVA_SYSTEM_TOPICS: Final = frozenset(
+    {
+        AUTO_CREATE_TOPIC_KEY_TOPIC,
+        SCHEDULE_TOPIC,
+        BENCHMARK_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRACE_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+# Java's is "rmq_sys_" alone; its own RMQ_SYS_* topics are in the set, mqbox keeps the prefix.
+SYSTEM_TOPIC_PREFIXES: Final = ("rmq_sys_", "RMQ_SYS_")
+
+
+def system_topic_refusal(topic: str, broker: BrokerConfig) -> str | None:
+    """The remark refusing topic admin (UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC_IN_BROKER) on
+    `topic`, or None when it may go ahead. As Java 4.9.x's TopicValidator.isSystemTopic, with
+    Java's remark: the system topics, any `rmq_sys_` / `RMQ_SYS_` topic, and the topics named
+    after the cluster and the broker (Java adds those to its set at start). A replaced TBW102
+    could stop auto-creation (perm without INHERIT: every new topic 17), a replaced
+    SCHEDULE_TOPIC_XXXX delays and retries; docs/security.md."""
+    if (
+        topic in JAVA_SYSTEM_TOPICS
+        or topic.startswith(SYSTEM_TOPIC_PREFIXES)
+        or topic in (broker.broker_cluster_name, broker.broker_name)
+    ):
+        return f"The topic[{topic}] is conflict with system topic."
+    return None
+
+
+def group_topic_perm_refusal(topic: str, perm: int) -> str | None:
+    """The remark refusing UPDATE_AND_CREATE_TOPIC to give a group's `%RETRY%` topic less than
+    read and write (the broker writes retries there, the group's consumers read them) or its
+    `%DLQ%` topic no write (the broker writes dead letters; read is the operator's choice, 4.5.2
+    made it write-only); None otherwise. Java has no such rule."""
+    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and perm & PERM_READ_WRITE != PERM_READ_WRITE:
+        return f"perm = {perm}: a {RETRY_GROUP_TOPIC_PREFIX} topic keeps read and write (6)"
+    if topic.startswith(DLQ_GROUP_TOPIC_PREFIX) and not perm & PERM_WRITE:
+        return f"perm = {perm}: a {DLQ_GROUP_TOPIC_PREFIX} topic keeps write (2)"
+    return None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -2,29 +2,29 @@
 
 Owns, in admin.0 (the only process that holds them; routing.py sends it their codes, and
 topology.py sends it the pulls' offset commits): the client tables (clients.py), consumer offsets
-and queue locks (offsets.py), the calls to clients (307 relayed, 40 and 220 sent), the
-subscription groups (groups.py) and, on a slave, the copy of the master's metadata
-(slave_sync.py). In every admin processor: the store queries (queries.py), topic admin
-(topic_admin.py), mqbox's own views, REQUEST_CODE_NOT_SUPPORTED (3, with the Java broker's
-remark) for every other code, and the admin pool's share of the base class's plumbing (the
-workers' REQUEST_FAILED and idle CLOSE_CONNECTION). Each handler's docstring says what its code
-answers; base.py holds the state they share.
+and queue locks (offsets.py), the calls to clients (307 and 309 relayed, 221 gathered for a
+223, 40 and 220 sent), the subscription groups (groups.py) and, on a slave, the copy of the
+master's metadata (slave_sync.py). In every admin processor: the store queries (queries.py), topic
+admin (topic_admin.py), the broker's runtime figures and configuration (broker_info.py), broker
+statistics (statistics.py: 315), REQUEST_CODE_NOT_SUPPORTED (3, with the Java broker's remark) for
+every other code, and the admin pool's share of the base class's plumbing (the workers'
+REQUEST_FAILED and idle CLOSE_CONNECTION). Each handler's docstring says what its code answers;
+base.py holds the state they share.
 
-Never: writes the store, or holds a request other than a 307 waiting for its client (every other
-answer goes out at once: the C++ client gives a lock request 1 s and closes its connection on a
-timeout). A held 307 is a table entry, not a wait: the loop keeps serving everyone meanwhile.
-Should admin.k (k > 0) ever get a member-0 code, it answers SYSTEM_ERROR with a remark (a
-worker bug; it holds no tables to answer from).
+Never: writes the store, or holds a request other than a 307, 309 or 223 waiting for its
+clients (every other answer goes out at once: the C++ client gives a lock request 1 s and closes
+its connection on a timeout). A held request is a table entry, not a wait: the loop keeps
+serving everyone meanwhile. Should admin.k (k > 0) ever get a member-0 code, it answers
+SYSTEM_ERROR with a remark (a worker bug; it holds no tables to answer from).
 
 Bad input: a typed header or body that does not parse is answered SYSTEM_ERROR (1) with a remark
 naming the field (RemoteProtocolError, answered by the base class); a group name outside
 [A-Za-z0-9%|_-]{1,255} or a negative queue id, 1 as well; a topic that topics.json does not hold,
 17 TOPIC_NOT_EXIST. Nothing from outside reaches an assert.
 
-mqbox's own codes (protocol/mqbox_codes.py): RocketMQ has GET_TOPIC_STATS_INFO 202 and
-GET_CONSUME_STATS 208, but their bodies are maps keyed by JSON objects, which is not JSON; the
-private range keeps mqbox's CLI off RocketMQ's numbers. Every ext value is a string, every body
-standard JSON.
+RocketMQ's statistics codes (202, 208, 317, 223...) answer in Java's fastjson text, whose maps
+may be keyed by objects (protocol/admin_bodies.py); mqbox's own codes (protocol/mqbox_codes.py)
+cover only what RocketMQ has no code for, with string ext values and standard JSON bodies.
 """
 
 from __future__ import annotations
@@ -41,10 +41,13 @@ from mqbox.server.roles.processors.admin.base import (
     HOUSEKEEPING_INTERVAL_NS,
     AdminStatistics,
 )
+from mqbox.server.roles.processors.admin.broker_info import BrokerInfo
+from mqbox.server.roles.processors.admin.broker_status import BrokerStatus
 from mqbox.server.roles.processors.admin.clients import ClientManagement
 from mqbox.server.roles.processors.admin.offsets import ConsumerOffsetHandlers
 from mqbox.server.roles.processors.admin.queries import StoreQueries
 from mqbox.server.roles.processors.admin.slave_sync import SlaveSync
+from mqbox.server.roles.processors.admin.statistics import BrokerStatistics
 from mqbox.server.roles.processors.admin.topic_admin import TopicAdmin
 from mqbox.server.roles.processors.client_manager import group_name_problem
 from mqbox.server.routing import MEMBER_ZERO_CODES
@@ -55,7 +58,16 @@ log = logging.getLogger("mqbox.admin")
 __all__ = ["AdminProcessor", "main"]
 
 
-class AdminProcessor(ClientManagement, ConsumerOffsetHandlers, StoreQueries, TopicAdmin, SlaveSync):
+class AdminProcessor(
+    ClientManagement,
+    ConsumerOffsetHandlers,
+    StoreQueries,
+    TopicAdmin,
+    BrokerInfo,
+    BrokerStatistics,
+    BrokerStatus,
+    SlaveSync,
+):
     """The admin role: the sections of handlers (groups.py under slave_sync.py, which applies a
     slave's copy of its master's metadata) and the hooks of the loop."""
 
@@ -70,7 +82,7 @@ class AdminProcessor(ClientManagement, ConsumerOffsetHandlers, StoreQueries, Top
         self.offsets.persist_now()
 
     def handle(self, request: Request) -> None:
-        """A client's answer to a broker request goes to the 307 waiting for it; a member-0
+        """A client's answer to a broker request goes to the request waiting for it; a member-0
         code reaching admin.k (k > 0) is a worker bug, answered SYSTEM_ERROR; the rest by the
         handler tables."""
         if request.flag & FLAG_RESPONSE:
@@ -99,7 +111,9 @@ class AdminProcessor(ClientManagement, ConsumerOffsetHandlers, StoreQueries, Top
         if self._client_calls:
             for key in [key for key in self._client_calls if key[0] == event.conn_id]:
                 call = self._client_calls.pop(key)
-                self._fail_client_call(call, ResponseCode.SYSTEM_ERROR, "its connection closed")
+                self._fail_client_call(
+                    key, call, ResponseCode.SYSTEM_ERROR, "its connection closed"
+                )
 
     def on_parcel(self, producer: str, parcel_type: int, payload: memoryview) -> None:
         if parcel_type != admin_parcels.COMMIT_OFFSET:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from mqbox.clock import wall_clock_ms
-from mqbox.config import BrokerRole
+from mqbox.config import BrokerConfig, BrokerRole
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.message import STORETIMESTAMP_POSITION_BYTES
 from mqbox.protocol.codes import FLAG_RESPONSE, ResponseCode
@@ -28,6 +28,7 @@ from mqbox.protocol.command import (
     encode_header,
 )
 from mqbox.protocol.errors import RemoteProtocolError
+from mqbox.run_files import read_json
 from mqbox.server import parcels
 from mqbox.server.queue_counters import (
     QueueCounters,
@@ -36,6 +37,7 @@ from mqbox.server.queue_counters import (
     store_positions_name,
 )
 from mqbox.server.roles.processors import Processor, Request
+from mqbox.server.roles.processors.admin.runtime_info import broker_boot_timestamp_ms
 from mqbox.server.roles.processors.client_manager import (
     CLIENT_EXPIRY_MS_DEFAULT,
     ClientManager,
@@ -46,12 +48,10 @@ from mqbox.server.roles.processors.consumer_offsets import (
     ConsumerOffsets,
 )
 from mqbox.server.roles.processors.locks import LOCK_LIFETIME_MS_DEFAULT, QueueLocks
-from mqbox.server.roles.processors.topics import (
-    TopicConfigStore,
-    system_topics,
-)
+from mqbox.server.roles.processors.topics import TopicConfigStore
 from mqbox.server.roles.store_writer import store_config_of
 from mqbox.server.runtime import RoleContext
+from mqbox.server.statistics_history import statistics_file_path
 from mqbox.server.topology import RoleKind
 from mqbox.store import config_files
 from mqbox.store.config_files import (
@@ -75,7 +75,7 @@ TOPIC_QUEUE_COUNT_MAX: Final = 1024  # as many as BenchmarkTest, the largest sys
 PERM_MAX: Final = 0xF
 _STORE_TIMESTAMP: Final = struct.Struct(">q")
 CLIENT_CALL_TIMEOUT_MS_DEFAULT: Final = 10_000  # Java's Broker2Client.callClient
-CLIENT_CALL_COUNT_MAX: Final = 1024  # calls to clients (307) in flight at once
+CLIENT_CALL_COUNT_MAX: Final = 1024  # calls to clients (307, 309, 221) in flight at once
 EXPRESSION_TYPE_TAG: Final = "TAG"
 REMARK_NO_CONSUMER: Final = "no consumer for this group"
 REMARK_QUERY_NOT_FOUND: Final = "mqbox: nothing committed, and the queue no longer starts at 0"
@@ -186,15 +186,32 @@ class StoreView:
         reader = self.for_queue(topic, queue_id)
         if reader is None:
             return 0
-        max_queue_index = reader.max_offset(topic, queue_id)
-        if max_queue_index <= reader.min_offset(topic, queue_id):
+        return self.store_timestamp_ms(topic, queue_id, reader.max_offset(topic, queue_id) - 1)
+
+    def store_timestamp_ms(self, topic: str, queue_id: int, queue_index: int) -> int:
+        """Store time of the queue's message at `queue_index` (Java's getMessageStoreTimeStamp);
+        0 if the queue no longer or not yet holds it."""
+        reader = self.for_queue(topic, queue_id)
+        if reader is None or not reader.min_offset(topic, queue_id) <= queue_index:
             return 0
-        plan = reader.get_messages(topic, queue_id, max_queue_index - 1, 1)
+        if queue_index >= reader.max_offset(topic, queue_id):
+            return 0
+        plan = reader.get_messages(topic, queue_id, queue_index, 1)
         if plan.status is not GetMessageStatus.FOUND:
             return 0
         record = reader.read_plan_bytes(plan)
         value: int = _STORE_TIMESTAMP.unpack_from(record, STORETIMESTAMP_POSITION_BYTES)[0]
         return value
+
+    def positions(self) -> StorePositions | None:
+        """The store writer's published positions (queue_counters.py); None before it runs."""
+        self._attach()
+        return self._positions
+
+    def counters(self) -> QueueCounters | None:
+        """The dispatcher's published counters; None before it runs."""
+        self._attach()
+        return self._counters
 
     def close(self) -> None:
         if self._reader is not None:
@@ -221,26 +238,42 @@ class AdminStatistics:
     producer_count: int
     offsets_persisted: int
     locks_held: int
-    client_calls_pending: int  # 307s waiting for their client
+    client_calls_pending: int  # calls (307, 309, 221) waiting for their client
     client_calls_relayed: int
     client_calls_failed: int  # timed out, or the client's connection closed first
     reset_notices_sent: int  # RESET_CONSUMER_CLIENT_OFFSET requests
 
 
 @dataclasses.dataclass(slots=True)
+class _StatusGather:
+    """A 223 waiting for its members' answers to 221: the answer goes out when `pending` is
+    empty (each call answered, timed out, or its connection closed)."""
+
+    request: Request
+    pending: set[tuple[int, int]]  # keys of AdminBase._client_calls still out
+    results: dict[str, Any]  # client id -> its messageQueueTable ({MessageQueue: offset})
+
+
+@dataclasses.dataclass(slots=True)
 class _ClientCall:
-    """A 307 sent on to a client, waiting for its answer."""
+    """A request (307, 309, 221) sent on to a client, waiting for its answer."""
 
     request: Request  # the admin's request, answered with the client's response
     group: str
     client_id: str
     deadline_ns: int  # self.clock_ns() terms
+    gather: _StatusGather | None = None  # a 221 of a 223: its answer joins the gather instead
 
 
 class AdminBase(Processor):
     """State and checks of the admin processor, under its sections of handlers."""
 
     kind = RoleKind.ADMIN
+
+    def published_statistics(self) -> dict[str, Any] | None:
+        """The statistics sampler's last document (server/statistics_history.py); None before
+        its first write (or without a sampler)."""
+        return read_json(statistics_file_path(self.ctx.home))
 
     def __init__(
         self,
@@ -277,9 +310,8 @@ class AdminBase(Processor):
             self.subscription_groups = config_files.load_subscription_groups(
                 self.config_dir, use_backup_if_corrupt=True
             )
-        self._system_topic_names = frozenset(t.topic_name for t in system_topics(ctx.broker))
         self._notify_pending: set[str] = set()
-        # (client conn id, opaque of the request sent to it) -> the 307 waiting for the answer
+        # (client conn id, opaque of the request sent to it) -> the call waiting for the answer
         self._client_calls: dict[tuple[int, int], _ClientCall] = {}
         self._notify_opaques = self._opaque_counter()
         self._subscriptions_version = 0
@@ -293,6 +325,11 @@ class AdminBase(Processor):
         self._client_calls_relayed = 0
         self._client_calls_failed = 0
         self._reset_notices_sent = 0
+        self.boot_timestamp_ms = broker_boot_timestamp_ms()
+
+    def on_broker_config(self, broker: BrokerConfig) -> None:
+        """The topic store reads autoCreateTopicEnable from its copy (runtime_config.py)."""
+        self.topics.broker = broker
 
     def send_request(self, conn_id: int, command: RemotingCommand) -> None:
         """Send a broker request to a client on its connection: oneway (40, 220), or a call

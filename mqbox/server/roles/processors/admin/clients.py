@@ -1,8 +1,10 @@
 """Client management: heartbeats, the consumer list, client config checks, calls to clients.
 
 Owns the handlers of HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38),
-CHECK_CLIENT_CONFIG (46) and GET_CONSUMER_RUNNING_INFO (307); what a change of the client tables
-(client_manager.py: heartbeats, closed connections, 120 s of silence) sets off:
+CHECK_CLIENT_CONFIG (46), GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204)
+and the calls to clients: GET_CONSUMER_RUNNING_INFO (307) and CONSUME_MESSAGE_DIRECTLY (309)
+relayed, INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223) gathered from 221s; what a change of the
+client tables (client_manager.py: heartbeats, closed connections, 120 s of silence) sets off:
 NOTIFY_CONSUMER_IDS_CHANGED (40) on each member's connection when a group's membership changes,
 and the group-subscriptions file the pull processors read (admin_parcels.py). Every code here but
 46 is served by admin.0 alone (routing.py).
@@ -11,8 +13,12 @@ and the group-subscriptions file the pull processors read (admin_parcels.py). Ev
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import logging
 
+from mqbox.errors import MessageIllegalError
+from mqbox.message import decode_offset_msg_id
+from mqbox.protocol import admin_bodies
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import (
     RemotingCommand,
@@ -40,6 +46,7 @@ from mqbox.server.roles.processors.admin.base import (
     _listed,
     _required,
     _shown,
+    _StatusGather,
 )
 from mqbox.server.roles.processors.client_manager import (
     ClientChange,
@@ -122,6 +129,7 @@ class ClientManagement(AdminBase):
             self.clock_ns(),
             language=command.language.name,
             version=command.version,
+            client_addr=f"{ipaddress.IPv4Address(request.peer_ipv4)}:{request.peer_port}",
         )
         self._apply(change)
         if groups_refused:
@@ -160,6 +168,63 @@ class ClientManagement(AdminBase):
         if not client_ids:
             return request.make_response(ResponseCode.SYSTEM_ERROR, {}, remark=REMARK_NO_CONSUMER)
         body = ConsumerListBody(tuple(client_ids)).to_json()
+        return request.make_response(ResponseCode.SUCCESS, {}, body=body)
+
+    @handles(RequestCode.GET_CONSUMER_CONNECTION_LIST)
+    def _consumer_connections(self, request: Request) -> RemotingCommand:
+        """GET_CONSUMER_CONNECTION_LIST (203): ext `consumerGroup`. Java's ConsumerConnection:
+        a Connection {clientId, clientAddr, language, version} per online member, the group's
+        subscription table (topic -> SubscriptionData) and its consumeType, messageModel and
+        consumeFromWhere by name. 206 CONSUMER_NOT_ONLINE with Java's remark for a group
+        without members."""
+        header = ConsumerGroupRequestHeader.from_ext(request.command.ext_fields)
+        self._check_group(header.consumer_group)
+        group = self.clients.consumer_group(header.consumer_group)
+        if group is None or not group.members:
+            return request.make_response(
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                {},
+                remark=f"the consumer group[{header.consumer_group}] not online",
+            )
+        connections = [
+            admin_bodies.connection(m.client_id, m.client_addr, m.language, m.version)
+            for m in self.clients.consumer_members(header.consumer_group)
+        ]
+        subscriptions = {
+            topic: admin_bodies.subscription_data(
+                s.topic, s.sub_string, s.tags, s.tag_hashes, s.sub_version, s.expression_type
+            )
+            for topic, s in sorted(group.subscriptions.items())
+        }
+        body = admin_bodies.dumps_fastjson(
+            admin_bodies.consumer_connection(
+                connections,
+                subscriptions,
+                group.consume_type.name,
+                group.message_model.name,
+                group.consume_from_where.name,
+            )
+        )
+        return request.make_response(ResponseCode.SUCCESS, {}, body=body)
+
+    @handles(RequestCode.GET_PRODUCER_CONNECTION_LIST)
+    def _producer_connections(self, request: Request) -> RemotingCommand:
+        """GET_PRODUCER_CONNECTION_LIST (204): ext `producerGroup`. Java's ProducerConnection,
+        a Connection per member that named the group in its heartbeats' producerDataSet; 1 with
+        Java's remark ("not exist") for a group without members."""
+        header = admin_bodies.ProducerGroupRequestHeader.from_ext(request.command.ext_fields)
+        members = self.clients.producer_members(header.producer_group)
+        if not members:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                {},
+                remark=f"the producer group[{_shown(header.producer_group)}] not exist",
+            )
+        connections = [
+            admin_bodies.connection(m.client_id, m.client_addr, m.language, m.version)
+            for m in members
+        ]
+        body = admin_bodies.dumps_fastjson(admin_bodies.producer_connection(connections))
         return request.make_response(ResponseCode.SUCCESS, {}, body=body)
 
     @handles(RequestCode.CHECK_CLIENT_CONFIG)
@@ -282,6 +347,42 @@ class ClientManagement(AdminBase):
         where = "GetConsumerRunningInfoRequestHeader"
         group = _required(ext, "consumerGroup", where)
         client_id = _required(ext, "clientId", where)
+        return self._call_consumer(request, group, client_id, dict(ext), command.body)
+
+    @handles(RequestCode.CONSUME_MESSAGE_DIRECTLY)
+    def _consume_message_directly(self, request: Request) -> RemotingCommand | None:
+        """CONSUME_MESSAGE_DIRECTLY (309) from an admin tool: ext `consumerGroup`, `clientId`,
+        `msgId` (an offset message id). As Java's AdminBrokerProcessor.consumeMessageDirectly:
+        the stored record at the id's offset becomes the body, ext `brokerName` is added, and
+        the request is relayed to the member like 307; its answer (a
+        ConsumeMessageDirectlyResult) is relayed back. A msgId that does not decode, or names
+        no stored record, gets 1 with a remark (Java fails there without one)."""
+        header = admin_bodies.ConsumeMessageDirectlyResultRequestHeader.from_ext(
+            request.command.ext_fields
+        )
+        try:
+            _host, log_offset_bytes = decode_offset_msg_id(header.msg_id)
+        except MessageIllegalError as error:
+            raise RemoteProtocolError(f"msgId: {error}") from None
+        reader = self.store.for_log()
+        if reader is None:
+            return self._no_store(request)
+        record = reader.read_message(log_offset_bytes)
+        if record is None:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                {},
+                remark=f"mqbox: no message at commit log offset {log_offset_bytes}",
+            )
+        ext = dict(request.command.ext_fields)
+        ext["brokerName"] = self.ctx.broker.broker_name
+        return self._call_consumer(request, header.consumer_group, header.client_id, ext, record)
+
+    def _call_consumer(
+        self, request: Request, group: str, client_id: str, ext: dict[str, str], body: bytes
+    ) -> RemotingCommand | None:
+        """Relay `request`'s code with `ext` and `body` to the online member `client_id` of
+        `group` (Java's callConsumer; the rules are 307's); None when the call is out."""
         self._check_group(group)
         member = self.clients.consumer_member(group, client_id)
         if member is None:
@@ -290,38 +391,114 @@ class ClientManagement(AdminBase):
                 {},
                 remark=f"The Consumer <{group}> <{_shown(client_id)}> not online",
             )
-        if len(self._client_calls) >= CLIENT_CALL_COUNT_MAX:
-            return request.make_response(
-                ResponseCode.SYSTEM_BUSY,
-                {},
-                remark=f"mqbox: {CLIENT_CALL_COUNT_MAX} calls to clients are in flight already",
-            )
-        header_size = len(encode_header(command))
-        if header_size + len(command.body) > self.frame_size_bytes_max // 2:
-            return request.make_response(
-                ResponseCode.SYSTEM_ERROR, {}, remark="mqbox: the request is too large to forward"
-            )
+        refusal = self._client_call_refusal(request, len(body))
+        if refusal is not None:
+            return refusal
         opaque = next(self._notify_opaques)
-        self.send_request(
-            member.conn_id,
-            make_request(
-                RequestCode.GET_CONSUMER_RUNNING_INFO, opaque, dict(ext), body=command.body
-            ),
-        )
+        self.send_request(member.conn_id, make_request(request.code, opaque, ext, body=body))
         deadline_ns = self.clock_ns() + self.client_call_timeout_ns
         self._client_calls[(member.conn_id, opaque)] = _ClientCall(
             request, group, client_id, deadline_ns
         )
         return None
 
+    def _client_call_refusal(self, request: Request, body_size: int) -> RemotingCommand | None:
+        """2 when CLIENT_CALL_COUNT_MAX calls are out already, 1 for a request too large to
+        forward; None when a call may go out."""
+        if len(self._client_calls) >= CLIENT_CALL_COUNT_MAX:
+            return request.make_response(
+                ResponseCode.SYSTEM_BUSY,
+                {},
+                remark=f"mqbox: {CLIENT_CALL_COUNT_MAX} calls to clients are in flight already",
+            )
+        header_size = len(encode_header(request.command))
+        if header_size + body_size > self.frame_size_bytes_max // 2:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR, {}, remark="mqbox: the request is too large to forward"
+            )
+        return None
+
+    @handles(RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS)
+    def _get_consumer_status(self, request: Request) -> RemotingCommand | None:
+        """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223): ext `topic`, `group`, optional
+        `clientAddr` (a client id). As Java's Broker2Client.getConsumeStatus: asks every online
+        member of the group (or only that client) with GET_CONSUMER_STATUS_FROM_CLIENT (221,
+        ext `topic` and `group`) and answers a GetConsumerStatusBody whose consumerTable maps
+        each client id that answered 0 to its messageQueueTable; members that fail or stay
+        silent (client_call_timeout_ms) are left out. No member online: 1 with Java's remark.
+        Java asks the members one after another; mqbox asks them all at once."""
+        header = admin_bodies.GetConsumerStatusRequestHeader.from_ext(request.command.ext_fields)
+        self._check_group(header.group)
+        members = [
+            member
+            for member in self.clients.consumer_members(header.group)
+            if header.client_addr is None or member.client_id == header.client_addr
+        ]
+        if not self.clients.consumer_members(header.group):
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                {},
+                remark=f"No Any Consumer online in the consumer group: [{header.group}]",
+            )
+        if len(self._client_calls) + len(members) > CLIENT_CALL_COUNT_MAX:
+            return request.make_response(
+                ResponseCode.SYSTEM_BUSY,
+                {},
+                remark=f"mqbox: {CLIENT_CALL_COUNT_MAX} calls to clients are in flight already",
+            )
+        gather = _StatusGather(request, set(), {})
+        ext = admin_bodies.GetConsumerStatusRequestHeader(header.topic, header.group).to_ext()
+        deadline_ns = self.clock_ns() + self.client_call_timeout_ns
+        for member in members:
+            opaque = next(self._notify_opaques)
+            self.send_request(
+                member.conn_id,
+                make_request(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, opaque, dict(ext)),
+            )
+            key = (member.conn_id, opaque)
+            gather.pending.add(key)
+            self._client_calls[key] = _ClientCall(
+                request, header.group, member.client_id, deadline_ns, gather
+            )
+        if not gather.pending:
+            return self._status_answer(gather)
+        return None
+
+    @staticmethod
+    def _status_answer(gather: _StatusGather) -> RemotingCommand:
+        body = admin_bodies.dumps_fastjson(admin_bodies.get_consumer_status_body(gather.results))
+        return gather.request.make_response(ResponseCode.SUCCESS, {}, body=body)
+
+    def _gathered(self, call: _ClientCall, key: tuple[int, int], answer: Request | None) -> None:
+        """One member's part of a 223: its table if it answered 0 with a body that reads;
+        the 223's answer once no member is pending."""
+        gather = call.gather
+        assert gather is not None
+        gather.pending.discard(key)
+        if answer is not None and answer.command.code == ResponseCode.SUCCESS:
+            try:
+                status = admin_bodies.loads_fastjson(answer.command.body)
+                table = status.get("messageQueueTable") if isinstance(status, dict) else None
+            except RemoteProtocolError:
+                table = None
+            if isinstance(table, dict):
+                gather.results[call.client_id] = table
+        if not gather.pending:
+            self.reply(gather.request, self._status_answer(gather))
+
     def _on_client_response(self, response: Request) -> None:
-        """A client answered a broker request: relay it if a 307 waits for it, else drop it."""
-        call = self._client_calls.pop((response.conn_id, response.opaque), None)
+        """A client answered a broker request: relay it if a 307 or 309 waits for it, add it to
+        its 223, else drop it."""
+        key = (response.conn_id, response.opaque)
+        call = self._client_calls.pop(key, None)
         if call is None:
             self.client_responses += 1  # to a oneway 40 or 220, or too late: nothing waits
             return
-        answer = response.command
         self._client_calls_relayed += 1
+        if call.gather is not None:
+            self._gathered(call, key, response)
+            return
+        answer = response.command
         self.reply(
             call.request,
             call.request.make_response(
@@ -335,9 +512,14 @@ class ClientManagement(AdminBase):
         for key in expired:
             call = self._client_calls.pop(key)
             why = f"no answer within {timeout_ms} ms"
-            self._fail_client_call(call, ResponseCode.CONSUME_MSG_TIMEOUT, why)
+            self._fail_client_call(key, call, ResponseCode.CONSUME_MSG_TIMEOUT, why)
 
-    def _fail_client_call(self, call: _ClientCall, code: int, why: str) -> None:
+    def _fail_client_call(
+        self, key: tuple[int, int], call: _ClientCall, code: int, why: str
+    ) -> None:
         self._client_calls_failed += 1
+        if call.gather is not None:
+            self._gathered(call, key, None)
+            return
         remark = f"mqbox: consumer <{call.group}> <{_shown(call.client_id)}>: {why}"
         self.reply(call.request, call.request.make_response(code, {}, remark=remark))

@@ -1,12 +1,12 @@
 """Consumers' offsets and locks: commits, queries, resets, progress, orderly consumers' locks.
 
 Owns the handlers of QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), LOCK_BATCH_MQ (41),
-UNLOCK_BATCH_MQ (42), Java's INVOKE_BROKER_TO_RESET_OFFSET (222), MQBOX_CONSUMER_PROGRESS (10002)
-and MQBOX_RESET_CONSUMER_OFFSET (10003), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45),
-and the RESET_CONSUMER_CLIENT_OFFSET (220) a reset sends to the group's members.
-consumerOffset.json is saved every 5 s while changed and at an orderly stop (consumer_offsets.py).
-All but 45 are served by admin.0 alone (routing.py); 45 reads delayOffset.json, which any admin
-processor may.
+UNLOCK_BATCH_MQ (42), Java's INVOKE_BROKER_TO_RESET_OFFSET (222), GET_CONSUME_STATS (208),
+GET_BROKER_CONSUME_STATS (317), QUERY_TOPIC_CONSUME_BY_WHO (300), MQBOX_RESET_CONSUMER_OFFSET
+(10003), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45), and the
+RESET_CONSUMER_CLIENT_OFFSET (220) a reset sends to the group's members. consumerOffset.json is
+saved every 5 s while changed and at an orderly stop (consumer_offsets.py). All but 45 are served
+by admin.0 alone (routing.py); 45 reads delayOffset.json, which any admin processor may.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from mqbox.protocol import admin_bodies
 from mqbox.protocol.codes import LanguageCode, RequestCode, ResponseCode
 from mqbox.protocol.command import (
     RemotingCommand,
@@ -26,6 +27,7 @@ from mqbox.protocol.headers import (
     DelayOffsetSerializeWrapper,
     LockBatchRequestBody,
     LockBatchResponseBody,
+    MessageQueue,
     OffsetResponseHeader,
     QueryConsumerOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
@@ -33,7 +35,6 @@ from mqbox.protocol.headers import (
 )
 from mqbox.protocol.mqbox_codes import (
     INVOKE_BROKER_TO_RESET_OFFSET,
-    MQBOX_CONSUMER_PROGRESS,
     MQBOX_RESET_CONSUMER_OFFSET,
     RESET_TIMESTAMP_LATEST,
     RESET_TO_EARLIEST,
@@ -142,72 +143,111 @@ class ConsumerOffsetHandlers(AdminBase):
         self.locks.unlock(body.consumer_group, body.client_id, body.mq_set)
         return request.make_response(ResponseCode.SUCCESS, {})
 
-    @handles(MQBOX_CONSUMER_PROGRESS)
-    def _consumer_progress(self, request: Request) -> RemotingCommand:
-        """MQBOX_CONSUMER_PROGRESS (10002): ext `consumerGroup`, optional `topic`. Body
-        {"group", "clientIds", "totalLag", "queues": [{"topic", "queueId", "brokerOffset",
-        "consumerOffset", "lag"}]} over the topics the group committed offsets for or subscribes
-        to (or only `topic`). consumerOffset is -1 when nothing is committed; lag is brokerOffset
-        minus consumerOffset, or minus minOffset when nothing is committed (where a new group
-        would start). 26 SUBSCRIPTION_GROUP_NOT_EXIST for a group nobody knows."""
-        ext = request.command.ext_fields
-        group = _required(ext, "consumerGroup", "MQBOX_CONSUMER_PROGRESS")
-        self._check_group(group)
-        only_topic = ext.get("topic") or None
-        known = self.clients.consumer_group(group)
+    def consume_tps(self, group: str, topic: str) -> float:
+        """ConsumeStats.consumeTps of the group on one topic (Java: messages gotten per second
+        over the last minute). 0.0 until issue 16's statistics count gets per group."""
+        return 0.0
+
+    def _stats_topics(self, group: str, only_topic: str | None) -> list[str]:
+        """The topics a consume-stats answer covers: `only_topic`, else those the group
+        committed offsets for (Java's whichTopicByConsumer) and, unlike Java, those its online
+        members subscribe to, so a group shows its lag before its first commit."""
         if only_topic is not None:
-            topics = [only_topic]
-        else:
-            subscribed = set(known.subscriptions) if known is not None else set()
-            topics = sorted(subscribed | set(self.offsets.topics_of(group)))
-        if (
-            not topics
-            and known is None
-            and group not in self.subscription_groups.groups
-            and only_topic is None
-        ):
-            return request.make_response(
-                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                {},
-                remark=f"mqbox: no client, offset or configuration knows group {group}",
-            )
-        queues: list[dict[str, Any]] = []
-        total_lag = 0
+            return [only_topic]
+        known = self.clients.consumer_group(group)
+        subscribed = set(known.subscriptions) if known is not None else set()
+        return sorted(subscribed | set(self.offsets.topics_of(group)))
+
+    def _consume_stats(
+        self, group: str, topics: list[str], *, write_queues: bool, order_only: bool = False
+    ) -> dict[str, Any] | None:
+        """ConsumeStats of `group` over `topics` (Java's getConsumeStats loop): topics without a
+        configuration, or that an online group does not subscribe to, are left out; one
+        OffsetWrapper per read queue (write queues for 317, as Java). None without a store."""
+        known = self.clients.consumer_group(group)
+        broker_name = self.ctx.broker.broker_name
+        offsets: dict[MessageQueue, dict[str, int]] = {}
+        consume_tps = 0.0
         for topic in topics:
             config = self.topics.get(topic)
+            if config is None or (order_only and not config.order):
+                continue
+            if known is not None and known.subscriptions and topic not in known.subscriptions:
+                continue
             committed = self.offsets.topic_offsets(group, topic)
-            if config is not None:
-                queue_count = max(config.read_queue_nums, config.write_queue_nums)
-            else:
-                queue_count = max(committed, default=-1) + 1
+            queue_count = config.write_queue_nums if write_queues else config.read_queue_nums
             for queue_id in range(queue_count):
                 reader = self.store.for_queue(topic, queue_id)
                 if reader is None:
+                    return None
+                consumer_offset = max(0, committed.get(queue_id, 0))
+                offsets[MessageQueue(topic, broker_name, queue_id)] = admin_bodies.offset_wrapper(
+                    max(0, reader.max_offset(topic, queue_id)),
+                    consumer_offset,
+                    self.store.store_timestamp_ms(topic, queue_id, consumer_offset - 1),
+                )
+            consume_tps += self.consume_tps(group, topic)
+        return admin_bodies.consume_stats(offsets, consume_tps)
+
+    @handles(RequestCode.GET_CONSUME_STATS)
+    def _get_consume_stats(self, request: Request) -> RemotingCommand:
+        """GET_CONSUME_STATS (208): ext `consumerGroup`, optional `topic`. Java's ConsumeStats
+        {consumeTps, offsetTable: {MessageQueue: OffsetWrapper {brokerOffset, consumerOffset,
+        lastTimestamp}}} (fastjson text); consumerOffset is 0 where nothing is committed, and
+        lastTimestamp the store time of the last message consumed (0 for none). A group nobody
+        knows gets 0 and an empty table, as in Java (whose admin then reports the group not
+        online)."""
+        header = admin_bodies.GetConsumeStatsRequestHeader.from_ext(request.command.ext_fields)
+        self._check_group(header.consumer_group)
+        topics = self._stats_topics(header.consumer_group, header.topic)
+        stats = self._consume_stats(header.consumer_group, topics, write_queues=False)
+        if stats is None:
+            return self._no_store(request)
+        body = admin_bodies.dumps_fastjson(stats)
+        return request.make_response(ResponseCode.SUCCESS, {}, body=body)
+
+    @handles(RequestCode.GET_BROKER_CONSUME_STATS)
+    def _broker_consume_stats(self, request: Request) -> RemotingCommand:
+        """GET_BROKER_CONSUME_STATS (317): ext `isOrder`. Java's ConsumeStatsList: for every
+        subscription group, the ConsumeStats of each topic it committed offsets for (only the
+        order topics when isOrder), over write queues; totalDiff sums brokerOffset -
+        consumerOffset over every row."""
+        header = admin_bodies.GetConsumeStatsInBrokerHeader.from_ext(request.command.ext_fields)
+        groups: list[tuple[str, list[dict[str, Any]]]] = []
+        total_diff = 0
+        for group in sorted(self.subscription_groups.groups):
+            per_topic: list[dict[str, Any]] = []
+            for topic in self.offsets.topics_of(group):
+                stats = self._consume_stats(
+                    group, [topic], write_queues=True, order_only=header.is_order
+                )
+                if stats is None:
                     return self._no_store(request)
-                broker_offset = reader.max_offset(topic, queue_id)
-                consumer_offset = committed.get(queue_id, -1)
-                start = (
-                    consumer_offset if consumer_offset >= 0 else reader.min_offset(topic, queue_id)
+                if not stats["offsetTable"]:
+                    continue
+                per_topic.append(stats)
+                total_diff += sum(
+                    row["brokerOffset"] - row["consumerOffset"]
+                    for row in stats["offsetTable"].values()
                 )
-                lag = max(0, broker_offset - start)
-                total_lag += lag
-                queues.append(
-                    {
-                        "topic": topic,
-                        "queueId": queue_id,
-                        "brokerOffset": broker_offset,
-                        "consumerOffset": consumer_offset,
-                        "lag": lag,
-                    }
-                )
-        body = dumps_json(
-            {
-                "group": group,
-                "clientIds": self.clients.consumer_ids(group),
-                "totalLag": total_lag,
-                "queues": queues,
-            }
+            groups.append((group, per_topic))
+        body = admin_bodies.dumps_fastjson(
+            admin_bodies.consume_stats_list(self.ctx.broker_address, groups, total_diff)
         )
+        return request.make_response(ResponseCode.SUCCESS, {}, body=body)
+
+    @handles(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO)
+    def _topic_consumed_by(self, request: Request) -> RemotingCommand:
+        """QUERY_TOPIC_CONSUME_BY_WHO (300): ext `topic`. Java's GroupList: the groups whose
+        online members subscribe to the topic, and those that committed offsets for it."""
+        header = admin_bodies.TopicRequestHeader.from_ext(request.command.ext_fields)
+        groups = {
+            group
+            for group in self.clients.consumer_groups()
+            if self.clients.group_subscription(group, header.topic) is not None
+        }
+        groups.update(group for topic, group in self.offsets.snapshot() if topic == header.topic)
+        body = admin_bodies.dumps_fastjson(admin_bodies.group_list(groups))
         return request.make_response(ResponseCode.SUCCESS, {}, body=body)
 
     @handles(MQBOX_RESET_CONSUMER_OFFSET)

@@ -3,7 +3,7 @@ counts: offsets by queue and time, messages by id and key, a topic's status.
 
 Owns the handlers of SEARCH_OFFSET_BY_TIMESTAMP (29), GET_MAX_OFFSET (30), GET_MIN_OFFSET (31),
 GET_EARLIEST_MSG_STORETIME (32), VIEW_MESSAGE_BY_ID (33), QUERY_MESSAGE (12) and
-MQBOX_TOPIC_STATUS (10001). Any admin processor serves them. Stored messages leave by sendfile
+GET_TOPIC_STATS_INFO (202). Any admin processor serves them. Stored messages leave by sendfile
 (`_record_run`), never as copies.
 """
 
@@ -12,13 +12,15 @@ from __future__ import annotations
 import logging
 
 from mqbox.message import STORETIMESTAMP_POSITION_BYTES
+from mqbox.protocol import admin_bodies
+from mqbox.protocol.admin_bodies import TopicRequestHeader
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import (
     RemotingCommand,
-    dumps_json,
 )
 from mqbox.protocol.headers import (
     GetEarliestMsgStoretimeResponseHeader,
+    MessageQueue,
     OffsetResponseHeader,
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
@@ -26,7 +28,6 @@ from mqbox.protocol.headers import (
     SearchOffsetRequestHeader,
     ViewMessageRequestHeader,
 )
-from mqbox.protocol.mqbox_codes import MQBOX_TOPIC_STATUS
 from mqbox.server.parcels import Run
 from mqbox.server.roles.processors import Request, handles
 from mqbox.server.roles.processors.admin.base import (
@@ -35,7 +36,7 @@ from mqbox.server.roles.processors.admin.base import (
     QUERY_MESSAGE_COUNT_MAX,
     UNIQUE_KEY_QUERY_COUNT,
     AdminBase,
-    _required,
+    _shown,
 )
 from mqbox.store.message_store import MessageStoreReader
 
@@ -181,28 +182,29 @@ class StoreQueries(AdminBase):
         self.reply_with_runs(request, request.make_response(ResponseCode.SUCCESS, ext), runs)
         return None
 
-    @handles(MQBOX_TOPIC_STATUS)
-    def _topic_status(self, request: Request) -> RemotingCommand:
-        """MQBOX_TOPIC_STATUS (10001): ext `topic`. Body {"topic", "queues": [{"queueId",
-        "minOffset", "maxOffset", "lastUpdateTimestamp"}]}, one per queue id below max(read,
-        write queue count); lastUpdateTimestamp is the newest message's store time (0 for an
-        empty queue). 17 if unknown."""
-        topic = _required(request.command.ext_fields, "topic", "MQBOX_TOPIC_STATUS")
-        config = self._topic_or_error(request, topic)
-        if isinstance(config, RemotingCommand):
-            return config
-        queues: list[dict[str, int]] = []
-        for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
+    @handles(RequestCode.GET_TOPIC_STATS_INFO)
+    def _topic_stats(self, request: Request) -> RemotingCommand:
+        """GET_TOPIC_STATS_INFO (202): ext `topic`. Java's TopicStatsTable, one TopicOffset
+        {minOffset, maxOffset, lastUpdateTimestamp} per write queue, keyed by MessageQueue
+        (fastjson text, protocol/admin_bodies.py); lastUpdateTimestamp is the newest message's
+        store time, 0 for an empty queue. 17 with Java's remark for a topic this broker lacks."""
+        header = TopicRequestHeader.from_ext(request.command.ext_fields)
+        topic = header.topic
+        config = self.topics.get(topic) or self.topics.get_fresh(topic)
+        if config is None:
+            return request.make_response(
+                ResponseCode.TOPIC_NOT_EXIST, {}, remark=f"topic[{_shown(topic)}] not exist"
+            )
+        broker_name = self.ctx.broker.broker_name
+        offsets: dict[MessageQueue, dict[str, int]] = {}
+        for queue_id in range(config.write_queue_nums):
             reader = self.store.for_queue(topic, queue_id)
             if reader is None:
                 return self._no_store(request)
-            queues.append(
-                {
-                    "queueId": queue_id,
-                    "minOffset": reader.min_offset(topic, queue_id),
-                    "maxOffset": reader.max_offset(topic, queue_id),
-                    "lastUpdateTimestamp": self.store.last_store_timestamp_ms(topic, queue_id),
-                }
+            offsets[MessageQueue(topic, broker_name, queue_id)] = admin_bodies.topic_offset(
+                max(0, reader.min_offset(topic, queue_id)),
+                max(0, reader.max_offset(topic, queue_id)),
+                self.store.last_store_timestamp_ms(topic, queue_id),
             )
-        body = dumps_json({"topic": topic, "queues": queues})
+        body = admin_bodies.dumps_fastjson(admin_bodies.topic_stats_table(offsets))
         return request.make_response(ResponseCode.SUCCESS, {}, body=body)

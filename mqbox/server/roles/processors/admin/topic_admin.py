@@ -2,7 +2,10 @@
 
 Owns the handlers of UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215),
 GET_ALL_TOPIC_CONFIG (21) and MQBOX_NOOP (10000), through topics.py's file lock; the services
-role sees topics.json change and registers again. Any admin processor serves them.
+role sees topics.json change and registers again. Any admin processor serves them. System
+topics (TBW102, SCHEDULE_TOPIC_XXXX, RMQ_SYS_*, the cluster- and broker-named ones) are neither
+created, replaced nor deleted, and a group's `%RETRY%` / `%DLQ%` topic keeps the permission the
+broker needs (topics.py's refusals: 1 with a remark, as Java 4.9.x answers).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from mqbox.server.roles.processors.admin.base import (
     TOPIC_QUEUE_COUNT_MAX,
     AdminBase,
 )
+from mqbox.server.roles.processors.topics import group_topic_perm_refusal, system_topic_refusal
 from mqbox.store.config_files import TopicConfig
 
 log = logging.getLogger("mqbox.admin")
@@ -46,9 +50,7 @@ class TopicAdmin(AdminBase):
         if refusal is not None:
             return refusal
         topic = header.topic
-        problem = validate_topic(topic)
-        if problem is None and topic == self.ctx.broker.broker_cluster_name:
-            problem = f"the topic {topic} is named after the cluster, which is reserved"
+        problem = validate_topic(topic) or system_topic_refusal(topic, self.ctx.broker)
         if problem is None:
             for name, count in (
                 ("readQueueNums", header.read_queue_nums),
@@ -58,6 +60,8 @@ class TopicAdmin(AdminBase):
                     problem = f"{name} = {count} is outside [1, {TOPIC_QUEUE_COUNT_MAX}]"
         if problem is None and not 0 <= header.perm <= PERM_MAX:
             problem = f"perm = {header.perm} is outside [0, {PERM_MAX}]"
+        if problem is None:
+            problem = group_topic_perm_refusal(topic, header.perm)
         if problem is not None:
             return request.make_response(ResponseCode.SYSTEM_ERROR, {}, remark=problem)
         self.topics.put(
@@ -76,19 +80,16 @@ class TopicAdmin(AdminBase):
     @handles(RequestCode.DELETE_TOPIC_IN_BROKER)
     def _delete_topic(self, request: Request) -> RemotingCommand:
         """DELETE_TOPIC_IN_BROKER (215): deletes the configuration only (17 if there is none;
-        system topics stay, 1): the consume queues belong to the dispatcher, and the committed
-        offsets stay (as in Java); sending to the topic again brings it back. A slave refuses
-        it, as 17."""
+        system topics stay, 1 with Java's remark): the consume queues belong to the dispatcher,
+        and the committed offsets stay (as in Java); sending to the topic again brings it back.
+        A slave refuses it, as 17."""
         header = DeleteTopicRequestHeader.from_ext(request.command.ext_fields)
-        refusal = self._slave_refusal(request)
+        slave_refusal = self._slave_refusal(request)
+        if slave_refusal is not None:
+            return slave_refusal
+        refusal = system_topic_refusal(header.topic, self.ctx.broker)
         if refusal is not None:
-            return refusal
-        if header.topic in self._system_topic_names:
-            return request.make_response(
-                ResponseCode.SYSTEM_ERROR,
-                {},
-                remark=f"mqbox: {header.topic} is a system topic and stays",
-            )
+            return request.make_response(ResponseCode.SYSTEM_ERROR, {}, remark=refusal)
         if not self.topics.delete(header.topic):
             return request.make_response(
                 ResponseCode.TOPIC_NOT_EXIST,

@@ -1,0 +1,298 @@
+"""bench/ha.py: what does replication cost a producer, and how far behind is the slave?
+
+Four appliances' worth of runs, each on fresh homes (python -m mqbox.server.supervisor, ports 0):
+
+- produce: bench/produce.py's load (SEND_BATCH_MESSAGE of `--batch` 128 B messages with a
+  UNIQ_KEY each, `--inflight` requests outstanding, one connection, ASYNC_FLUSH) against a
+  standalone ASYNC_MASTER (no slave), an ASYNC_MASTER with one slave and a SYNC_MASTER with one
+  slave. Reported as msgs/s and as ratios to standalone (targets: ASYNC >= 0.8x, SYNC >= 0.5x).
+- latency: single SEND_MESSAGE_V2 (310) sends with WAIT=true from `--connections` (64)
+  connections, one outstanding each (a closed loop driven by one selector), against the
+  ASYNC_MASTER and the SYNC_MASTER with a slave; p50 / p99 per run (target: SYNC p50 <= 2x).
+- lag: during the ASYNC_MASTER + slave produce run a sampler thread reads the master's
+  store-positions every 5 ms: write position and the slave's acknowledged position (the HA
+  service's line). Lag in bytes = write - acked; lag in ms = for each sample, how long until an
+  ack covered its write position. p99 of both (target < 1 s).
+
+Every produce answer must be code 0; every latency answer too. `checksum` covers the batch
+bodies. The machine is shared (two cores for broker, slave and client alike): a slave doubles
+the processes, so the ratios say as much about cores as about the protocol.
+
+Usage: python bench/ha.py [--count N] [--batch N] [--inflight N] [--connections N]
+                          [--latency-count N] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import os
+import selectors
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import REPO_ROOT, emit, log, percentiles_us  # bench/ is sys.path[0]
+from _load import (
+    READY_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    SUCCESS_PREFIX,
+    Appliance,
+    Frames,
+    batch_bodies,
+    connect,
+    cpu_percent,
+    create_topic,
+    role_cpu_secs,
+    send_frames,
+    single_send_frame,
+)
+from produce import produce
+
+from mqbox.server import launch
+from mqbox.server.queue_counters import StorePositions, store_positions_name
+
+BENCH = "ha"
+FRAME_POOL_SIZE = 32
+
+
+@contextlib.contextmanager
+def started(home: Path, conf: str, namesrv: str | None) -> Iterator[tuple[Appliance, str]]:
+    """One supervisor in `home` with `conf`; with `namesrv`, registered there (no own name
+    server). Yields (the appliance, "<shm instance>|<HA address>")."""
+    home.mkdir(parents=True)
+    (home / "broker.conf").write_text(
+        f"brokerIP1=127.0.0.1\nflushDiskType=ASYNC_FLUSH\n{conf}"
+        + (f"namesrvAddr={namesrv}\n" if namesrv else ""),
+        encoding="utf-8",
+    )
+    arguments = ["--home", str(home), "--config", str(home / "broker.conf")]
+    arguments += ["--broker-port", "0"]
+    arguments += ["--no-namesrv"] if namesrv else ["--namesrv-port", "0"]
+    begun = time.monotonic()
+    with launch.supervised(
+        arguments,
+        output=sys.stderr,
+        ready_timeout_s=READY_TIMEOUT_S,
+        stop_timeout_s=STOP_TIMEOUT_S,
+        environment={"PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO_ROOT,
+    ) as (process, ready):
+        roles = {str(role): int(pid) for role, pid in ready["roles"].items()}
+        app = Appliance(
+            str(ready["broker"]),
+            str(ready["namesrv"]) or str(namesrv),
+            time.monotonic() - begun,
+            [process.pid, *roles.values()],
+            home,
+            roles,
+        )
+        yield app, str(ready["instance"]) + "|" + str(ready.get("ha") or "")
+
+
+@dataclasses.dataclass
+class Pair:
+    master: Appliance
+    instance: str  # the master's shared-memory instance
+    slave: Appliance | None
+
+
+@contextlib.contextmanager
+def pair(root: Path, role: str, with_slave: bool) -> Iterator[Pair]:
+    """A master (`role`) and, if asked, its slave (waited for until connected)."""
+    with started(root / "master", f"brokerRole={role}\n", None) as (master, names):
+        instance, ha_address = names.split("|")
+        if not with_slave:
+            yield Pair(master, instance, None)
+            return
+        slave_conf = f"brokerRole=SLAVE\nbrokerId=1\nhaMasterAddress={ha_address}\n"
+        with started(root / "slave", slave_conf, master.namesrv_address) as (slave, _names):
+            positions = StorePositions.attach(store_positions_name(instance))
+            deadline = time.monotonic() + 60
+            while positions.replication().slave_count < 1:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{BENCH}: the slave did not connect")
+                time.sleep(0.05)
+            positions.close()
+            yield Pair(master, instance, slave)
+
+
+class LagSampler(threading.Thread):
+    """Samples (time, write position, acked position) of a master every 5 ms."""
+
+    def __init__(self, instance: str) -> None:
+        super().__init__(daemon=True)
+        self.positions = StorePositions.attach(store_positions_name(instance))
+        self.samples: list[tuple[int, int, int]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            view = self.positions.replication()
+            write = self.positions.write_log_offset_bytes
+            self.samples.append((time.monotonic_ns(), write, view.acked_log_offset_bytes))
+            time.sleep(0.005)
+
+    def figures(self) -> dict[str, float | None]:
+        self.stop.set()
+        self.join()
+        self.positions.close()
+        samples = np.array(self.samples, dtype=np.int64).reshape(-1, 3)
+        if not len(samples):
+            return {"lag_p99_bytes": None, "lag_p99_ms": None}
+        lag_bytes = samples[:, 1] - samples[:, 2]
+        # For each sample: the first later sample whose ack covers its write position.
+        covered_at = np.searchsorted(np.maximum.accumulate(samples[:, 2]), samples[:, 1])
+        done = covered_at < len(samples)
+        lag_ms = (samples[covered_at[done], 0] - samples[done, 0]) / 1e6
+        return {
+            "lag_p99_bytes": float(np.percentile(lag_bytes, 99)),
+            "lag_max_bytes": float(lag_bytes.max()),
+            "lag_p99_ms": float(np.percentile(lag_ms, 99)) if len(lag_ms) else None,
+            "lag_samples": len(samples),
+        }
+
+
+def produce_rate(
+    apps: Pair, bodies: list[bytes], batch: int, count: int, inflight: int
+) -> tuple[float, dict[str, float]]:
+    """msgs/s of one produce run, and the CPU % of each busy role (master's, then the slave's
+    prefixed "slave.") during it: the profile behind a miss."""
+    app = apps.master
+    topic = f"BenchHa{os.getpid()}"
+    create_topic(app, topic, 8)
+    frames = send_frames(topic, bodies, [0, 1, 2, 3], 1)
+    produce(app.broker_address, frames, 1, batch, 2 * FRAME_POOL_SIZE, inflight, app)  # warm
+    before = _cpu(apps)
+    result = produce(app.broker_address, frames, 1, batch, max(1, count // batch), inflight, app)
+    busy = cpu_percent(before, _cpu(apps), result.secs)
+    return result.msgs / result.secs, {role: value for role, value in busy.items() if value >= 5}
+
+
+def _cpu(apps: Pair) -> dict[str, float]:
+    found = role_cpu_secs(apps.master)
+    if apps.slave is not None:
+        found.update({f"slave.{r}": secs for r, secs in role_cpu_secs(apps.slave).items()})
+    return found
+
+
+def latencies(app: Appliance, connections: int, count: int) -> dict[str, float | None]:
+    """Closed loop: `connections` connections, one single send outstanding on each."""
+    topic = f"BenchHaLat{os.getpid()}"
+    create_topic(app, topic, 8)
+    selector = selectors.DefaultSelector()
+    readers: list[Frames] = []
+    sent_ns = [0] * connections
+    samples: list[int] = []
+    issued = 0
+    for index in range(connections):
+        sock = connect(app.broker_address, 1 << 20)
+        readers.append(Frames(sock, 1 << 20))
+        selector.register(sock, selectors.EVENT_READ, index)
+    warmup = connections * 4
+
+    def issue(index: int) -> None:
+        nonlocal issued
+        stamp = f"{index:04d}{issued:010d}".encode()
+        frame = single_send_frame(topic, issued % 8, 128, stamp, issued + 1)
+        issued += 1
+        sent_ns[index] = time.perf_counter_ns()
+        readers[index].sock.sendall(frame)
+
+    for index in range(connections):
+        issue(index)
+    answered = 0
+    while answered < count + warmup:
+        for key, _mask in selector.select():
+            index = int(key.data)
+            for header, _body in readers[index].frames():
+                if bytes(header[: len(SUCCESS_PREFIX)]) != SUCCESS_PREFIX:
+                    raise SystemExit(f"{BENCH}: a send failed: {bytes(header[:300])!r}")
+                answered += 1
+                if answered > warmup:
+                    samples.append(time.perf_counter_ns() - sent_ns[index])
+                if answered + connections <= count + warmup:
+                    issue(index)
+    for reader in readers:
+        reader.sock.close()
+    selector.close()
+    return percentiles_us(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=400_000, help="messages per produce run")
+    parser.add_argument("--batch", type=int, default=256, help="messages per request")
+    parser.add_argument("--inflight", type=int, default=8, help="requests outstanding")
+    parser.add_argument("--connections", type=int, default=64, help="latency connections")
+    parser.add_argument("--latency-count", type=int, default=5000, help="timed single sends")
+    parser.add_argument("--smoke", action="store_true", help="tiny parameters")
+    arguments = parser.parse_args()
+    count, batch, inflight = arguments.count, arguments.batch, arguments.inflight
+    connections, latency_count = arguments.connections, arguments.latency_count
+    if arguments.smoke:
+        count, batch, inflight, connections, latency_count = 2000, 50, 4, 8, 200
+    bodies = batch_bodies(128, batch, FRAME_POOL_SIZE)
+    rates: dict[str, float] = {}
+    figures: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="mqbox-ha-") as root_text:
+        root = Path(root_text)
+        cpu: dict[str, dict[str, float]] = {}
+        with pair(root / "standalone", "ASYNC_MASTER", False) as apps:
+            rates["standalone"], cpu["standalone"] = produce_rate(
+                apps, bodies, batch, count, inflight
+            )
+        log(f"{BENCH}: standalone {rates['standalone']:,.0f} msgs/s")
+        with pair(root / "async", "ASYNC_MASTER", True) as apps:
+            sampler = LagSampler(apps.instance)
+            sampler.start()
+            rates["async_master"], cpu["async_master"] = produce_rate(
+                apps, bodies, batch, count, inflight
+            )
+            figures.update(sampler.figures())
+            figures["async_latency"] = latencies(apps.master, connections, latency_count)
+        log(f"{BENCH}: ASYNC_MASTER + slave {rates['async_master']:,.0f} msgs/s, {figures}")
+        with pair(root / "sync", "SYNC_MASTER", True) as apps:
+            rates["sync_master"], cpu["sync_master"] = produce_rate(
+                apps, bodies, batch, count, inflight
+            )
+            figures["sync_latency"] = latencies(apps.master, connections, latency_count)
+        log(f"{BENCH}: SYNC_MASTER + slave {rates['sync_master']:,.0f} msgs/s")
+        figures["cpu_percent_by_role"] = cpu
+    digest = hashlib.blake2b(digest_size=8)
+    for body in bodies:
+        digest.update(body)
+    async_p50 = figures["async_latency"].get("p50_us")
+    sync_p50 = figures["sync_latency"].get("p50_us")
+    emit(
+        BENCH,
+        {
+            "size_bytes": 128,
+            "count": count,
+            "batch": batch,
+            "inflight": inflight,
+            "connections": connections,
+            "latency_count": latency_count,
+            "flush_disk_type": "ASYNC_FLUSH",
+        },
+        count,
+        count / rates["sync_master"],
+        128,
+        produce_msgs_per_s={key: round(value, 1) for key, value in rates.items()},
+        async_ratio=round(rates["async_master"] / rates["standalone"], 3),
+        sync_ratio=round(rates["sync_master"] / rates["standalone"], 3),
+        sync_over_async_p50=(round(sync_p50 / async_p50, 3) if async_p50 and sync_p50 else None),
+        checksum=digest.hexdigest(),
+        **figures,
+    )
+
+
+if __name__ == "__main__":
+    main()

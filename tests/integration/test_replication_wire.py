@@ -1,0 +1,181 @@
+"""Replication between two real appliances over RocketMQ's HA protocol (docs/replication.md).
+
+Goal: (1) after a load on a SYNC_MASTER, the slave's commit log is byte-identical to the
+master's up to the slave's reported offset, and every acknowledged send is on the slave; (2) a
+SYNC_MASTER with no slave answers SLAVE_NOT_AVAILABLE (the message stored); (3) a slave that was
+down during a load catches up and is byte-identical; (4) a slave whose log has bytes its master
+does not have refuses to continue and says so; (5) a connected slave that stops reporting makes a
+SYNC_MASTER send answer FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, and replication resumes;
+(6) a slave and then a master killed with SIGKILL restart on their homes, recover, and the slave
+catches up byte-identical.
+Method: a master appliance (haListenPort any free port) and a slave appliance in homes of their
+own, sharing the master's name server; the load comes from mqbox's Producer; the commit logs
+are read from their files (tests/support/replication.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from mqbox.client import Producer, SendStatus
+from tests.conftest import unique_name
+from tests.support.appliance import Appliance, running_appliance
+from tests.support.read_back import create_topic
+from tests.support.replication import (
+    commit_log_bytes,
+    master_conf,
+    replication_state,
+    running_slave,
+    wait_slave_reported,
+    wait_state,
+    write_offset,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _send_load(master: Appliance, topic: str, count: int) -> list[str]:
+    """Send `count` messages one by one; the keys of those answered SEND_OK."""
+    acked: list[str] = []
+    with Producer(unique_name("PG").replace("-", "_"), master.namesrv_address) as producer:
+        for number in range(count):
+            key = f"k{number}"
+            result = producer.send(topic, f"body-{number}".encode() * 4, keys=key)
+            if result.status is SendStatus.SEND_OK:
+                acked.append(key)
+    return acked
+
+
+def _assert_identical(master: Appliance, slave: Appliance, end_bytes: int) -> None:
+    ours = commit_log_bytes(slave.home, end_bytes)
+    theirs = commit_log_bytes(master.home, end_bytes)
+    assert len(ours) == end_bytes
+    assert ours == theirs
+
+
+def test_sync_master_replicates_byte_identical(tmp_path: Path, reap_pids: list[int]) -> None:
+    with (
+        running_appliance(tmp_path / "master", reap_pids, master_conf()) as master,
+        running_slave(tmp_path / "slave", reap_pids, master) as slave,
+    ):
+        wait_state(slave, "state", "connected")
+        topic = unique_name("ha")
+        create_topic(master, topic, 4)
+        acked = _send_load(master, topic, 200)
+        assert len(acked) == 200  # a connected, caught-up slave acknowledges every send
+        end_bytes = write_offset(master)
+        reported = wait_slave_reported(slave, end_bytes)
+        assert reported == end_bytes
+        _assert_identical(master, slave, end_bytes)
+        assert write_offset(slave) == end_bytes
+
+
+def test_sync_master_without_slave_answers_slave_not_available(
+    tmp_path: Path, reap_pids: list[int]
+) -> None:
+    with running_appliance(tmp_path / "master", reap_pids, master_conf()) as master:
+        topic = unique_name("ha")
+        create_topic(master, topic, 2)
+        with Producer(unique_name("PG").replace("-", "_"), master.namesrv_address) as producer:
+            result = producer.send(topic, b"alone", keys="alone")
+        assert result.status is SendStatus.SLAVE_NOT_AVAILABLE
+        assert write_offset(master) > 0  # stored all the same
+
+
+def test_slave_down_during_load_catches_up(tmp_path: Path, reap_pids: list[int]) -> None:
+    conf = master_conf("ASYNC_MASTER")
+    with running_appliance(tmp_path / "master", reap_pids, conf) as master:
+        topic = unique_name("ha")
+        create_topic(master, topic, 4)
+        with running_slave(tmp_path / "slave", reap_pids, master) as slave:
+            _send_load(master, topic, 50)
+            wait_slave_reported(slave, write_offset(master))
+        _send_load(master, topic, 300)  # the slave is down
+        with running_slave(tmp_path / "slave", reap_pids, master) as slave:
+            end_bytes = write_offset(master)
+            wait_slave_reported(slave, end_bytes)
+            _assert_identical(master, slave, end_bytes)
+
+
+def test_diverged_slave_refuses(tmp_path: Path, reap_pids: list[int]) -> None:
+    """A slave whose log runs past its master's (the master lost its store) stops."""
+    conf = master_conf("ASYNC_MASTER")
+    topic = unique_name("ha")
+    with running_appliance(tmp_path / "master", reap_pids, conf) as master:
+        create_topic(master, topic, 2)
+        with running_slave(tmp_path / "slave", reap_pids, master) as slave:
+            _send_load(master, topic, 30)
+            end_bytes = write_offset(master)
+            wait_slave_reported(slave, end_bytes)
+    # A new master with an empty store on a fresh home: the slave has bytes it does not.
+    with (
+        running_appliance(tmp_path / "master2", reap_pids, conf) as master,
+        running_slave(tmp_path / "slave", reap_pids, master) as slave,
+    ):
+        wait_state(slave, "state", "diverged")
+        assert write_offset(slave) == end_bytes  # nothing appended, nothing lost
+        reason = str(replication_state(slave).get("reason"))
+        assert "we have bytes it does not" in reason
+        log_text = (slave.home / "logs" / "ha_client.0.log").read_text(encoding="utf-8")
+        assert "diverged" in log_text
+
+
+def test_sync_master_answers_flush_slave_timeout_while_the_slave_is_silent(
+    tmp_path: Path, reap_pids: list[int]
+) -> None:
+    """A connected slave that stops reporting: the send waits syncFlushTimeout, then 12."""
+    conf = master_conf("SYNC_MASTER", "syncFlushTimeout=1000\n")
+    with (
+        running_appliance(tmp_path / "master", reap_pids, conf) as master,
+        running_slave(tmp_path / "slave", reap_pids, master) as slave,
+        Producer(unique_name("PG").replace("-", "_"), master.namesrv_address) as producer,
+    ):
+        wait_state(slave, "state", "connected")
+        topic = unique_name("ha")
+        create_topic(master, topic, 2)
+        assert producer.send(topic, b"first", keys="first").status is SendStatus.SEND_OK
+        ha_client_pid = slave.roles["ha_client.0"]
+        os.kill(ha_client_pid, signal.SIGSTOP)
+        try:
+            result = producer.send(topic, b"unconfirmed", keys="unconfirmed")
+        finally:
+            os.kill(ha_client_pid, signal.SIGCONT)
+        assert result.status is SendStatus.FLUSH_SLAVE_TIMEOUT
+        # Back: it catches up, and the next send is confirmed again.
+        assert producer.send(topic, b"again", keys="again").status is SendStatus.SEND_OK
+        wait_slave_reported(slave, write_offset(master))
+
+
+def test_crashes_on_either_side_recover_and_catch_up(tmp_path: Path, reap_pids: list[int]) -> None:
+    """SIGKILL of the slave during a load, then of the master: each restarts on its home,
+    recovers, and the slave ends byte-identical to the master."""
+    conf = master_conf("ASYNC_MASTER")
+    topic = unique_name("ha")
+    with running_appliance(tmp_path / "master", reap_pids, conf) as master:
+        create_topic(master, topic, 4)
+        with running_slave(tmp_path / "slave", reap_pids, master) as slave:
+            _send_load(master, topic, 100)
+            slave.kill()
+        _send_load(master, topic, 100)
+        with running_slave(tmp_path / "slave", reap_pids, master) as slave:
+            wait_slave_reported(slave, write_offset(master))
+        master_port = master.broker_port
+        master.kill()
+    # The master restarts on its home and its old ports (the slave's haMasterAddress).
+    ha_port = int(master.ha_address.rsplit(":", 1)[1])
+    restart_conf = conf + f"haListenPort={ha_port}\n"
+    with (
+        running_appliance(
+            tmp_path / "master", reap_pids, restart_conf, broker_port=master_port
+        ) as master,
+        running_slave(tmp_path / "slave", reap_pids, master) as slave,
+    ):
+        assert master.ha_address.endswith(f":{ha_port}")
+        _send_load(master, topic, 100)
+        end_bytes = write_offset(master)
+        wait_slave_reported(slave, end_bytes)
+        _assert_identical(master, slave, end_bytes)

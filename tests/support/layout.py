@@ -1,0 +1,102 @@
+"""A real layout for a test: `mqbox start --daemon --layout DIR` through the console script, every
+port 0, in a home of the test's own.
+
+Owns: starting a layout through tests/support/cli.py and parsing what the start
+printed (`RunningLayout`), every PID the layout's run files name (its name server and, per
+broker, the supervisor and its roles), and the way out: `mqbox stop`, then SIGKILL by PID of
+whatever is still alive. Never: fixed ports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import psutil
+
+from mqbox.server.home import HomeLayout, read_layout_state, read_state, recorded_processes
+from tests.support.cli import REPO_ROOT, run_mqbox
+
+EXAMPLE_2M_2S: Final = REPO_ROOT / "etc" / "examples" / "2m-2s"
+START_TIMEOUT_S: Final = 600.0  # four supervisors warm up at once on a small machine
+COMMAND_TIMEOUT_S: Final = 120.0
+
+
+def mqbox(
+    *arguments: str, timeout_s: float = COMMAND_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    """The `mqbox` console script with `arguments`, its output captured."""
+    return run_mqbox(*arguments, timeout_s=timeout_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunningLayout:
+    home: Path
+    namesrv: str  # ip:port
+    brokers: dict[str, str]  # member name (broker-a, broker-a-s, ...) -> ip:port
+
+    def broker_home(self, name: str) -> Path:
+        return HomeLayout(self.home).broker_home(name)
+
+
+def layout_pids(home: Path) -> list[int]:
+    """Every PID the run files of a layout home name: the name server, each broker's processes."""
+    state = read_layout_state(home) or {}
+    pids = [int((state.get("namesrv") or {}).get("pid") or 0)]
+    for broker in state.get("brokers") or []:
+        broker_state = read_state(HomeLayout(home).broker_home(str(broker["name"]))) or {}
+        pids.extend(pid for _, pid, _ in recorded_processes(broker_state))
+    return [pid for pid in pids if pid]
+
+
+def parse_started(home: Path, stdout: str) -> RunningLayout:
+    """What `mqbox start --layout` printed: the name server and one line per broker."""
+    namesrv = re.search(r"^namesrv (\S+:\d+) ", stdout, re.MULTILINE)
+    assert namesrv is not None, stdout
+    brokers = dict(re.findall(r"^broker  (\S+) (\S+:\d+) ", stdout, re.MULTILINE))
+    return RunningLayout(home, namesrv[1], brokers)
+
+
+def kill_all(pids: list[int]) -> None:
+    """SIGKILL by PID (each checked to be alive first), waiting until they are gone."""
+    alive = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)
+            process.kill()
+            alive.append(process)
+    psutil.wait_procs(alive, timeout=10)
+
+
+@contextlib.contextmanager
+def running_layout(home: Path, layout: Path = EXAMPLE_2M_2S) -> Iterator[RunningLayout]:
+    """Start `layout` in `home` (every port 0) and yield it; on the way out `mqbox stop`, then
+    SIGKILL of every PID its run files named at any point."""
+    seen: set[int] = set()
+    try:
+        started = mqbox(
+            "start",
+            "--daemon",
+            "--home",
+            str(home),
+            "--layout",
+            str(layout),
+            "--namesrv-port",
+            "0",
+            "--broker-port",
+            "0",
+            timeout_s=START_TIMEOUT_S,
+        )
+        seen.update(layout_pids(home))
+        assert started.returncode == 0, started.stderr
+        yield parse_started(home, started.stdout)
+    finally:
+        seen.update(layout_pids(home))
+        if read_layout_state(home) is not None:
+            mqbox("stop", "--home", str(home), "--timeout-s", "30")
+        kill_all(sorted(seen))
