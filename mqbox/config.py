@@ -133,9 +133,9 @@ class BrokerConfig:
     # the IPv4 address the listener binds; "" = brokerIP1 (docs/security.md)
     listen_address: str = ""  # mqboxListenAddress
     broker_ip2: str = ""  # brokerIP2: the HA address slaves are told to use; "" = brokerIP1
-    # haListenPort; -1 (unset) = listenPort + 1 as RocketMQ forces it, any free port when
-    # listenPort is 0; 0 = any free port
-    ha_listen_port: int = -1
+    # haListenPort: RocketMQ's BrokerStartup forces listenPort + 1 whatever the file says, and so
+    # does the supervisor once the listening port is bound (effective_ha_listen_port)
+    ha_listen_port: int = BROKER_PORT_DEFAULT + 1
     # Replication (docs/replication.md): a SLAVE's master, "host:port" of its HA port
     ha_master_address: str = ""  # haMasterAddress
     slave_read_enable: bool = False  # slaveReadEnable: the master may send pulls to a slave
@@ -621,10 +621,10 @@ def validate_broker_config(config: BrokerConfig) -> None:
 
 
 def effective_ha_listen_port(config: BrokerConfig, listen_port: int) -> int:
-    """The HA port a broker listening on `listen_port` uses (BrokerConfig.ha_listen_port)."""
-    if config.ha_listen_port >= 0:
-        return config.ha_listen_port
-    return 0 if listen_port == 0 else listen_port + 1
+    """The HA port of a broker bound to `listen_port`: listenPort + 1, as RocketMQ's
+    BrokerStartup sets it over any configured haListenPort (docs/replication.md)."""
+    del config  # haListenPort in a file changes nothing, as in RocketMQ
+    return listen_port + 1
 
 
 def is_host_port(text: str) -> bool:

@@ -449,7 +449,7 @@ class Supervisor:
         bound_port = int(self._listen_socket.getsockname()[1])
         self.broker_address = f"{broker.broker_ip1 or '127.0.0.1'}:{bound_port}"
         broker = dataclasses.replace(broker, listen_port=bound_port)
-        # RocketMQ's BrokerStartup sets haListenPort to listenPort + 1 unless the file sets it
+        # RocketMQ's BrokerStartup sets haListenPort to listenPort + 1 whatever the file says
         # (_bind_broker chose a port whose successor is free when asked for any port).
         ha_port = effective_ha_listen_port(broker, bound_port)
         broker = dataclasses.replace(broker, ha_listen_port=ha_port)

@@ -53,6 +53,7 @@ from mqbox.protocol.headers import (
 from mqbox.protocol.mqbox_codes import INVOKE_BROKER_TO_RESET_OFFSET, MQBOX_RESET_CONSUMER_OFFSET
 from tests.support.appliance import Appliance, running_appliance
 from tests.support.front_client import FrontClient
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -370,6 +371,15 @@ def test_an_offset_reset_tells_each_live_member_in_its_language(appliance: Appli
         heartbeat(java, "1-127.0.0.1@JAVA", group)
         heartbeat_as_cpp(cpp, "2-127.0.0.1@CPP", group)
         send_to_queue(admin, topic, 1, 3)
+        wait_until(  # the queue's index follows the store a moment after the answers
+            lambda: (
+                admin.answer(
+                    RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": "1"}
+                ).ext_fields
+                == {"offset": "3"}
+            ),
+            "queue 1's three messages in its index",
+        )
 
         ext = {"consumerGroup": group, "topic": topic, "to": "latest"}
         reset = admin.answer(MQBOX_RESET_CONSUMER_OFFSET, ext)

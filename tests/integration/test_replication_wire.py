@@ -165,9 +165,10 @@ def test_crashes_on_either_side_recover_and_catch_up(tmp_path: Path, reap_pids: 
             wait_slave_reported(slave, write_offset(master))
         master_port = master.broker_port
         master.kill()
-    # The master restarts on its home and its old ports (the slave's haMasterAddress).
+    # The master restarts on its home and its old ports (the slave's haMasterAddress): its HA
+    # port is listenPort + 1 again.
     ha_port = int(master.ha_address.rsplit(":", 1)[1])
-    restart_conf = conf + f"haListenPort={ha_port}\n"
+    restart_conf = conf
     with (
         running_appliance(
             tmp_path / "master", reap_pids, restart_conf, broker_port=master_port

@@ -1,6 +1,6 @@
 """A master and its slave as two real appliances, and what the replication tests compare.
 
-Owns: the configurations of a master (haListenPort on any free port) and of its slave
+Owns: the configurations of a master (haListenPort = its bound port + 1) and of its slave
 (brokerRole=SLAVE, haMasterAddress = the master's HA address, the master's name server), the
 reading of a store's commit-log bytes straight from its files, and the waits on the slave's
 reported position (run/replication.json, written by its HA role). Never: mocks or timed
