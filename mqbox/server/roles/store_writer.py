@@ -218,9 +218,15 @@ class StoreWriter:
         ]
         self.ack_outboxes: dict[str, Outbox] = {}
         self.written_outboxes: list[Outbox] = []
+        # A master's ha_service.0 is woken by WRITTEN only while a slave is connected (it reads
+        # the positions from shared memory; waking it for nothing costs a wake-up and its spin
+        # on every append).
+        self.ha_service_outbox: Outbox | None = None
         for spec in topology.rings_from(self.role_id):
             outbox = Outbox(Ring.attach(spec.name), self.spill_writer)
-            if spec.consumer.split(".", 1)[0] in _WRITTEN_KINDS:
+            if spec.consumer.split(".", 1)[0] == RoleKind.HA_SERVICE.value:
+                self.ha_service_outbox = outbox
+            elif spec.consumer.split(".", 1)[0] in _WRITTEN_KINDS:
                 self.written_outboxes.append(outbox)
             else:
                 self.ack_outboxes[spec.consumer] = outbox
@@ -670,6 +676,13 @@ class StoreWriter:
         assert outbox is not None, f"no ack ring to {sender}"
         outbox.append(parcels.APPEND_ACK, parcels.pack_append_ack(ack))
 
+    def _outboxes(self) -> list[Outbox]:
+        """Every ring this role writes."""
+        outboxes = [*self.ack_outboxes.values(), *self.written_outboxes]
+        if self.ha_service_outbox is not None:
+            outboxes.append(self.ha_service_outbox)
+        return outboxes
+
     def _publish_written(self) -> None:
         position_bytes = self.commit_log.write_log_offset_bytes
         if position_bytes == self._published_log_offset_bytes:
@@ -680,6 +693,8 @@ class StoreWriter:
         written = parcels.pack_written(position_bytes, self._append_records)
         for outbox in self.written_outboxes:
             outbox.append(parcels.WRITTEN, written)
+        if self._slave_count > 0 and self.ha_service_outbox is not None:
+            self.ha_service_outbox.append(parcels.WRITTEN, written)
 
     def _covered_log_offset_bytes(self, names: tuple[str, ...]) -> int:
         """The least of the named positions (store/flush.py's seam): FLUSHED from the flush
@@ -727,7 +742,7 @@ class StoreWriter:
 
     def _flush_outboxes(self) -> bool:
         all_written = True
-        for outbox in (*self.ack_outboxes.values(), *self.written_outboxes):
+        for outbox in self._outboxes():
             if outbox.pending_count:
                 all_written = outbox.flush_nowait() and all_written
         return all_written
@@ -772,7 +787,7 @@ class StoreWriter:
                 os.close(fd)
         for inbox in self.inboxes:
             inbox.ring.close()
-        for outbox in (*self.ack_outboxes.values(), *self.written_outboxes):
+        for outbox in self._outboxes():
             outbox.ring.close()
         self.positions.close()
         log.info("stopped cleanly: %s", statistics)
