@@ -450,8 +450,10 @@ class Supervisor:
         self.broker_address = f"{broker.broker_ip1 or '127.0.0.1'}:{bound_port}"
         broker = dataclasses.replace(broker, listen_port=bound_port)
         # RocketMQ's BrokerStartup sets haListenPort to listenPort + 1 unless the file sets it
-        # (_bind_broker chose a port whose successor is free when asked for any port).
-        ha_port = effective_ha_listen_port(broker, bound_port)
+        # (_bind_broker chose a port whose successor is free when asked for any port). Asked
+        # for any port (--broker-port 0: tests, a layout), the file's haListenPort goes too.
+        configured = broker if broker_port != 0 else dataclasses.replace(broker, ha_listen_port=-1)
+        ha_port = effective_ha_listen_port(configured, bound_port)
         broker = dataclasses.replace(broker, ha_listen_port=ha_port)
         if broker.broker_role is not BrokerRole.SLAVE:
             # A master serves its slaves on haListenPort, where the broker listens.
