@@ -305,7 +305,7 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "brokerIP1": ("broker_ip1", str.strip),
     "mqboxListenAddress": ("listen_address", _optional_listen_address),
     "brokerIP2": ("broker_ip2", str.strip),
-    "haListenPort": ("ha_listen_port", _PORT),
+    "haListenPort": ("ha_listen_port", _PORT),  # read, then overridden as RocketMQ does
     "haMasterAddress": ("ha_master_address", str.strip),
     "slaveReadEnable": ("slave_read_enable", _parse_bool),
     "storePathRootDir": ("store_path_root_dir", str.strip),

@@ -1,12 +1,14 @@
 """The HA client role of a slave: receives its master's commit log (RocketMQ's HAClient;
 docs/replication.md).
 
-Owns: the connection to haMasterAddress, the offset reports (at connect, whenever the store
-writer's position grew, and every haSendHeartbeatInterval), the cutting of the master's byte
-stream into whole records for the store writer (REPLICA parcels), the check that what this
-slave already has is what the master has, and the replication line of store-positions (its only
-writer). Never: writes the commit log (the store writer appends the REPLICA bytes, checks them
-and moves the position), or sends anything but reports to the master.
+Owns: the connection to the master (haMasterAddress, or without it the HA address the services
+role learned from the name server's registration answers: learned_master.py), the offset
+reports (at connect, whenever the store writer's position grew, and every
+haSendHeartbeatInterval), the cutting of the master's byte stream into whole records for the
+store writer (REPLICA parcels), the check that what this slave already has is what the
+master has, and the replication line of store-positions (its only writer). Never: writes the
+commit log (the store writer appends the REPLICA bytes, checks them and moves the position), or
+sends anything but reports to the master.
 
 Divergence. A slave must not serve a log that is not its master's. At each connect it asks
 from up to VERIFY_SIZE_BYTES before its end (within its last segment) and compares the bytes
@@ -45,6 +47,7 @@ from mqbox.protocol.ha import TransferReader, encode_report
 from mqbox.run_files import write_json_atomically
 from mqbox.server import parcels, runtime
 from mqbox.server.home import HomeLayout
+from mqbox.server.learned_master import learned_master
 from mqbox.server.queue_counters import (
     HA_SLAVE_CONNECTED,
     HA_SLAVE_CONNECTING,
@@ -64,6 +67,7 @@ REPLICA_SIZE_BYTES_MAX: Final = 256 * 1024  # one REPLICA parcel (a longer recor
 STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024  # stop reading while this much waits for the ring
 CONNECT_TIMEOUT_S: Final = 1.0
 STATUS_INTERVAL_NS: Final = 1_000_000_000  # run/replication.json at most this often in between
+LEARN_INTERVAL_NS: Final = 500_000_000  # how often run/master.json is read (no haMasterAddress)
 _SIZE_AND_MAGIC: Final = struct.Struct(">iI")
 
 
@@ -79,7 +83,9 @@ class HaClient:
         broker = ctx.broker
         self.role_id = ctx.role.role_id
         self.layout = HomeLayout(ctx.home)
+        self.configured_master_address = broker.ha_master_address
         self.master_address = broker.ha_master_address
+        self._learned_ns = 0
         self.batch_size_bytes = broker.ha_transfer_batch_size_bytes
         self.record_size_bytes_max = broker.max_message_size_bytes
         self.heartbeat_interval_ns = broker.ha_send_heartbeat_interval_ms * 1_000_000
@@ -120,6 +126,7 @@ class HaClient:
         work = self.link.drain_written()
         self.link.follow_retention_nowait()
         now_ns = time.monotonic_ns()
+        self._follow_learned_master(now_ns)
         try:
             if self.state != HA_SLAVE_DIVERGED and self.positions.replica_stopped:
                 raise _DivergedError("the store writer refused the master's bytes (see its log)")
@@ -140,6 +147,22 @@ class HaClient:
 
     # -- the connection ---------------------------------------------------------------------------
 
+    def _follow_learned_master(self, now_ns: int) -> None:
+        """Without haMasterAddress, take the master's HA address the name server last gave
+        (run/master.json); when it changes (the master restarted elsewhere), drop the old
+        connection and connect to the new address at once."""
+        if self.configured_master_address or now_ns - self._learned_ns < LEARN_INTERVAL_NS:
+            return
+        self._learned_ns = now_ns
+        address = learned_master(self.layout.home)
+        if not address or address == self.master_address:
+            return
+        log.info("HA: the name server names the master's HA address %s", address)
+        self._disconnect(f"the master's HA address is now {address}")
+        self.master_address = address
+        self._next_connect_ns = 0
+        self._publish()
+
     def _connect(self, now_ns: int) -> None:
         if now_ns < self._next_connect_ns:
             return
@@ -147,7 +170,7 @@ class HaClient:
         if not self.master_address:
             if not self._warned_no_master:
                 self._warned_no_master = True
-                log.warning("HA: no haMasterAddress: this slave replicates nothing")
+                log.info("HA: no haMasterAddress: waiting for the name server to name the master")
             return
         write_bytes = self.positions.write_log_offset_bytes
         if write_bytes < self.handed_end_bytes:
@@ -225,6 +248,10 @@ class HaClient:
         heartbeat interval passed; close a master silent for haHousekeepingInterval."""
         if now_ns - self._last_read_ns > self.housekeeping_interval_ns:
             self._disconnect("no data from the master for haHousekeepingInterval")
+            return 0
+        if self._first_frame:
+            # The master takes the latest report it has read as where to start: one more report
+            # before its first frame could move the start past the stretch we asked to compare.
             return 0
         write_bytes = self.positions.write_log_offset_bytes
         if write_bytes > self.reported_bytes or (

@@ -23,11 +23,13 @@ registers an empty table (a new store).
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Final, NoReturn
 
 from mqbox.acl.signature import SessionCredentials
-from mqbox.client.registration import BrokerRegistrar
-from mqbox.config import BrokerConfig
+from mqbox.client.namesrv_api import RegisterBrokerOutcome
+from mqbox.client.registration import BrokerRegistrar, RegisteredCallback
+from mqbox.config import BrokerConfig, BrokerRole
 from mqbox.errors import MqboxError
 from mqbox.ipc.ring import ParcelBatch, Ring
 from mqbox.protocol.headers import (
@@ -39,6 +41,7 @@ from mqbox.protocol.headers import (
 from mqbox.run_files import write_json_atomically
 from mqbox.server import runtime
 from mqbox.server.home import HomeLayout
+from mqbox.server.learned_master import record_master
 from mqbox.server.runtime import RoleContext
 from mqbox.server.web.server import WebEndpoint
 from mqbox.server.web.sources import BrokerSources
@@ -145,6 +148,22 @@ def namesrv_credentials(broker: BrokerConfig) -> SessionCredentials | None:
     return SessionCredentials(broker.namesrv_access_key, broker.namesrv_secret_key)
 
 
+def master_learner(ctx: RoleContext) -> RegisteredCallback | None:
+    """For a slave without haMasterAddress: the callback that files the master's HA address
+    each registration answer carries (learned_master.py; the HA client follows the file).
+    One lock, because each name server's registration runs on its own thread."""
+    if ctx.broker.broker_role is not BrokerRole.SLAVE or ctx.broker.ha_master_address:
+        return None
+    lock = threading.Lock()
+
+    def on_registered(namesrv: str, outcome: RegisterBrokerOutcome) -> None:
+        with lock:
+            if record_master(ctx.home, outcome.ha_server_addr, outcome.master_addr):
+                log.info("master's HA address from %s: %s", namesrv, outcome.ha_server_addr)
+
+    return on_registered
+
+
 def main(ctx: RoleContext) -> NoReturn:
     """The services role (runtime.py has the contract)."""
     rings = runtime.attach_rings(ctx)
@@ -152,6 +171,7 @@ def main(ctx: RoleContext) -> NoReturn:
         ctx.broker.namesrv_addr,
         lambda: registration_request(ctx),
         period_ms=ctx.broker.register_name_server_period_ms,
+        on_registered=master_learner(ctx),
         credentials=namesrv_credentials(ctx.broker),
     )
     topics = _TopicsWatcher(ctx)
