@@ -4,18 +4,21 @@ Goal: with `mqbox start --layout etc/examples/2m-2s` (two masters, each with a s
 under brokerId 1), the C++ client's route holds both broker names, it sends to the masters only,
 over the queues of both, and every acknowledged message is stored exactly once on one master.
 Method: the real layout started by the console script (tests/support/layout.py, every port 0);
-the topic created on every master by `mqbox topic create`; one C++ producer child
+the slaves waited for until they follow their masters (SYNC_MASTER acks need them); the topic
+created on every master by `mqbox topic create`; one C++ producer child
 (tests/interop/cpp_client.py); each master's queues read back over the raw protocol from index 0.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 
 from mqbox.client.remoting import RemotingClient
 from tests.conftest import unique_name
+from tests.integration.test_layout_replication import WAIT_S, slave_connected
 from tests.interop.cpp_client import (
     acknowledged,
     assert_exactly_once,
@@ -25,6 +28,7 @@ from tests.interop.cpp_client import (
 )
 from tests.support.layout import mqbox, running_layout
 from tests.support.read_back import REQUEST_TIMEOUT_MS, pull_queue
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.interop
 
@@ -36,6 +40,14 @@ def test_cpp_sends_spread_over_both_masters_of_a_2m_2s_layout(
     tmp_path: Path, reap_pids: list[int]
 ) -> None:
     with running_layout(tmp_path / "layout") as layout:
+        # The masters are SYNC_MASTER: a send is acknowledged once a slave has it, so the slaves
+        # first learn their masters (from a registration answer) and connect.
+        for slave in ("broker-a-s", "broker-b-s"):
+            wait_until(
+                functools.partial(slave_connected, layout, slave),
+                f"{slave} to learn its master and connect",
+                WAIT_S,
+            )
         topic = unique_name("CppLayout")
         created = mqbox(
             "topic",
