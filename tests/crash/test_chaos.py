@@ -11,10 +11,11 @@ exact. A puller thread reads the queues the whole time, so the pull path is unde
 Each round waits for more acknowledged sends, then kills its victim: one role of run/state.json
 (reactor, codec, worker, send, pull, admin, store writer, dispatcher, schedule, services), or
 every process of the appliance, which the test then starts again on the same home (its ports
-change; the threads follow). A round
-ends when state.json says every role is ready again. Finally every queue is pulled (again, within
-a bound, until the consume queues hold every acknowledged send) and the stored bodies are checked. The default run kills six times by a fixed schedule (the dispatcher,
-a codec, the whole appliance, the store writer, a send processor, a reactor); the `slow` tier
+change; the threads follow). A round ends when state.json says every role is ready again.
+Finally every queue is pulled (again, within a bound, until the consume queues hold every
+acknowledged send) and the stored bodies are checked. The default run kills six times by a fixed
+schedule (the dispatcher, a codec, the whole appliance, the store writer, a send processor, a
+reactor); the `slow` tier
 kills MQBOX_CHAOS_KILLS times (100 by default) at random, MQBOX_CHAOS_SEED choosing, and is run
 before a submission. Every process is killed by PID at the end.
 """
