@@ -278,6 +278,17 @@ def status_name(status):
     return SendStatus(status).name
 
 
+def send_sync(producer, topic, item):
+    seq = item["properties"]["mqboxSeq"]
+    try:
+        result = producer.send_sync(make_message(topic, item))
+    except Exception as error:
+        emit(event="send_failed", seq=seq, error=f"{type(error).__name__}: {error}")
+    else:
+        emit(event="sent", seq=seq, status=status_name(result.status),
+             msg_id=result.msg_id, offset=result.offset)
+
+
 def produce():
     producer = Producer(spec["group"])
     producer.set_namesrv_addr(spec["namesrv"])
@@ -292,14 +303,7 @@ def produce():
     kept = []
     if method == "sync":
         for item in items:
-            seq = item["properties"]["mqboxSeq"]
-            try:
-                result = producer.send_sync(make_message(topic, item))
-            except Exception as error:
-                emit(event="send_failed", seq=seq, error=f"{type(error).__name__}: {error}")
-            else:
-                emit(event="sent", seq=seq, status=status_name(result.status),
-                     msg_id=result.msg_id, offset=result.offset)
+            send_sync(producer, topic, item)
     elif method == "orderly":
         for item, arg in zip(items, spec["order_args"]):
             seq = item["properties"]["mqboxSeq"]
@@ -366,6 +370,23 @@ def produce():
             else:
                 emit(event="batch_sent", seqs=seqs, status=status_name(result.status),
                      msg_id=result.msg_id, offset=result.offset)
+    elif method == "until_stopped":
+        # Numbered messages ("prefix-N", the seq also the key) one sync send after another,
+        # `interval_s` apart, until a line (or end of file) on stdin.
+        stop = threading.Event()
+
+        def wait_for_stop():
+            sys.stdin.readline()
+            stop.set()
+
+        threading.Thread(target=wait_for_stop, daemon=True).start()
+        index = 0
+        while not stop.is_set():
+            seq = f"{spec['prefix']}-{index}"
+            index += 1
+            item = {"body": f"body {seq}", "tags": "", "keys": seq, "properties": {"mqboxSeq": seq}}
+            send_sync(producer, topic, item)
+            stop.wait(spec.get("interval_s", 0))
     else:
         raise SystemExit(f"unknown method {method}")
     producer.shutdown()

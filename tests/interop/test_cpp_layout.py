@@ -11,14 +11,13 @@ created on every master by `mqbox topic create`; one C++ producer child
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import pytest
 
 from mqbox.client.remoting import RemotingClient
 from tests.conftest import unique_name
-from tests.integration.test_layout_replication import WAIT_S, slave_connected
+from tests.integration.test_layout_replication import WAIT_S
 from tests.interop.cpp_client import (
     acknowledged,
     assert_exactly_once,
@@ -26,9 +25,8 @@ from tests.interop.cpp_client import (
     sample_messages,
     stored_view,
 )
-from tests.support.layout import mqbox, running_layout
+from tests.support.layout import create_topic_by_cli, running_layout, wait_slaves_connected
 from tests.support.read_back import REQUEST_TIMEOUT_MS, pull_queue
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.interop
 
@@ -40,29 +38,11 @@ def test_cpp_sends_spread_over_both_masters_of_a_2m_2s_layout(
     tmp_path: Path, reap_pids: list[int]
 ) -> None:
     with running_layout(tmp_path / "layout") as layout:
-        # The masters are SYNC_MASTER: a send is acknowledged once a slave has it, so the slaves
-        # first learn their masters (from a registration answer) and connect.
-        for slave in ("broker-a-s", "broker-b-s"):
-            wait_until(
-                functools.partial(slave_connected, layout, slave),
-                f"{slave} to learn its master and connect",
-                WAIT_S,
-            )
+        # The masters are SYNC_MASTER: a send is acknowledged once a slave has it.
+        wait_slaves_connected(layout, WAIT_S)
         topic = unique_name("CppLayout")
-        created = mqbox(
-            "topic",
-            "create",
-            topic,
-            "--read-queues",
-            str(QUEUE_COUNT),
-            "--write-queues",
-            str(QUEUE_COUNT),
-            "--namesrv",
-            layout.namesrv,
-            "--json",
-        )
-        assert created.returncode == 0, created.stderr
-        assert created.stdout.count('"broker_name"') == 2  # both masters, no slave
+        created = create_topic_by_cli(layout, topic, QUEUE_COUNT)
+        assert created.count('"broker_name"') == 2  # both masters, no slave
 
         messages = sample_messages("layout", MESSAGE_COUNT)
         events = produce(tmp_path / "producer", layout.namesrv, topic, messages, reap_pids)

@@ -3,14 +3,16 @@ port 0, in a home of the test's own.
 
 Owns: starting a layout through tests/support/cli.py and parsing what the start
 printed (`RunningLayout`), every PID the layout's run files name (its name server and, per
-broker, the supervisor and its roles), and the way out: `mqbox stop`, then SIGKILL by PID of
-whatever is still alive. Never: fixed ports.
+broker, the supervisor and its roles), the way out: `mqbox stop`, then SIGKILL by PID of
+whatever is still alive; and, for the 2m-2s example, waiting for its slaves to connect and
+creating a topic on its masters with `mqbox topic create`. Never: fixed ports.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import re
 import subprocess
 from collections.abc import Iterator
@@ -19,12 +21,20 @@ from typing import Final
 
 import psutil
 
-from mqbox.server.home import HomeLayout, read_layout_state, read_state, recorded_processes
+from mqbox.server.home import (
+    HomeLayout,
+    read_layout_state,
+    read_replication,
+    read_state,
+    recorded_processes,
+)
 from tests.support.cli import REPO_ROOT, run_mqbox
+from tests.support.waiting import wait_until
 
 EXAMPLE_2M_2S: Final = REPO_ROOT / "etc" / "examples" / "2m-2s"
 START_TIMEOUT_S: Final = 600.0  # four supervisors warm up at once on a small machine
 COMMAND_TIMEOUT_S: Final = 120.0
+SLAVES_2M_2S: Final = ("broker-a-s", "broker-b-s")
 
 
 def mqbox(
@@ -100,3 +110,37 @@ def running_layout(home: Path, layout: Path = EXAMPLE_2M_2S) -> Iterator[Running
         if read_layout_state(home) is not None:
             mqbox("stop", "--home", str(home), "--timeout-s", "30")
         kill_all(sorted(seen))
+
+
+def wait_slaves_connected(layout: RunningLayout, timeout_s: float) -> None:
+    """Wait until each slave of the 2m-2s example learned its master (from a registration
+    answer) and connected: a SYNC_MASTER acknowledges sends only then."""
+    for slave in SLAVES_2M_2S:
+        wait_until(
+            functools.partial(_connected, layout.broker_home(slave)),
+            f"{slave} to learn its master and connect",
+            timeout_s,
+        )
+
+
+def _connected(home: Path) -> bool:
+    return (read_replication(home) or {}).get("state") == "connected"
+
+
+def create_topic_by_cli(layout: RunningLayout, topic: str, queue_count: int) -> str:
+    """`mqbox topic create` with `queue_count` read and write queues on every master the
+    layout's name server knows; what it printed (--json)."""
+    created = mqbox(
+        "topic",
+        "create",
+        topic,
+        "--read-queues",
+        str(queue_count),
+        "--write-queues",
+        str(queue_count),
+        "--namesrv",
+        layout.namesrv,
+        "--json",
+    )
+    assert created.returncode == 0, created.stderr
+    return created.stdout
