@@ -118,10 +118,15 @@ class HomeLayout:
 @dataclasses.dataclass(frozen=True, slots=True)
 class HaState:
     """A broker's replication as `mqbox status` and `mqbox cluster list` show it, read from the
-    HA role's `run/replication.json` (docs/replication.md): a master's state is "no-slave" or
-    "serving" and its lag the bytes its slowest slave has not acknowledged; a slave's state is
-    its connection's ("connecting", "connected", "diverged") and its lag the bytes between the
-    master's end and what it reported. The lag in messages is not known (None: "n/a")."""
+    HA role's `run/replication.json` (docs/replication.md, "What shows it").
+
+    A master's state is "serving" (a slave is connected) or "no-slave"; its lag is how far the
+    acknowledged offset (the greatest any slave reported this run, as RocketMQ's
+    slaveFallBehindMuch) is behind its write position, in bytes and in the records between
+    them, counted by its HA role; it stays shown while the slave is away, and is "n/a" (None)
+    until a slave first reported. A slave's state is its connection's ("connecting",
+    "connected", "diverged") and its lag the bytes between the master's offset it last received
+    and what it reported, and the whole records among them."""
 
     state: str  # "n/a" with no file
     slave_lag_bytes: int | None
@@ -139,15 +144,18 @@ class HaState:
         role = document.get("role")
         if role == "master":
             acked, written = count("acked_log_offset"), count("write_log_offset")
-            if not document.get("slaves"):
-                return cls("no-slave", None, None)
+            slaves = bool(document.get("slaves"))
+            serving = "serving" if slaves else "no-slave"
+            if not (slaves or document.get("slave_reported")):
+                return cls(serving, None, None)
             lag = None if acked is None or written is None else max(0, written - acked)
-            return cls("serving", lag, None)
+            return cls(serving, lag, count("slave_lag_messages"))
         if role == "slave":
             state = document.get("state")
             reported, master = count("reported_log_offset"), count("master_log_offset")
             lag = None if reported is None or not master else max(0, master - reported)
-            return cls(state if isinstance(state, str) and state else "n/a", lag, None)
+            messages = count("slave_lag_messages") if lag is not None else None
+            return cls(state if isinstance(state, str) and state else "n/a", lag, messages)
         return cls("n/a", None, None)
 
 

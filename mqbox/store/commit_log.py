@@ -443,6 +443,10 @@ def _scan_outputs(
     )
 
 
+# Records one scan_records call of count_records reports (40 KB of outputs per call).
+COUNT_SCAN_CAPACITY: Final = 1024
+
+
 class WriterStoppedForTestError(Exception):
     """Raised by an append that the `publish_count_max_for_test` hook cut short: the store is
     then in the state a writer killed inside the append kernel leaves (tests only)."""
@@ -993,6 +997,36 @@ class CommitLog:
         if physical_offset_bytes != log_offset_bytes:
             return None
         return buffer[at : at + size_bytes].tobytes()
+
+    def count_records(self, start_log_offset_bytes: int, end_log_offset_bytes: int) -> int | None:
+        """How many records lie in [start, end): scan_records' walk (no CRC check), segment
+        after segment, a blank moving it to the next. Both ends must be record boundaries below
+        the readable end the caller knows (a segment's start after a blank is one). None if a
+        segment of the span is gone (retention) or the walk does not end exactly at `end`."""
+        assert 0 <= start_log_offset_bytes <= end_log_offset_bytes
+        outs = _scan_outputs(COUNT_SCAN_CAPACITY)
+        position_bytes = start_log_offset_bytes
+        record_total = 0
+        while position_bytes < end_log_offset_bytes:
+            segment_start_bytes = position_bytes - position_bytes % self.segment_size_bytes
+            buffer = self.segment_view(segment_start_bytes)
+            if buffer is None:
+                return None
+            count, stop_bytes, reason = scan_records(
+                buffer,
+                position_bytes - segment_start_bytes,
+                min(end_log_offset_bytes - segment_start_bytes, self.segment_size_bytes),
+                segment_start_bytes,
+                False,
+                *outs,
+            )
+            record_total += count
+            position_bytes = segment_start_bytes + stop_bytes
+            if reason == STOP_BLANK:
+                position_bytes = segment_start_bytes + self.segment_size_bytes
+            elif reason not in (STOP_FULL, STOP_END):
+                return None
+        return record_total if position_bytes == end_log_offset_bytes else None
 
     def store_timestamp_at(self, log_offset_bytes: int) -> int | None:
         """STORETIMESTAMP of the record a consume-queue entry points at; None if it is gone."""

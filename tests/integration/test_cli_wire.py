@@ -234,9 +234,17 @@ def test_replication_s_run_file_reaches_cluster_list_and_status(appliance: Appli
 def test_ha_state_reads_both_sides_of_replication() -> None:
     master = {"role": "master", "slaves": [{"address": "x"}], "acked_log_offset": 100}
     assert HaState.of({**master, "write_log_offset": 4196}) == HaState("serving", 4096, None)
-    assert HaState.of({**master, "slaves": []}).state == "no-slave"
+    assert HaState.of({**master, "slaves": []}) == HaState("no-slave", None, None)
+    # The HA role counts the records between the acknowledged offset and its write position;
+    # with the slave gone, the lag of the last one that reported stays shown.
+    counted = {**master, "write_log_offset": 4196, "slave_lag_messages": 7}
+    assert HaState.of(counted) == HaState("serving", 4096, 7)
+    gone = {**counted, "slaves": [], "slave_reported": True}
+    assert HaState.of(gone) == HaState("no-slave", 4096, 7)
     slave = {"role": "slave", "state": "connected", "reported_log_offset": 10}
     assert HaState.of({**slave, "master_log_offset": 30}) == HaState("connected", 20, None)
+    received = {**slave, "master_log_offset": 30, "slave_lag_messages": 2}
+    assert HaState.of(received) == HaState("connected", 20, 2)
     assert HaState.of({**slave, "master_log_offset": 0}) == HaState("connected", None, None)
     assert HaState.of(None) == HaState("n/a", None, None)
 

@@ -1,13 +1,15 @@
 """Replication between two real appliances over RocketMQ's HA protocol (docs/replication.md).
 
-Goal: (1) after a load on a SYNC_MASTER, the slave's commit log is byte-identical to the
-master's up to the slave's reported offset, and every acknowledged send is on the slave; (2) a
-SYNC_MASTER with no slave answers SLAVE_NOT_AVAILABLE (the message stored); (3) a slave that was
-down during a load catches up and is byte-identical; (4) a slave whose log has bytes its master
+Goal: (1) after a load on a SYNC_MASTER, the slave's commit log is byte-identical to the master's up
+to the slave's reported offset, and every acknowledged send is on the slave; (2) a SYNC_MASTER with
+no slave answers SLAVE_NOT_AVAILABLE (the message stored); (3) a slave that was down during a load
+catches up and is byte-identical, and meanwhile the master's slave lag in messages
+(run/replication.json, MQBOX_BROKER_STATUS as `cluster list` reads it, `mqbox status`) is exactly
+the messages sent, 0 on both sides once it caught up; (4) a slave whose log has bytes its master
 does not have refuses to continue and says so; (5) a connected slave that stops reporting makes a
-SYNC_MASTER send answer FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, and replication resumes;
-(6) a slave and then a master killed with SIGKILL restart on their homes, recover, and the slave
-catches up byte-identical.
+SYNC_MASTER send answer FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, and replication resumes; (6) a
+slave and then a master killed with SIGKILL restart on their homes, recover, and the slave catches
+up byte-identical.
 Method: a master appliance (haListenPort any free port) and a slave appliance in homes of their
 own, sharing the master's name server; the load comes from mqbox's Producer; the commit logs
 are read from their files (tests/support/replication.py).
@@ -22,10 +24,15 @@ from pathlib import Path
 import pytest
 
 from mqbox.client import Producer, SendStatus
+from mqbox.client.admin_api import broker_status
+from mqbox.client.remoting import RemotingClient
+from mqbox.server.home import HaState, read_ha_state
 from tests.conftest import unique_name
 from tests.support.appliance import Appliance, running_appliance
+from tests.support.cli import run_mqbox
 from tests.support.read_back import create_topic
 from tests.support.replication import (
+    WAIT_S,
     commit_log_bytes,
     master_conf,
     replication_state,
@@ -34,6 +41,7 @@ from tests.support.replication import (
     wait_state,
     write_offset,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -87,18 +95,50 @@ def test_sync_master_without_slave_answers_slave_not_available(
 
 
 def test_slave_down_during_load_catches_up(tmp_path: Path, reap_pids: list[int]) -> None:
+    """The slave is stopped during a load and started again: it catches up byte-identical;
+    meanwhile the master's slave lag is the bytes and exactly the messages it missed."""
     conf = master_conf("ASYNC_MASTER")
     with running_appliance(tmp_path / "master", reap_pids, conf) as master:
         topic = unique_name("ha")
         create_topic(master, topic, 4)
         with running_slave(tmp_path / "slave", reap_pids, master) as slave:
             _send_load(master, topic, 50)
-            wait_slave_reported(slave, write_offset(master))
-        _send_load(master, topic, 300)  # the slave is down
+            caught_up_bytes = write_offset(master)
+            wait_slave_reported(slave, caught_up_bytes)
+            _wait_ha_state(master, HaState("serving", 0, 0))
+            _wait_ha_state(slave, HaState("connected", 0, 0))
+        # The slave is down: the master keeps its last acknowledged offset and counts the
+        # records past it.
+        _wait_ha_state(master, HaState("no-slave", 0, 0))
+        assert len(_send_load(master, topic, 300)) == 300
+        lag_bytes = write_offset(master) - caught_up_bytes
+        _wait_ha_state(master, HaState("no-slave", lag_bytes, 300))
+        with RemotingClient(master.broker_address) as broker:
+            status = broker_status(broker)  # what `mqbox cluster list` shows
+        assert (status.ha_state, status.slave_lag_bytes, status.slave_lag_messages) == (
+            "no-slave",
+            lag_bytes,
+            300,
+        )
+        shown = run_mqbox("status", "--home", str(master.home), timeout_s=60.0)
+        assert shown.returncode == 0, shown.stderr
+        assert f"slave lag {lag_bytes} bytes, 300 messages" in shown.stdout, shown.stdout
+
         with running_slave(tmp_path / "slave", reap_pids, master) as slave:
             end_bytes = write_offset(master)
             wait_slave_reported(slave, end_bytes)
             _assert_identical(master, slave, end_bytes)
+            _wait_ha_state(master, HaState("serving", 0, 0))
+            _wait_ha_state(slave, HaState("connected", 0, 0))
+
+
+def _wait_ha_state(appliance: Appliance, expected: HaState) -> None:
+    """run/replication.json (written at most once a second while positions move) shows it."""
+    wait_until(
+        lambda: read_ha_state(appliance.home) == expected,
+        f"{appliance.home.name}'s replication to read {expected}",
+        WAIT_S,
+    )
 
 
 def test_diverged_slave_refuses(tmp_path: Path, reap_pids: list[int]) -> None:

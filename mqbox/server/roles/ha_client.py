@@ -6,7 +6,8 @@ role learned from the name server's registration answers: learned_master.py), th
 reports (at connect, whenever the store writer's position grew, and every
 haSendHeartbeatInterval), the cutting of the master's byte stream into whole records for the
 store writer (REPLICA parcels), the check that what this slave already has is what the
-master has, and the replication line of store-positions (its only writer). Never: writes the
+master has, the replication line of store-positions (its only writer), and run/replication.json
+(its lag: the records it handed that no report covered yet). Never: writes the
 commit log (the store writer appends the REPLICA bytes, checks them and moves the position), or
 sends anything but reports to the master.
 
@@ -29,6 +30,7 @@ Invariants:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import logging
@@ -101,6 +103,9 @@ class HaClient:
         self.sock: socket.socket | None = None
         self.reader = TransferReader(self.batch_size_bytes)
         self.handed_end_bytes = 0  # end of the last REPLICA handed (this process)
+        # (end, records) of each REPLICA handed with records in it, until a report covers it:
+        # the slave's lag in messages (whole records received and not yet acknowledged).
+        self._handed: collections.deque[tuple[int, int]] = collections.deque()
         self.master_log_offset_bytes = 0  # the master's offset in the newest frame
         self.reported_bytes = -1
         self._expected_bytes = 0  # where the next frame must start
@@ -198,6 +203,7 @@ class HaClient:
         self._skip_to_bytes = 0
         self._first_frame = True
         self.handed_end_bytes = write_bytes
+        self._handed.clear()
         self._last_read_ns = now_ns
         self.state = HA_SLAVE_CONNECTED
         log.info(
@@ -242,6 +248,8 @@ class HaClient:
         assert sent == 8
         self.reported_bytes = offset_bytes
         self._last_report_ns = now_ns
+        while self._handed and self._handed[0][0] <= offset_bytes:
+            self._handed.popleft()
 
     def _report_if_due(self, now_ns: int) -> int:
         """Report the writer's position when it grew (reportSlaveMaxOffsetPlus) or when the
@@ -354,6 +362,7 @@ class HaClient:
         tail = self._tail
         position = 0
         emit_start = 0
+        records = 0  # whole records in tail[emit_start:position]
         tail_start_bytes = self._tail_start_bytes
         size = len(tail)
         while True:
@@ -368,8 +377,9 @@ class HaClient:
             if size - position < BLANK_SIZE_BYTES:
                 break
             if position - emit_start >= REPLICA_SIZE_BYTES_MAX:
-                self._emit(tail, emit_start, position)
+                self._emit(tail, emit_start, position, records=records)
                 emit_start = position
+                records = 0
             record_size, magic = _SIZE_AND_MAGIC.unpack_from(tail, position)
             segment_end_bytes = at_bytes - at_bytes % self.segment_size_bytes
             segment_end_bytes += self.segment_size_bytes
@@ -377,8 +387,9 @@ class HaClient:
                 if record_size != segment_end_bytes - at_bytes:
                     raise RemoteProtocolError(f"a blank at {at_bytes} of size {record_size}")
                 position += BLANK_SIZE_BYTES
-                self._emit(tail, emit_start, position, segment_end_bytes)
+                self._emit(tail, emit_start, position, segment_end_bytes, records)
                 emit_start = position
+                records = 0
                 self._skip_to_bytes = segment_end_bytes
                 continue
             if magic != MESSAGE_MAGIC or not (
@@ -390,12 +401,15 @@ class HaClient:
             if size - position < record_size:
                 break
             position += record_size
+            records += 1
         if position > emit_start:
-            self._emit(tail, emit_start, position)
+            self._emit(tail, emit_start, position, records=records)
         del tail[:position]
         self._tail_start_bytes = tail_start_bytes + position
 
-    def _emit(self, tail: bytearray, start: int, end: int, rolled_to_bytes: int = 0) -> None:
+    def _emit(
+        self, tail: bytearray, start: int, end: int, rolled_to_bytes: int = 0, records: int = 0
+    ) -> None:
         """Hand tail[start:end] to the writer; `rolled_to_bytes`: it ends with a blank, and the
         writer's position will be that next segment's start."""
         if end <= start:
@@ -405,6 +419,8 @@ class HaClient:
         head = parcels.REPLICA_HEAD_STRUCT.pack(log_offset_bytes)
         self.link.send(parcels.REPLICA, head, bytes(tail[start:end]))
         self.handed_end_bytes = rolled_to_bytes or log_offset_bytes + (end - start)
+        if records:
+            self._handed.append((self.handed_end_bytes, records))
 
     # -- what others see --------------------------------------------------------------------------
 
@@ -426,6 +442,7 @@ class HaClient:
             "master": self.master_address,
             "reported_log_offset": max(self.reported_bytes, 0),
             "master_log_offset": self.master_log_offset_bytes,
+            "slave_lag_messages": sum(records for _end, records in self._handed),
             "reason": self.reason,
         }
         with contextlib.suppress(OSError):

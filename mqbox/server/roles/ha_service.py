@@ -3,7 +3,8 @@ HAConnection; docs/replication.md).
 
 Owns: the HA listening socket (bound by the supervisor on haListenPort, kept only here), one
 connection per slave, the transfer of commit-log bytes from read-only maps of the segments, the
-slaves' acknowledged positions, and the replication line of store-positions (its only writer).
+slaves' acknowledged positions, the replication line of store-positions (its only writer), and
+run/replication.json with the slave's lag in bytes and in records (counted over its own log).
 Tells the store writer (REPLICATED) when the greatest acknowledged position moves or the number
 of slaves changes: SYNC_MASTER acks wait on it.
 
@@ -46,12 +47,14 @@ from mqbox.server.queue_counters import HA_MASTER
 from mqbox.server.roles.ha_link import HaLink
 from mqbox.server.runtime import RoleContext
 from mqbox.server.topology import RoleKind
+from mqbox.store.commit_log import CommitLog
 
 log = logging.getLogger("mqbox.ha_service")
 
 IDLE_WAIT_MS: Final = 100  # RocketMQ's transfer thread sleeps up to 100 ms with nothing to send
 READ_SIZE_BYTES: Final = 64 * 1024
 SLAVE_COUNT_MAX: Final = 16  # more connections are closed at accept
+STATUS_INTERVAL_NS: Final = 1_000_000_000  # run/replication.json at most this often in between
 
 
 @dataclasses.dataclass(slots=True)
@@ -68,6 +71,42 @@ class _Slave:
     output: bytes = b""  # the rest of the frame being written
     close_after_output: bool = False
     sent_bytes: int = 0
+
+
+class _RecordSpan:
+    """The number of records in [start, end) of the commit log, kept as both ends move
+    forward: each measure walks (CommitLog.count_records) the records that entered and left the
+    span, or the whole span when that is less to walk. None when it cannot be counted (a
+    segment of it is gone)."""
+
+    def __init__(self, commit_log: CommitLog) -> None:
+        self.commit_log = commit_log
+        self.start_bytes = 0
+        self.end_bytes = 0
+        self.count: int | None = None
+
+    def measure(self, start_bytes: int, end_bytes: int) -> int | None:
+        assert start_bytes <= end_bytes
+        if self.count is not None and (start_bytes, end_bytes) == (
+            self.start_bytes,
+            self.end_bytes,
+        ):
+            return self.count
+        count = None
+        moved_bytes = (end_bytes - self.end_bytes) + (start_bytes - self.start_bytes)
+        if (
+            self.count is not None
+            and self.start_bytes <= start_bytes <= self.end_bytes <= end_bytes
+            and moved_bytes < end_bytes - start_bytes
+        ):
+            entered = self.commit_log.count_records(self.end_bytes, end_bytes)
+            left = self.commit_log.count_records(self.start_bytes, start_bytes)
+            if entered is not None and left is not None:
+                count = self.count + entered - left
+        if count is None:
+            count = self.commit_log.count_records(start_bytes, end_bytes)
+        self.start_bytes, self.end_bytes, self.count = start_bytes, end_bytes, count
+        return count
 
 
 class HaService:
@@ -92,8 +131,12 @@ class HaService:
         self.epoll.register(self.listener.fileno(), select.EPOLLIN)
         self.slaves: dict[int, _Slave] = {}
         self.acked_log_offset_bytes = 0
+        self.slave_reported = False  # a slave reported this run: acked_log_offset_bytes is its
+        self._lag = _RecordSpan(self.commit_log)
         self._told = (-1, -1)  # (acked, slave count) last sent to the store writer
         self._closed = False
+        self._filed = (-1, -1)  # (acked, write position) of the last run/replication.json
+        self._filed_ns = 0
         self._publish()
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -111,6 +154,7 @@ class HaService:
             work += self._transfer(slave, write_bytes, now_ns)
             self._housekeep(slave, write_bytes, now_ns)
         self._tell_writer()
+        self._file_if_due(write_bytes, now_ns)
         self.link.flush_nowait()
         # Reports are read every turn, busy or not: SYNC_MASTER acks wait on them.
         wait_ms = IDLE_WAIT_MS if timeout_ms < 0 else min(IDLE_WAIT_MS, timeout_ms)
@@ -197,7 +241,7 @@ class HaService:
             slave.acked_log_offset_bytes = max(slave.acked_log_offset_bytes, reported_bytes)
             if reported_bytes > self.acked_log_offset_bytes:
                 self.acked_log_offset_bytes = reported_bytes
-                self._publish()
+                self._publish(file_now=False)
 
     def _start(self, slave: _Slave, reported_bytes: int, write_bytes: int) -> None:
         """The first report: where the transfer starts. A slave with nothing (0) gets the whole
@@ -209,6 +253,12 @@ class HaService:
             start_bytes = min(start_bytes, write_bytes - write_bytes % self.segment_size_bytes)
         slave.next_log_offset_bytes = start_bytes
         slave.acked_log_offset_bytes = reported_bytes
+        if not self.slave_reported:
+            # The slave has every byte below where it asks from: the lag counts from there
+            # until its next report.
+            self.slave_reported = True
+            self.acked_log_offset_bytes = max(self.acked_log_offset_bytes, reported_bytes)
+            self._publish()
         log.info(
             "HA: slave %s starts at %d (master at %d)", slave.address, start_bytes, write_bytes
         )
@@ -298,18 +348,41 @@ class HaService:
         self._told = told
         self.link.send(parcels.REPLICATED, parcels.pack_replicated(*told))
 
-    def _publish(self) -> None:
+    def _publish(self, *, file_now: bool = True) -> None:
+        """The replication line of store-positions now; run/replication.json now or, with
+        `file_now` false, at the next `_file_if_due`."""
         self.positions.publish_replication(
             HA_MASTER, len(self.slaves), self.acked_log_offset_bytes, 0, wall_clock_ms()
         )
+        if file_now:
+            self._file(self.positions.write_log_offset_bytes, time.monotonic_ns())
+
+    def _file_if_due(self, write_bytes: int, now_ns: int) -> None:
+        """run/replication.json at most every STATUS_INTERVAL_NS while the acknowledged or the
+        write position moves, so the slave's lag it shows is at most that old."""
+        if now_ns - self._filed_ns < STATUS_INTERVAL_NS:
+            return
+        if (self.acked_log_offset_bytes, write_bytes) != self._filed:
+            self._file(write_bytes, now_ns)
+
+    def _file(self, write_bytes: int, now_ns: int) -> None:
+        """run/replication.json: the slaves, the acknowledged offset, the write position and
+        the slave's lag in records between them (docs/replication.md, "What shows it")."""
+        self._filed = (self.acked_log_offset_bytes, write_bytes)
+        self._filed_ns = now_ns
+        lag_messages = None
+        if self.slave_reported:
+            lag_messages = self._lag.measure(self.acked_log_offset_bytes, write_bytes)
         document = {
             "role": "master",
             "slaves": [
                 {"address": slave.address, "acked_log_offset": slave.acked_log_offset_bytes}
                 for slave in self.slaves.values()
             ],
+            "slave_reported": self.slave_reported,
             "acked_log_offset": self.acked_log_offset_bytes,
-            "write_log_offset": self.positions.write_log_offset_bytes,
+            "write_log_offset": write_bytes,
+            "slave_lag_messages": lag_messages,
         }
         with contextlib.suppress(OSError):
             write_json_atomically(self.layout.replication_path, document)
