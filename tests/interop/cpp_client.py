@@ -404,6 +404,8 @@ def push():
 
     sign_with_credentials(consumer)
     consumer.subscribe(spec["topic"], on_message, spec.get("expression", "*"))
+    # The client's timers (route polls 3 s after start, then every 30 s) start inside start().
+    emit(event="starting", wall_time_s=time.time())
     consumer.start()
     emit(event="started", pid=os.getpid())
     sys.stdin.readline()  # "stop", or end of file when the test went away

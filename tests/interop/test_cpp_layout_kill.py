@@ -10,14 +10,16 @@ Duplicates are allowed (at-least-once) but counted and bounded.
 Method: the real layout (tests/support/layout.py, every port 0); PRODUCER_COUNT C++ producer
 children sending numbered messages (the seq is the key and the mqboxSeq property) one sync send
 after another until told to stop, CONSUMER_COUNT C++ push consumer children of one group
-(tests/interop/cpp_client.py). Each C++ client re-reads its routes every 30 s, 3 s after its
-start (MQClientFactory::startScheduledTask), and a consumer reaches broker-a-s only once its
-route has lost the master (findBrokerAddressInSubscribe falls back to another id of the broker
-name, rocketmq-client-cpp 1.2.2 and later): the kill is placed KILL_BEFORE_ROUTE_POLL_S before
-the consumers' second poll so the test does not idle for most of 30 s (later only makes it
-slower). Just before the kill the consumers are frozen (SIGSTOP) for FREEZE_S while the producers
-go on, so broker-a holds messages no consumer has pulled: after the kill they can only come from
-broker-a-s. At the end the slave's queues are read back raw (which messages broker-a stored).
+(tests/interop/cpp_client.py). Each C++ client re-reads its routes every 30 s, 3 s after its start
+(MQClientFactory::startScheduledTask), and a consumer reaches broker-a-s only once its route has
+lost the master (findBrokerAddressInSubscribe falls back to another id of the broker name,
+rocketmq-client-cpp 1.2.2 and later): the kill is placed KILL_BEFORE_ROUTE_POLL_S before the
+consumers' second poll (timed from the moment each child called start()) so the test does not idle
+for most of 30 s; a kill after that poll only makes it 30 s slower. Just before the kill the
+consumers are frozen (SIGSTOP) for FREEZE_S while the producers go on, so broker-a holds messages
+no consumer has pulled: after the kill they can only come from broker-a-s. At the end the slave's
+queues are read back raw (which messages broker-a stored), and broker-a-s's msgGetTotalTodayNow
+(GET_BROKER_RUNTIME_INFO) shows it served messages.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ PRODUCER_COUNT = 3
 CONSUMER_COUNT = 2
 SEND_INTERVAL_S = 0.02  # each producer: at most about 50 sends a second
 ROUTE_POLL_S = 33.0  # a C++ client's second route poll after its start (3 s, then every 30 s)
-KILL_BEFORE_ROUTE_POLL_S = 3.0
+KILL_BEFORE_ROUTE_POLL_S = 4.0  # room for the freeze's end and the kill itself
 FREEZE_S = 2.0
 SEND_AFTER_KILL_S = 5.0  # the producers go on this long after the kill
 DRAIN_S = 60.0  # the consumers then get every acknowledged message within this
@@ -146,7 +148,6 @@ def kill_master(layout: RunningLayout, name: str) -> None:
 
 def test_cpp_clients_ride_through_a_master_kill(tmp_path: Path, reap_pids: list[int]) -> None:
     with running_layout(tmp_path / "layout") as layout:
-        wait_slaves_connected(layout, WAIT_S)
         topic = unique_name("CppKill")
         create_topic_by_cli(layout, topic, QUEUE_COUNT)
         group = unique_name("CppKillCG")
@@ -157,7 +158,11 @@ def test_cpp_clients_ride_through_a_master_kill(tmp_path: Path, reap_pids: list[
             )
             for consumer in consumers:
                 consumer.wait_started()
-            consumers_started = time.monotonic()
+            # The consumers' second route poll, on the monotonic clock.
+            first_start_s = min(float(c.events("starting")[0]["wall_time_s"]) for c in consumers)
+            route_poll_at = time.monotonic() + first_start_s + ROUTE_POLL_S - time.time()
+            # The masters are SYNC_MASTER: sends are acknowledged once a slave has them.
+            wait_slaves_connected(layout, WAIT_S)
             with contextlib.ExitStack() as producer_stack:
                 specs = [producer_spec(layout.namesrv, topic, i) for i in range(PRODUCER_COUNT)]
                 producers = start_children(producer_stack, tmp_path, specs, "producer", reap_pids)
@@ -168,7 +173,7 @@ def test_cpp_clients_ride_through_a_master_kill(tmp_path: Path, reap_pids: list[
                     "the topic on broker-a-s",
                     WAIT_S,
                 )
-                kill_at = consumers_started + ROUTE_POLL_S - KILL_BEFORE_ROUTE_POLL_S
+                kill_at = route_poll_at - KILL_BEFORE_ROUTE_POLL_S
                 time.sleep(max(0.0, kill_at - FREEZE_S - time.monotonic()))
                 assert all(acked(p) for p in producers), [p.describe() for p in producers]
                 assert received(consumers), [c.describe() for c in consumers]
