@@ -9,7 +9,8 @@ the messages sent, 0 on both sides once it caught up; (4) a slave whose log has 
 does not have refuses to continue and says so; (5) a connected slave that stops reporting makes a
 SYNC_MASTER send answer FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, and replication resumes; (6) a
 slave and then a master killed with SIGKILL restart on their homes, recover, and the slave catches
-up byte-identical.
+up byte-identical. (7) a slave whose store writer is stopped counts the records it received and has
+not stored, and so does its master; 0 after it resumes.
 Method: a master appliance (haListenPort any free port) and a slave appliance in homes of their
 own, sharing the master's name server; the load comes from mqbox's Producer; the commit logs
 are read from their files (tests/support/replication.py).
@@ -139,6 +140,36 @@ def _wait_ha_state(appliance: Appliance, expected: HaState) -> None:
         f"{appliance.home.name}'s replication to read {expected}",
         WAIT_S,
     )
+
+
+def test_a_slave_s_lag_counts_the_records_it_received_and_has_not_stored(
+    tmp_path: Path, reap_pids: list[int]
+) -> None:
+    """The slave's store writer is stopped (SIGSTOP): the records its HA client received and
+    handed stay unacknowledged, and both sides count exactly them; after SIGCONT, 0."""
+    conf = master_conf("ASYNC_MASTER")
+    with (
+        running_appliance(tmp_path / "master", reap_pids, conf) as master,
+        running_slave(tmp_path / "slave", reap_pids, master) as slave,
+    ):
+        topic = unique_name("ha")
+        create_topic(master, topic, 2)
+        _send_load(master, topic, 10)
+        caught_up_bytes = write_offset(master)
+        wait_slave_reported(slave, caught_up_bytes)
+        writer_pid = slave.roles["store_writer.0"]
+        os.kill(writer_pid, signal.SIGSTOP)
+        try:
+            assert len(_send_load(master, topic, 25)) == 25
+            lag_bytes = write_offset(master) - caught_up_bytes
+            # The slave reports (its unchanged end) every haSendHeartbeatInterval, 5 s.
+            _wait_ha_state(slave, HaState("connected", lag_bytes, 25))
+            _wait_ha_state(master, HaState("serving", lag_bytes, 25))
+        finally:
+            os.kill(writer_pid, signal.SIGCONT)
+        wait_slave_reported(slave, write_offset(master))
+        _wait_ha_state(slave, HaState("connected", 0, 0))
+        _wait_ha_state(master, HaState("serving", 0, 0))
 
 
 def test_diverged_slave_refuses(tmp_path: Path, reap_pids: list[int]) -> None:
