@@ -9,7 +9,7 @@ the messages sent, 0 on both sides once it caught up; (4) a slave whose log has 
 does not have refuses to continue and says so; (5) a connected slave that stops reporting makes a
 SYNC_MASTER send answer FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, and replication resumes; (6) a
 slave and then a master killed with SIGKILL restart on their homes, recover, and the slave catches
-up byte-identical. (7) a slave whose store writer is stopped counts the records it received and has
+up byte-identical; (7) a slave whose store writer is stopped counts the records it received and has
 not stored, and so does its master; 0 after it resumes.
 Method: a master appliance (haListenPort any free port) and a slave appliance in homes of their
 own, sharing the master's name server; the load comes from mqbox's Producer; the commit logs
