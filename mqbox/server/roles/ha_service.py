@@ -131,7 +131,7 @@ class HaService:
         self.epoll.register(self.listener.fileno(), select.EPOLLIN)
         self.slaves: dict[int, _Slave] = {}
         self.acked_log_offset_bytes = 0
-        self.slave_reported = False  # a slave reported this run: acked_log_offset_bytes is its
+        self.slave_reported = False  # until a slave reports, acked_log_offset_bytes means nothing
         self._lag = _RecordSpan(self.commit_log)
         self._told = (-1, -1)  # (acked, slave count) last sent to the store writer
         self._closed = False
