@@ -733,7 +733,8 @@ def charts(
                 x = position - 0.4 + width * (offset + 0.5)
                 figures = entry.get(workload) if entry["present"] else None
                 if not figures:
-                    axes.text(x, 0, "absent", ha="center", va="bottom", color="grey")
+                    floor = 10 if workload == "latency" else 0
+                    axes.text(x, floor, "absent", ha="center", va="bottom", color="grey")
                     continue
                 value = figures[key]
                 rounds = figures[f"{key}_runs"]
@@ -742,9 +743,22 @@ def charts(
                 axes.bar(x, value, width * 0.9, color=COLORS[name], hatch=hatch, alpha=0.85)
                 axes.scatter([x] * len(rounds), rounds, s=10, color="black", zorder=3)
                 text = f"{value:,.0f}" + (f" {label}" if label else "")
-                axes.text(x, value, text, ha="center", va="bottom", fontsize=8)
+                axes.annotate(
+                    text,
+                    (x, max(value, *rounds)),
+                    xytext=(0, 4),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                )
         axes.set_xticks(positions, [LABELS[name] for name in names])
-        axes.set_ylim(0, top * 1.15 if top else 1)
+        if workload == "latency":
+            # p99 and p50 differ by up to 10x between the systems: a log scale keeps both legible
+            axes.set_yscale("log")
+            axes.set_ylim(10, top * 2 if top else 100)
+        else:
+            axes.set_ylim(0, top * 1.15 if top else 1)
         axes.set_ylabel(unit)
         axes.set_title(title)
         axes.yaxis.set_major_formatter(
@@ -814,13 +828,13 @@ def run_rounds(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-bytes", type=int, default=128, help="message body size")
-    parser.add_argument("--produce-count", type=int, default=200_000, help="per run")
+    parser.add_argument("--produce-count", type=int, default=100_000, help="per run")
     parser.add_argument("--batch", type=int, default=1000, help="messages per produce batch")
     parser.add_argument("--inflight", type=int, default=8, help="produce batches outstanding")
-    parser.add_argument("--consume-count", type=int, default=200_000, help="backlog messages")
-    parser.add_argument("--latency-count", type=int, default=2000, help="timed sends per run")
-    parser.add_argument("--latency-warmup", type=int, default=200, help="untimed sends first")
-    parser.add_argument("--sync-count", type=int, default=10_000, help="sync sends per run")
+    parser.add_argument("--consume-count", type=int, default=100_000, help="backlog messages")
+    parser.add_argument("--latency-count", type=int, default=1000, help="timed sends per run")
+    parser.add_argument("--latency-warmup", type=int, default=100, help="untimed sends first")
+    parser.add_argument("--sync-count", type=int, default=4000, help="sync sends per run")
     parser.add_argument("--connections", type=int, default=64, help="sync senders")
     parser.add_argument("--rounds", type=int, default=5, help="rounds; medians are reported")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated")
