@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from numpy.typing import NDArray
 
 from mqbox._jit import kernel
 from mqbox.message_kernels import copy_bytes
+from mqbox.server import launch
 
 MODES: Final = ("async", "sync")
 READY_TIMEOUT_S: Final = 30.0
@@ -169,7 +169,7 @@ def started(system: str, mode: str, executable: str, log: Path | None = None) ->
             wait_ready(server, process, output_path)
             yield server
         finally:
-            stop(process)
+            launch.stop(process, STOP_TIMEOUT_S)
 
 
 def wait_ready(server: Server, process: subprocess.Popen[bytes], output_path: Path) -> None:
@@ -198,19 +198,6 @@ def wait_ready(server: Server, process: subprocess.Popen[bytes], output_path: Pa
                 if sock.recv(64).startswith(b"+PONG"):
                     return
         time.sleep(0.05)
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL by PID if it is still there after STOP_TIMEOUT_S."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            process.wait()
 
 
 # --- the scanners -------------------------------------------------------------------------------

@@ -437,20 +437,47 @@ class MqboxContender(Contender):
         ]
 
 
-class NatsContender(Contender):
-    """nats-server with JetStream on file storage, driven over the raw NATS protocol."""
-
-    name = "nats"
+class PeerContender(Contender):
+    """A peer broker this script starts (_peers.py) from `executable`."""
 
     def __init__(self, params: Params, executable: str) -> None:
         super().__init__(params)
         self.executable = executable
 
-    def open(self, mode: str, stack: contextlib.ExitStack) -> None:
-        p = self.params
-        self.server: Server = stack.enter_context(started("nats", mode, self.executable))
+    def start(self, mode: str, stack: contextlib.ExitStack) -> None:
+        self.server: Server = stack.enter_context(started(self.name, mode, self.executable))
         self.version = self.server.version
         log(f"{BENCH}: {self.version} ({mode}) at {self.server.address}")
+
+    def server_cpu_secs(self) -> float:
+        return self.server.cpu_secs()
+
+    def read_backlog(self, link: Link, reads: Sequence[tuple[bytes, int]]) -> Run:
+        """The timed part of `consume`: every read on `link` (closed after), bodies hashed."""
+        link.hash_payloads = True
+        try:
+            with measured(self.server_cpu_secs) as taken:
+                windowed_reads(link, reads, READ_WINDOW)
+        finally:
+            link.close()
+        return Run(
+            link.delivered,
+            taken["secs"],
+            taken["server"],
+            taken["client"],
+            link.failures,
+            crc=link.payload_crc,
+        )
+
+
+class NatsContender(PeerContender):
+    """nats-server with JetStream on file storage, driven over the raw NATS protocol."""
+
+    name = "nats"
+
+    def open(self, mode: str, stack: contextlib.ExitStack) -> None:
+        p = self.params
+        self.start(mode, stack)
         self.control = NatsLink.open(self.server.address, "control")
         stack.callback(self.control.close)
         if mode == "sync":
@@ -486,9 +513,6 @@ class NatsContender(Contender):
         finally:
             link.close()
 
-    def server_cpu_secs(self) -> float:
-        return self.server.cpu_secs()
-
     def link(self, role: str) -> Link:
         return NatsLink.open(self.server.address, role)
 
@@ -501,21 +525,10 @@ class NatsContender(Contender):
             reads.append((next_request("BACKLOG", consumer, batch, "r"), batch))
         link = NatsLink.open(self.server.address, "r")
         link.reading = True
-        link.hash_payloads = True
         try:
-            with measured(self.server_cpu_secs) as taken:
-                windowed_reads(link, reads, READ_WINDOW)
+            return self.read_backlog(link, reads)
         finally:
-            link.close()
             delete_consumer(self.control, "BACKLOG", consumer)
-        return Run(
-            link.delivered,
-            taken["secs"],
-            taken["server"],
-            taken["client"],
-            link.failures,
-            crc=link.payload_crc,
-        )
 
     def sync_plans(self) -> list[list[bytes]]:
         size = self.params.size_bytes
@@ -532,20 +545,14 @@ class NatsContender(Contender):
         ]
 
 
-class RedisContender(Contender):
+class RedisContender(PeerContender):
     """redis-server with its append-only file, driven over RESP."""
 
     name = "redis"
 
-    def __init__(self, params: Params, executable: str) -> None:
-        super().__init__(params)
-        self.executable = executable
-
     def open(self, mode: str, stack: contextlib.ExitStack) -> None:
         p = self.params
-        self.server: Server = stack.enter_context(started("redis", mode, self.executable))
-        self.version = self.server.version
-        log(f"{BENCH}: {self.version} ({mode}) at {self.server.address}")
+        self.start(mode, stack)
         if mode == "sync":
             return
         self.chunks = [
@@ -575,9 +582,6 @@ class RedisContender(Contender):
         finally:
             link.close()
 
-    def server_cpu_secs(self) -> float:
-        return self.server.cpu_secs()
-
     def link(self, role: str) -> Link:
         return RedisLink(connect(self.server.address))
 
@@ -588,21 +592,7 @@ class RedisContender(Contender):
             last = min(p.consume_count, at + READ_BATCH)
             request = command(b"XRANGE", b"backlog", f"0-{at + 1}".encode(), f"0-{last}".encode())
             reads.append((request, last - at))
-        link = self.link("r")
-        link.hash_payloads = True
-        try:
-            with measured(self.server_cpu_secs) as taken:
-                windowed_reads(link, reads, READ_WINDOW)
-        finally:
-            link.close()
-        return Run(
-            link.delivered,
-            taken["secs"],
-            taken["server"],
-            taken["client"],
-            link.failures,
-            crc=link.payload_crc,
-        )
+        return self.read_backlog(self.link("r"), reads)
 
     def sync_plans(self) -> list[list[bytes]]:
         size = self.params.size_bytes

@@ -131,11 +131,15 @@ def test_nats_link_subscribes_to_the_inbox_of_its_role_alone() -> None:
     assert not reply_to("s3").startswith("_INBOX.bench.s30")
 
 
-@pytest.mark.parametrize("stream", [NATS_STREAM], ids=["nats"])
-def test_nats_link_counts_the_same_however_the_stream_is_cut(stream: bytes) -> None:
-    whole = read_in_pieces(NatsLink, [stream])
+@pytest.mark.parametrize(
+    ("kind", "stream"), [(NatsLink, NATS_STREAM), (RedisLink, RESP_STREAM)], ids=["nats", "redis"]
+)
+def test_link_counts_the_same_however_the_stream_is_cut(
+    kind: type[ScannedLink], stream: bytes
+) -> None:
+    whole = read_in_pieces(kind, [stream])
     for pieces in cuts_of(stream):
-        link = read_in_pieces(NatsLink, pieces)
+        link = read_in_pieces(kind, pieces)
         found = (link.answers, link.failures, link.delivered, link.payload_crc)
         assert found == (whole.answers, whole.failures, whole.delivered, whole.payload_crc)
 
@@ -146,14 +150,6 @@ def test_redis_link_counts_replies_errors_and_stream_entries() -> None:
     assert link.failures == 1
     assert link.delivered == 4  # the entries of two XRANGE answers
     assert link.payload_crc == zlib.crc32((BODY_A + BODY_B) * 2)
-
-
-def test_redis_link_counts_the_same_however_the_stream_is_cut() -> None:
-    whole = read_in_pieces(RedisLink, [RESP_STREAM])
-    for pieces in cuts_of(RESP_STREAM):
-        link = read_in_pieces(RedisLink, pieces)
-        found = (link.answers, link.failures, link.delivered, link.payload_crc)
-        assert found == (whole.answers, whole.failures, whole.delivered, whole.payload_crc)
 
 
 def test_request_encoders_write_the_protocols() -> None:
