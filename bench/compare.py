@@ -689,7 +689,7 @@ def table(systems: dict[str, dict[str, Any]]) -> str:
 
 
 def charts(
-    directory: Path, systems: dict[str, dict[str, Any]], caption: str, size_bytes: int
+    directory: Path, systems: dict[str, dict[str, Any]], caption: str, params: Params
 ) -> list[str]:
     """One PNG per workload in `directory`: the median as a bar, each round as a dot."""
     import matplotlib
@@ -701,10 +701,13 @@ def charts(
     names = list(systems)
     written = []
     titles = {
-        "produce": (f"Batched produce, {size_bytes} B messages", "messages per second"),
-        "consume": (f"Consuming a backlog of {size_bytes} B messages", "messages per second"),
+        "produce": (f"Batched produce, {params.size_bytes} B messages", "messages per second"),
+        "consume": (
+            f"Consuming a backlog of {params.size_bytes} B messages",
+            "messages per second",
+        ),
         "latency": ("One synchronous send at a time", "microseconds (lower is better)"),
-        "sync": ("Sync-flush single sends, 64 senders", "messages per second"),
+        "sync": (f"Sync-flush single sends, {params.connections} senders", "messages per second"),
     }
     for workload in WORKLOADS:
         figure, axes = plt.subplots(figsize=(7.5, 4.2), dpi=110)
@@ -904,7 +907,7 @@ def main() -> None:
         f"{machine['cpus']} cpus ({machine['cpu_model']}), load {load_before[0]}-{load_after[0]}, "
         f"mqbox {git_sha()}; median of {rounds} interleaved rounds, dots: each round"
     )
-    written = charts(charts_directory, systems, caption, params.size_bytes)
+    written = charts(charts_directory, systems, caption, params)
     log(f"{BENCH}: charts: {', '.join(written)}")
     digest = hashlib.blake2b(digest_size=8)
     for chunk in range(CHUNK_POOL_SIZE):
