@@ -41,13 +41,14 @@ redis-server) is reported `"present": false` with the reason, never guessed. Abs
 --systems means not run.
 
 Output: the one JSON line (`systems`: per system its version and every figure, rounds
-included; flat keys `<system>_<figure>` for the medians), a table on stderr, and one PNG chart
-per workload in `--charts` (default docs/img/compare; under the temporary directory with
---smoke). `checksum` covers the bodies sent and each system's CRC32 of the backlog it read.
+included; flat keys `<system>_<workload>_<figure>` for the medians), a table on stderr, and one
+PNG chart per workload in `--charts` (default docs/img/compare; under the temporary directory
+with --smoke). `--replot RUN.json` draws the charts of a saved run again without running
+anything. `checksum` covers the bodies sent and each system's CRC32 of the backlog it read.
 
 Usage: python bench/compare.py [--rounds N] [--systems mqbox,nats,redis] [--charts DIR]
-                               [--produce-count N] [--consume-count N] [--latency-count N]
-                               [--sync-count N] [--connections N] [--smoke]
+                               [--replot RUN.json] [--produce-count N] [--consume-count N]
+                               [--latency-count N] [--sync-count N] [--connections N] [--smoke]
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ import argparse
 import contextlib
 import dataclasses
 import hashlib
+import json
 import os
 import select
 import statistics
@@ -66,7 +68,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
-from _common import REPO_ROOT, emit, git_sha, load_average, log, percentiles_us
+from _common import REPO_ROOT, emit, git_sha, host, load_average, log, percentiles_us
 from _load import (
     DEFAULT_TOPIC_QUEUE_COUNT,
     Appliance,
@@ -689,7 +691,11 @@ def table(systems: dict[str, dict[str, Any]]) -> str:
 
 
 def charts(
-    directory: Path, systems: dict[str, dict[str, Any]], caption: str, params: Params
+    directory: Path,
+    systems: dict[str, dict[str, Any]],
+    caption: str,
+    size_bytes: int,
+    connections: int,
 ) -> list[str]:
     """One PNG per workload in `directory`: the median as a bar, each round as a dot."""
     import matplotlib
@@ -701,13 +707,13 @@ def charts(
     names = list(systems)
     written = []
     titles = {
-        "produce": (f"Batched produce, {params.size_bytes} B messages", "messages per second"),
+        "produce": (f"Batched produce, {size_bytes} B messages", "messages per second"),
         "consume": (
-            f"Consuming a backlog of {params.size_bytes} B messages",
+            f"Consuming a backlog of {size_bytes} B messages",
             "messages per second",
         ),
         "latency": ("One synchronous send at a time", "microseconds (lower is better)"),
-        "sync": (f"Sync-flush single sends, {params.connections} senders", "messages per second"),
+        "sync": (f"Sync-flush single sends, {connections} senders", "messages per second"),
     }
     for workload in WORKLOADS:
         figure, axes = plt.subplots(figsize=(7.5, 4.2), dpi=110)
@@ -720,6 +726,7 @@ def charts(
         )
         width = 0.8 / len(series)
         top = 0.0
+        labels: list[tuple[float, float, str, str]] = []  # x, value, text, colour inside
         for offset, (key, label) in enumerate(series):
             for position, name in zip(positions, names, strict=True):
                 entry = systems[name]
@@ -732,19 +739,13 @@ def charts(
                 value = figures[key]
                 rounds = figures[f"{key}_runs"]
                 top = max(top, value, *rounds)
-                hatch = "//" if label == "p99" else None
-                axes.bar(x, value, width * 0.9, color=COLORS[name], hatch=hatch, alpha=0.85)
-                axes.scatter([x] * len(rounds), rounds, s=10, color="black", zorder=3)
-                text = f"{value:,.0f}" + (f" {label}" if label else "")
-                axes.annotate(
-                    text,
-                    (x, max(value, *rounds)),
-                    xytext=(0, 4),
-                    textcoords="offset points",
-                    ha="center",
-                    va="bottom",
-                    fontsize=8,
-                )
+                pale = label == "p99"  # a p99 bar: the system's colour, paler
+                axes.bar(x, value, width * 0.9, color=COLORS[name], alpha=0.4 if pale else 0.9)
+                # the rounds as dots near the bar's right edge, its median left of them
+                dots_x = x + width * 0.9 * 0.35
+                axes.scatter([dots_x] * len(rounds), rounds, s=10, color="black", zorder=3)
+                text = f"{value:,.0f}" + (f"\n{label}" if label else "")
+                labels.append((x - width * 0.9 * 0.1, value, text, "black" if pale else "white"))
         axes.set_xticks(positions, [LABELS[name] for name in names])
         if workload == "latency":
             # p99 and p50 differ by up to 10x between the systems: a log scale keeps both legible
@@ -752,6 +753,26 @@ def charts(
             axes.set_ylim(10, top * 2 if top else 100)
         else:
             axes.set_ylim(0, top * 1.15 if top else 1)
+        bottom, ceiling = axes.get_ylim()
+        for x, value, text, colour in labels:
+            # the median inside its bar's top (white), or above a bar too short to hold it
+            if workload == "latency":
+                height = np.log(value / bottom) / np.log(ceiling / bottom)
+            else:
+                height = (value - bottom) / (ceiling - bottom)
+            inside = height > 0.1
+            axes.annotate(
+                text,
+                (x, value),
+                xytext=(0, -4 if inside else 4),
+                textcoords="offset points",
+                ha="center",
+                va="top" if inside else "bottom",
+                fontsize=8,
+                color=colour if inside else "black",
+                fontweight="bold",
+                zorder=4,
+            )
         axes.set_ylabel(unit)
         axes.set_title(title)
         axes.yaxis.set_major_formatter(
@@ -767,6 +788,43 @@ def charts(
 
 
 # --- the run ------------------------------------------------------------------------------------
+
+
+def caption_of(
+    machine: dict[str, Any],
+    load_before: list[float],
+    load_after: list[float],
+    sha: str,
+    rounds: int,
+) -> str:
+    """The line under every chart: machine, load, commit, rounds."""
+    return (
+        f"{machine['cpus']} cpus ({machine['cpu_model']}), load {load_before[0]}-{load_after[0]}, "
+        f"mqbox {sha}; median of {rounds} interleaved rounds, dots: each round"
+    )
+
+
+def replot(saved: Path, directory: Path) -> None:
+    """Draw the charts of a run saved as its JSON line again, into `directory`; print the line
+    with the new chart paths."""
+    document = json.loads(saved.read_text(encoding="utf-8").strip().splitlines()[-1])
+    assert document["bench"] == BENCH, document["bench"]
+    caption = caption_of(
+        document["host"],
+        document["load_avg_before"],
+        document["load_avg"],
+        document["git_sha"],
+        document["params"]["rounds"],
+    )
+    document["charts"] = charts(
+        directory,
+        document["systems"],
+        caption,
+        document["params"]["size_bytes"],
+        document["params"]["connections"],
+    )
+    log(f"{BENCH}: charts: {', '.join(document['charts'])}")
+    print(json.dumps(document), flush=True)
 
 
 def contenders_of(
@@ -834,8 +892,12 @@ def main() -> None:
     parser.add_argument("--nats-server", help="nats-server to run (default: found)")
     parser.add_argument("--redis-server", help="redis-server to run (default: found)")
     parser.add_argument("--charts", type=Path, help="where the PNGs go")
+    parser.add_argument("--replot", type=Path, help="only draw the charts of this saved JSON line")
     parser.add_argument("--smoke", action="store_true", help="tiny parameters")
     arguments = parser.parse_args()
+    if arguments.replot is not None:
+        replot(arguments.replot, arguments.charts or DEFAULT_CHARTS)
+        return
     params = Params(
         arguments.size_bytes,
         arguments.produce_count,
@@ -900,14 +962,8 @@ def main() -> None:
             if arguments.smoke
             else DEFAULT_CHARTS
         )
-    from _common import host
-
-    machine = host()
-    caption = (
-        f"{machine['cpus']} cpus ({machine['cpu_model']}), load {load_before[0]}-{load_after[0]}, "
-        f"mqbox {git_sha()}; median of {rounds} interleaved rounds, dots: each round"
-    )
-    written = charts(charts_directory, systems, caption, params)
+    caption = caption_of(host(), load_before, load_after, git_sha(), rounds)
+    written = charts(charts_directory, systems, caption, params.size_bytes, params.connections)
     log(f"{BENCH}: charts: {', '.join(written)}")
     digest = hashlib.blake2b(digest_size=8)
     for chunk in range(CHUNK_POOL_SIZE):
