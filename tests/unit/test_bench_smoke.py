@@ -12,8 +12,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+# bench/ is not a package: its helpers import each other as top-level modules
+sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
+
+from _peers import nats_server_path, redis_server_path
 
 BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
 SCRIPTS = sorted(path for path in BENCH_DIR.glob("*.py") if not path.name.startswith("_"))
@@ -29,6 +35,13 @@ FIGURE_KEYS = {
     "spark_read": {"reads_secs", "session_start_secs"},
     "spark_write": {"exactly_once_msgs_per_s_median", "plain_msgs_per_s_median"},
     "spark_stream": {"p50_us", "p99_us"},
+    "compare": {
+        "mqbox_produce_msgs_per_s",
+        "mqbox_consume_msgs_per_s",
+        "mqbox_latency_p50_us",
+        "mqbox_latency_p99_us",
+        "mqbox_sync_msgs_per_s",
+    },
     "client_produce": {
         "batch_msgs_per_s_median",
         "raw_batch_msgs_per_s_median",
@@ -42,6 +55,7 @@ FAILURE_KEYS = {
     "sync_flush": {"single_failures", "batch_failures"},
     "memory": {"failures"},
     "client_latency": {"client_failures", "raw_failures"},
+    "compare": {"failures"},
 }
 SMOKE_TIMEOUT_SECS = 240
 
@@ -74,6 +88,24 @@ def test_bench_smoke_prints_one_json_line(script: Path, tmp_path: Path) -> None:
         assert document.get(key) is not None, (key, document)
     for key in FAILURE_KEYS.get(script.stem, set()):
         assert document[key] == 0, (key, document)
+    if script.stem == "compare":
+        check_installed_peers_ran(document)
+
+
+def check_installed_peers_ran(document: dict[str, Any]) -> None:
+    """compare.py: a peer installed here (bin/test installs both) ran and gave every figure; one
+    that is not is reported absent, with nothing made up in its place."""
+    for system, server_path in (("nats", nats_server_path), ("redis", redis_server_path)):
+        entry = document["systems"][system]
+        if server_path() is None:
+            assert entry == {"present": False, "reason": entry["reason"]}
+            continue
+        assert entry["present"] is True, entry
+        for workload in ("produce", "consume", "sync"):
+            assert entry[workload]["msgs_per_s"] > 0, (workload, entry)
+            assert entry[workload]["failures"] == 0, (workload, entry)
+        assert entry["latency"]["p50_us"] > 0, entry
+        assert entry["latency"]["failures"] == 0, entry
 
 
 def test_figure_keys_name_existing_scripts() -> None:
