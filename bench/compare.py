@@ -58,6 +58,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import select
 import statistics
@@ -745,7 +746,9 @@ def charts(
                 dots_x = x + width * 0.9 * 0.35
                 axes.scatter([dots_x] * len(rounds), rounds, s=10, color="black", zorder=3)
                 text = f"{value:,.0f}" + (f"\n{label}" if label else "")
-                labels.append((x - width * 0.9 * 0.1, value, text, "black" if pale else "white"))
+                labels.append(
+                    (float(x) - width * 0.9 * 0.1, value, text, "black" if pale else "white")
+                )
         axes.set_xticks(positions, [LABELS[name] for name in names])
         if workload == "latency":
             # p99 and p50 differ by up to 10x between the systems: a log scale keeps both legible
@@ -754,16 +757,16 @@ def charts(
         else:
             axes.set_ylim(0, top * 1.15 if top else 1)
         bottom, ceiling = axes.get_ylim()
-        for x, value, text, colour in labels:
+        for label_x, value, text, colour in labels:
             # the median inside its bar's top (white), or above a bar too short to hold it
             if workload == "latency":
-                height = np.log(value / bottom) / np.log(ceiling / bottom)
+                height = math.log(value / bottom) / math.log(ceiling / bottom)
             else:
-                height = (value - bottom) / (ceiling - bottom)
+                height = float(value - bottom) / float(ceiling - bottom)
             inside = height > 0.1
             axes.annotate(
                 text,
-                (x, value),
+                (label_x, value),
                 xytext=(0, -4 if inside else 4),
                 textcoords="offset points",
                 ha="center",
