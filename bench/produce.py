@@ -18,8 +18,11 @@ opaque from the header bytes, so its own cost stays small beside the broker's on
 `--repeat` runs.
 
 With --acl the appliance runs with `aclEnable=true` (one admin account, _load.py) and every
-request frame is signed: the broker's codec verifies each request's HMAC over its header values
-and the whole batch body (docs/acl.md). Run it with and without to see what the ACL costs.
+request frame is signed: the broker verifies each request's HMAC over its header values and the
+whole batch body (docs/acl.md section 8). The frames are signed once, with the pool, before any
+timed run, so the client does the same work with and without --acl (its frames carry two more
+header fields) and on a small machine, where it shares the cores, the difference between the two
+runs is the broker's. Run it with and without, interleaved, to see what the ACL costs.
 
 Usage: python bench/produce.py [--size-bytes N] [--count N] [--batch N] [--inflight N]
                                [--repeat N] [--namesrv host:port] [--acl] [--smoke]

@@ -32,15 +32,18 @@ from mqbox.client import (
     Producer,
     PullConsumer,
     PushConsumer,
+    admin_api,
     namesrv_api,
 )
 from mqbox.client.remoting import RemotingClient, RemotingResponseError
+from mqbox.message import BatchElement, encode_batch
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from mqbox.protocol.command import RemotingCommand
 from mqbox.protocol.headers import (
     DataVersion,
     RegisterBrokerBody,
     RegisterBrokerRequestHeader,
+    SendMessageRequestHeader,
     TopicConfig,
     UpdateAndCreateTopicRequestHeader,
 )
@@ -76,6 +79,7 @@ accounts:
 """
 REMARK_PREFIX = "org.apache.rocketmq.acl.common.AclException: "
 DELIVERY_S = 60.0  # a loaded box: the bound of a wait, not a timed assertion
+SEND_TIMEOUT_MS = 60_000
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +107,10 @@ def broker_call(
     code: int,
     ext: dict[str, str],
     body: bytes = b"",
+    timeout_ms: int | None = None,
 ) -> RemotingCommand:
     with RemotingClient(appliance.broker_address, credentials=credentials) as client:
-        return client.invoke(code, ext, body)
+        return client.invoke(code, ext, body, timeout_ms=timeout_ms)
 
 
 def namesrv_call(
@@ -211,6 +216,61 @@ def test_a_signed_producer_and_consumer_work_and_unsigned_ones_do_not(
     reader = Producer(group_name("AclProducer"), appliance.namesrv_address, credentials=READER)
     with reader, pytest.raises(ClientError, match=f"No default permission for topic {topic}"):
         reader.send(topic, b"refused")
+
+
+def batch_send_ext(topic: str, *, cpp: bool = False) -> dict[str, str]:
+    """The header of a batch send to queue 0 of `topic`: Java's 320 (V2 names) or the C++
+    client's code 10 with batch=true."""
+    header = SendMessageRequestHeader(
+        "AclBatchProducer", topic, "TBW102", 4, 0, 0, 1_700_000_000_000, 0, "", batch=True
+    )
+    return header.to_ext() if cpp else header.to_ext_v2()
+
+
+def stored_count(appliance: Appliance, topic: str) -> int:
+    with RemotingClient(appliance.broker_address, credentials=ADMIN) as client:
+        return admin_api.get_max_offset(client, topic, 0)
+
+
+def test_a_send_batch_is_stored_only_with_a_right_signature(appliance: Appliance) -> None:
+    """A batch (320, and the C++ client's 10 with batch=true) with a wrong signature, a
+    signature of another body, no key, or from an account without PUB is refused with
+    SYSTEM_ERROR and the AclException remark and stores nothing (no message, no auto-created
+    topic); the same batch rightly signed is stored whole (docs/acl.md section 4)."""
+    topic = group_name("AclBatch")
+    body = encode_batch([BatchElement(f"m{n}".encode(), 0, b"") for n in range(5)])
+    v2 = RequestCode.SEND_BATCH_MESSAGE
+    wrong = SessionCredentials("acl-user", "not-the-secret")
+    # Nothing exists before a right send: a refused first batch must not auto-create the topic.
+    with RemotingClient(appliance.broker_address) as raw:
+        assert_refused(
+            raw.invoke(v2, sign_request(wrong, batch_send_ext(topic), body), body),
+            "Check signature failed for accessKey=acl-user",
+        )
+    (topics_file,) = (appliance.home / "store").glob("*/config/topics.json")
+    assert topic not in topics_file.read_text(encoding="utf-8")
+    # The first send auto-creates the topic: on a loaded box that took seconds.
+    stored = broker_call(appliance, USER, v2, batch_send_ext(topic), body, SEND_TIMEOUT_MS)
+    assert stored.code == ResponseCode.SUCCESS, stored
+    assert stored_count(appliance, topic) == 5
+    refusals = [
+        (None, v2, batch_send_ext(topic), "No accessKey is configured"),
+        (wrong, v2, batch_send_ext(topic), "Check signature failed"),
+        (wrong, RequestCode.SEND_MESSAGE, batch_send_ext(topic, cpp=True), "Check signature"),
+        (READER, v2, batch_send_ext(topic), f"No default permission for topic {topic}"),
+    ]
+    with RemotingClient(appliance.broker_address) as raw:
+        for credentials, code, ext, fragment in refusals:
+            signed = ext if credentials is None else sign_request(credentials, ext, body)
+            assert_refused(raw.invoke(code, signed, body), fragment)
+        # the right key and a signature of another body
+        other_body = sign_request(USER, batch_send_ext(topic), body + b"x")
+        assert_refused(raw.invoke(v2, other_body, body), "Check signature failed")
+    assert stored_count(appliance, topic) == 5
+    cpp_ext = batch_send_ext(topic, cpp=True)
+    cpp = broker_call(appliance, USER, RequestCode.SEND_MESSAGE, cpp_ext, body, SEND_TIMEOUT_MS)
+    assert cpp.code == ResponseCode.SUCCESS, cpp
+    assert stored_count(appliance, topic) == 10
 
 
 def test_a_signed_push_consumer_retries_through_send_back(appliance: Appliance) -> None:
