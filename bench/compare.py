@@ -179,20 +179,18 @@ def pipelined(
         link.receive()
 
 
-def one_at_a_time(link: Link, requests: Sequence[bytes], count: int, warmup: int) -> list[int]:
-    """Send each request after the previous answer; the ns of each timed one."""
+def one_at_a_time(link: Link, requests: Sequence[bytes], count: int) -> list[int]:
+    """Send `count` requests, each after the previous answer; the ns each one took."""
     samples: list[int] = []
     clock = time.perf_counter_ns
     pool = len(requests)
-    for number in range(warmup + count):
+    for number in range(count):
         expected = link.answers + 1
         started_ns = clock()
         link.sock.sendall(requests[number % pool])
         while link.answers < expected:
             link.receive()
-        elapsed_ns = clock() - started_ns
-        if number >= warmup:
-            samples.append(elapsed_ns)
+        samples.append(clock() - started_ns)
     return samples
 
 
@@ -312,10 +310,9 @@ class Contender:
         p = self.params
         link = self.link("l")
         try:
+            one_at_a_time(link, self.latency_requests, p.latency_warmup)
             with measured(self.server_cpu_secs) as taken:
-                samples = one_at_a_time(
-                    link, self.latency_requests, p.latency_count, p.latency_warmup
-                )
+                samples = one_at_a_time(link, self.latency_requests, p.latency_count)
         finally:
             link.close()
         return Run(
