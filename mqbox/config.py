@@ -25,6 +25,7 @@ import dataclasses
 import difflib
 import enum
 import ipaddress
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -53,8 +54,17 @@ class FlushDiskType(enum.Enum):
     SYNC_FLUSH = "SYNC_FLUSH"
 
 
+def usable_core_count() -> int:
+    """The cores this process may run on (its affinity mask, so taskset and cpusets count):
+    what the pool sizes below and the roles' spin policy (transport.SpinGate) are sized by."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity call on this platform
+        return psutil.cpu_count(logical=True) or 1
+
+
 def _cpu_count() -> int:
-    return psutil.cpu_count(logical=True) or 1
+    return usable_core_count()
 
 
 def _pool_default(per_cpu: float, minimum: int, maximum: int) -> int:
