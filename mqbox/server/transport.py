@@ -99,9 +99,10 @@ SPILL_ROLE_PREFIX: Final = "spill-"
 # halting, and a request took ~230 us; after one slow hop their spins missed, every hop paid a
 # wake-up through the FIFO on a halted CPU (30-50 us on this VM) and the p50 settled near 690 us
 # (docs/BENCHMARKS.md, issue 4). At 1 ms it stays at 220-300 us. An idle role gives up after
-# about 2 ms (the budget halves on each empty spin). The other roles (store writer, dispatcher,
-# schedule) keep 50 us: their parcels come in batches, where spinning costs CPU that
-# bench/produce.py counts.
+# about 2 ms (the budget halves on each empty spin), and no role spins while the cores are taken
+# or for new work that does not come (module docstring, "Spinning"). The other roles (store
+# writer, dispatcher, schedule) keep 50 us: their parcels come in batches, where spinning costs
+# CPU that bench/produce.py counts.
 SPIN_NS_MAX_DEFAULT: Final = 50_000
 
 REQUEST_SPIN_NS_MAX: Final = 1_000_000
@@ -559,7 +560,7 @@ class SpinGate:
         """The gate of this role process, over the cores it may run on (config.py)."""
         activity = runtime.activity_words()
         if core_count is None:
-            core_count = usable_core_count() + int(os.environ.get("MQBOX_SPIN_SLACK", "0"))  # XXX
+            core_count = usable_core_count()
         if activity is None:
             return cls(None, 0, core_count)
         words, index = activity
@@ -628,10 +629,6 @@ class Sleeper:
         self._budgets_ns = [spin_ns_max, spin_ns_max]
         self.poll_sockets_while_spinning = poll_sockets_while_spinning
         self.gate = gate if gate is not None else SpinGate.of_process()
-        _variant = os.environ.get("MQBOX_SPIN_VARIANT", "all")  # XXX experiment knob
-        if _variant in ("split", "none"):
-            self.gate = SpinGate(None, 0, 1)
-        self._split = _variant in ("all", "split")
         for ring in self.rings:
             epoll.register(ring.doorbell_fileno(), select.EPOLLIN)
         self._read_count_seen = sum(ring.parcel_count_read() for ring in self.rings)
@@ -670,7 +667,7 @@ class Sleeper:
         self._read_count_seen = read_count
         self._other_work_count = 0
         budgets_ns = self._budgets_ns
-        kind = 1 if awaiting and self._split else 0
+        kind = 1 if awaiting else 0
         budget_ns = budgets_ns[kind]
         if drained_count <= SPIN_DRAINED_COUNT_MAX and budget_ns >= self.SPIN_NS_FLOOR:
             spun = self._spin(budget_ns)
