@@ -26,7 +26,7 @@ from mqbox.server import control_block
 from mqbox.server.transport import Inbox, Sleeper, SpinGate
 
 PING_COUNT = 10_000
-WAIT_TIMEOUT_MS = 5_000
+WAIT_TIMEOUT_MS = 20_000  # a lost wake-up hangs for ever; a loaded box stalls for seconds
 ROLE_IDS = ("reactor.0", "codec.0", "worker.0", "send.0")
 
 
