@@ -25,6 +25,7 @@ import dataclasses
 import difflib
 import enum
 import ipaddress
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -53,24 +54,35 @@ class FlushDiskType(enum.Enum):
     SYNC_FLUSH = "SYNC_FLUSH"
 
 
-def _cpu_count() -> int:
-    return psutil.cpu_count(logical=True) or 1
+def usable_core_count() -> int:
+    """The cores this process may run on (its affinity mask, so taskset and cpusets count):
+    what the pool sizes below and the roles' spin policy (transport.SpinGate) are sized by."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity call on this platform
+        return psutil.cpu_count(logical=True) or 1
 
 
-def _pool_default(per_cpu: float, minimum: int, maximum: int) -> int:
-    """A pool size that scales with the machine and stays sane on 2 cores."""
-    return max(minimum, min(maximum, int(_cpu_count() * per_cpu)))
+def _pool_default(eighths: int) -> int:
+    """A request-path pool's default size: its share of the usable cores C, in eighths, at least
+    1. One rule for the pools and the spin policy: the pools fill about 7/8 of C (reactor 1,
+    codec 2, worker 1, send 2, pull 1 eighths: the codec and the send processor spend the most
+    CPU per request), and a role spins only while the roles on a core are no more than C
+    (transport.SpinGate), so on 2 cores every pool has one process and one role spins, and a
+    64-core host runs 56 request-path processes that all may spin. ARCHITECTURE.md has the
+    model of how the figures grow with C."""
+    return max(1, usable_core_count() * eighths // 8)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PoolConfig:
     """Process counts of one broker: RocketMQ's 1 + N + M1 + M2 threads as OS processes."""
 
-    reactor_count: int = dataclasses.field(default_factory=lambda: _pool_default(0.5, 1, 8))
-    codec_count: int = dataclasses.field(default_factory=lambda: _pool_default(0.5, 1, 8))
-    worker_count: int = 1
-    send_processor_count: int = dataclasses.field(default_factory=lambda: _pool_default(0.5, 1, 8))
-    pull_processor_count: int = dataclasses.field(default_factory=lambda: _pool_default(0.5, 1, 8))
+    reactor_count: int = dataclasses.field(default_factory=lambda: _pool_default(1))
+    codec_count: int = dataclasses.field(default_factory=lambda: _pool_default(2))
+    worker_count: int = dataclasses.field(default_factory=lambda: _pool_default(1))
+    send_processor_count: int = dataclasses.field(default_factory=lambda: _pool_default(2))
+    pull_processor_count: int = dataclasses.field(default_factory=lambda: _pool_default(1))
     admin_processor_count: int = 1
 
 

@@ -12,6 +12,7 @@ The supervisor writes one slot per role of the topology:
     words 4-7 reserved
     slot i (words 8 + 8 i ...): generation, pid, state (DOWN, STARTING, READY), start_count,
         handling ring, handling position, quarantine ring, quarantine position
+    then, from the next 128-byte line: one activity word per role, in slot order
 
 `generation` counts the role's transitions: +1 when a process is forked for it, +1 when that
 process dies, so it is odd while a process is up and even while the role is down (0: never
@@ -28,7 +29,10 @@ saw the new sequence also sees the slot.
 
 The two handling words of a slot are written by the role's own process, not the supervisor: the
 ring parcel it is handling (runtime.py, "Quarantine"). The two quarantine words name the parcel
-the role's next process must skip.
+the role's next process must skip. A role's activity word is written by its process too: 1 while
+it holds a core by choice (working or spinning), 0 while it sleeps in epoll; the roles' spin
+policy counts them (transport.SpinGate). The supervisor zeroes it when the process dies, so a
+role killed while busy does not keep a core counted.
 
 Why not a ring per role: a ring needs a producer that outlives its consumer's restarts and a
 parcel format; this is state, not a stream (a role that was asleep wants the latest state, not
@@ -63,6 +67,7 @@ _QUARANTINE_POSITION: Final = 7
 assert _CHANGE_SEQUENCE_WORD < _HEADER_WORD_COUNT
 assert _QUARANTINE_POSITION < _SLOT_WORD_COUNT
 assert _HANDLING_POSITION == _HANDLING_RING + 1
+_LINE_WORD_COUNT: Final = 16  # 128 bytes: the activity words start on a line of their own
 
 BROKER_STARTING: Final = 0
 BROKER_RUNNING: Final = 1
@@ -94,7 +99,7 @@ class ControlBlock:
     @classmethod
     def create(cls, role_ids: Sequence[str]) -> ControlBlock:
         """Anonymous shared memory for `role_ids`, all down, broker starting."""
-        word_count = _HEADER_WORD_COUNT + _SLOT_WORD_COUNT * len(role_ids)
+        word_count = _activity_first_word(len(role_ids)) + len(role_ids)
         size_bytes = max(mmap.PAGESIZE, word_count * 8)
         memory = mmap.mmap(-1, size_bytes, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
         words = np.frombuffer(memory, dtype=np.int64)
@@ -105,6 +110,9 @@ class ControlBlock:
 
     def _word(self, role_id: str, field: int) -> int:
         return _HEADER_WORD_COUNT + _SLOT_WORD_COUNT * self._slot_of[role_id] + field
+
+    def _activity_word(self, role_id: str) -> int:
+        return _activity_first_word(len(self.role_ids)) + self._slot_of[role_id]
 
     # Read side (any process).
 
@@ -156,6 +164,18 @@ class ControlBlock:
         first = self._word(role_id, _HANDLING_RING)
         return memoryview(self._memory).cast("q")[first : first + 2]
 
+    def activity_words(self, role_id: str) -> tuple[memoryview, int]:
+        """Every role's activity word as a memoryview of 'q' items (sum() counts the roles on a
+        core), and the index of `role_id`'s, which only its own process writes."""
+        first = _activity_first_word(len(self.role_ids))
+        words = memoryview(self._memory).cast("q")[first : first + len(self.role_ids)]
+        return words, self._slot_of[role_id]
+
+    def active_count(self) -> int:
+        """How many roles say they hold a core now (working or spinning)."""
+        first = _activity_first_word(len(self.role_ids))
+        return int(self._words[first : first + len(self.role_ids)].sum())
+
     # Write side (the supervisor only).
 
     def _changed(self) -> None:
@@ -202,9 +222,15 @@ class ControlBlock:
         assert generation % 2 == 1, f"{role_id} is not up"
         self._words[self._word(role_id, _PID)] = 0
         self._words[self._word(role_id, _STATE)] = ROLE_DOWN
+        self._words[self._activity_word(role_id)] = 0  # a killed process held no core after all
         self._words[self._word(role_id, _GENERATION)] = generation + 1
         self._changed()
         return generation + 1
+
+
+def _activity_first_word(role_count: int) -> int:
+    slots_end = _HEADER_WORD_COUNT + _SLOT_WORD_COUNT * role_count
+    return -(-slots_end // _LINE_WORD_COUNT) * _LINE_WORD_COUNT
 
 
 class ControlWatcher:

@@ -91,8 +91,10 @@ APPEND_FLAG_WAIT_FLUSH: Final = 1  # SYNC_FLUSH: acknowledge once a flush covers
 APPEND_FLAG_IDEMPOTENT: Final = 2  # drop records whose UNIQ_KEY the window holds (rule above)
 QUEUES_GREW_FLAG_MANY: Final = 1  # too many queues grew to list: every held pull looks again
 
-# How long the codec may hold COMPLETED notices before it sends them on their own.
-COMPLETED_FLUSH_INTERVAL_NS: Final = 20_000_000
+# How long the codec may hold COMPLETED notices before it sends them on their own. Each such send
+# wakes the codec and the worker of an otherwise idle broker: at 20 ms (before issue 15) a client
+# sending one request every 50 ms paid two wake-ups per request for them (bench/idle.py).
+COMPLETED_FLUSH_INTERVAL_NS: Final = 500_000_000
 COMPLETED_FLUSH_COUNT: Final = 1024
 
 PEER_HOST_SIZE_BYTES_MAX: Final = 46  # INET6_ADDRSTRLEN: the longest textual IPv6 address + NUL

@@ -168,6 +168,7 @@ class _ProcessState:
     wakeup_read_fd: int = -1
     wakeup_write_fd: int = -1
     parcel_marks: ParcelMarks | None = None
+    activity: tuple[memoryview, int] | None = None  # ControlBlock.activity_words
 
 
 _process = _ProcessState()
@@ -265,11 +266,18 @@ def enter_role_process(ctx: RoleContext, supervisor_pid: int) -> None:
                 "test hook %s: dying on parcels that hold %r", TEST_DIE_ON_PARCEL_ENV, marker
             )
         _process.parcel_marks = ParcelMarks(control, ctx.role.role_id, ring_names, marker)
+        _process.activity = control.activity_words(ctx.role.role_id)
 
 
 def parcel_marks() -> ParcelMarks | None:
     """This role process's ParcelMarks; None outside a role process (unit tests)."""
     return _process.parcel_marks
+
+
+def activity_words() -> tuple[memoryview, int] | None:
+    """Every role's activity word and this process's index (control_block.py), for its
+    transport.SpinGate; None outside a role process (unit tests)."""
+    return _process.activity
 
 
 def stop_requested() -> bool:

@@ -23,6 +23,26 @@ past 1 GB. Two rules bound them:
   The budget reads /dev/shm itself (a directory scan, only for payloads over the inline
   maximum, whose copy costs far more): no shared counter to drift after a crash, and a file a
   crash orphaned counts, since it holds memory too.
+
+Spinning (issue 15). A role that waits may poll its rings for a while before it sleeps (Sleeper),
+because a wake-up through a doorbell costs the producer a write(2) and the sleeper its return
+from epoll, 30-50 us on this VM when the CPU it lands on has halted. A spin pays only when a core
+is free for it: on 2 cores every role a request visits used to spin up to 1 ms after its part,
+so the spinners took the core the next hop needed and both cores stayed busy for about 2 ms
+after each request. Two rules keep what spinning buys and drop the rest:
+- The gate (SpinGate). Each role's activity word in the control block is 1 while it works or
+  spins and 0 while it sleeps. A role spins only while the roles on a core, itself included, are
+  no more than the cores it may run on (config.usable_core_count, the number the pools are
+  sized by), and stops as soon as they are more. On 2 cores that leaves the role at work and one
+  spinner; on a host with more cores than busy roles every role spins as before.
+- Two budgets. A role that has sent parcels whose answers will come back to it (the reactor and
+  the codec with requests in flight, the send processor with appends at the store writer) waits
+  with `awaiting=True`; each kind of wait adapts a budget of its own. The short waits for an
+  answer inside a request keep that budget high, and the wait for the next request, which a
+  client that sends one request every 50 ms never rewards, halves its own to nothing, so an idle
+  broker stops spinning after the last answer went out instead of after about 2 ms.
+The doorbell stays a FIFO (mqbox/ipc/doorbell.py says why; docs/BENCHMARKS.md, issue 15, has
+the futex and eventfd figures beside it).
 """
 
 from __future__ import annotations
@@ -41,6 +61,7 @@ from typing import Final, Protocol, TypeAlias
 
 import numpy as np
 
+from mqbox.config import usable_core_count
 from mqbox.ipc import names
 from mqbox.ipc.layout import PARCEL_HEADER_SIZE_BYTES
 from mqbox.ipc.ring import SMALL_BATCH_COUNT_MAX, ParcelBatch, Ring
@@ -78,9 +99,10 @@ SPILL_ROLE_PREFIX: Final = "spill-"
 # halting, and a request took ~230 us; after one slow hop their spins missed, every hop paid a
 # wake-up through the FIFO on a halted CPU (30-50 us on this VM) and the p50 settled near 690 us
 # (docs/BENCHMARKS.md, issue 4). At 1 ms it stays at 220-300 us. An idle role gives up after
-# about 2 ms (the budget halves on each empty spin). The other roles (store writer, dispatcher,
-# schedule) keep 50 us: their parcels come in batches, where spinning costs CPU that
-# bench/produce.py counts.
+# about 2 ms (the budget halves on each empty spin), and no role spins while the cores are taken
+# or for new work that does not come (module docstring, "Spinning"). The other roles (store
+# writer, dispatcher, schedule) keep 50 us: their parcels come in batches, where spinning costs
+# CPU that bench/produce.py counts.
 SPIN_NS_MAX_DEFAULT: Final = 50_000
 
 REQUEST_SPIN_NS_MAX: Final = 1_000_000
@@ -515,12 +537,54 @@ def attach_inboxes(specs: Iterable[RingSpecLike]) -> list[Inbox]:
     return [Inbox(Ring.attach(spec.name), spec.producer) for spec in specs]
 
 
+class SpinGate:
+    """Whether this role may spin now: only while the roles holding a core, it included, are no
+    more than the cores there are (module docstring, "Spinning").
+
+    Reads every role's activity word in the control block (control_block.py) and writes only its
+    own: 1 from creation and after each sleep, 0 for the time it sleeps in epoll. The count is a
+    heuristic, not a lock: two roles may decide at the same moment and both spin for one turn
+    of their loop, and processes that are not roles (clients, other services) are not counted.
+    Without a control block (unit tests) there is nothing to count and the gate always opens.
+    """
+
+    def __init__(self, words: memoryview | None, index: int, core_count: int) -> None:
+        assert core_count > 0
+        self._words = words
+        self._index = index
+        self.core_count = core_count
+        self.active(True)
+
+    @classmethod
+    def of_process(cls, core_count: int | None = None) -> SpinGate:
+        """The gate of this role process, over the cores it may run on (config.py)."""
+        activity = runtime.activity_words()
+        if core_count is None:
+            core_count = usable_core_count()
+        if activity is None:
+            return cls(None, 0, core_count)
+        words, index = activity
+        return cls(words, index, core_count)
+
+    def active(self, on_core: bool) -> None:
+        """Say whether this role holds a core (working or spinning) or sleeps."""
+        if self._words is not None:
+            self._words[self._index] = 1 if on_core else 0
+
+    def open(self) -> bool:
+        """True if the roles on a core, this one included, do not outnumber the cores."""
+        words = self._words
+        return words is None or sum(words) <= self.core_count
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class SleeperStatistics:
     sleep_count: int  # waits that blocked in epoll with the doorbells armed
     spin_hit_count: int  # waits that found work while spinning: no sleep, no doorbell
     spin_miss_count: int  # spins that ended without work, then slept
-    spin_budget_ns: int  # the current adaptive budget
+    spin_yield_count: int  # spins cut short, or not begun, because the cores were taken
+    spin_budget_ns: int  # the current adaptive budget while the role awaits nothing
+    awaiting_spin_budget_ns: int  # the same while it awaits answers to parcels it sent
 
 
 class Sleeper:
@@ -534,11 +598,16 @@ class Sleeper:
     PTHREAD_MUTEX_ADAPTIVE_NP, HotSpot's spin-then-park): a spin that finds work doubles it, up
     to `spin_ns_max`; one that ends empty halves it, down to nothing; a sleep that ended sooner
     than `spin_ns_max` raises it to twice that sleep, so a role that stopped spinning starts
-    again when its parcels come close together. An idle role therefore spins for a few rounds
-    and then blocks for free, and a pipeline under load keeps its roles awake. The yield matters
-    with fewer cores than roles: a spinner gives its core to any role with work on it. A role
-    that drained more than SPIN_DRAINED_COUNT_MAX parcels since its last wait does not spin at
-    all: spinning pays where single parcels travel (a wake-up per parcel), not in batch mode.
+    again when its parcels come close together. The yield matters with fewer cores than roles:
+    a spinner gives its core to any role with work on it. A role that drained more than
+    SPIN_DRAINED_COUNT_MAX parcels since its last wait does not spin at all: spinning pays where
+    single parcels travel (a wake-up per parcel), not in batch mode.
+
+    Two budgets (module docstring, "Spinning"): the caller says whether it awaits answers to
+    parcels it sent on (`awaiting`: a reactor or codec with requests in flight, a send processor
+    with appends at the store writer); each kind of wait adapts its own budget, so the short
+    waits inside a request do not keep a role spinning after the last answer went out. And the
+    SpinGate: no spin while the roles on a core already fill the cores.
     """
 
     SPIN_NS_FLOOR: Final = 2_000  # below this, a spin is not worth its first system call
@@ -550,13 +619,16 @@ class Sleeper:
         spin_ns_max: int = 0,
         *,
         poll_sockets_while_spinning: bool = False,
+        gate: SpinGate | None = None,
     ) -> None:
         assert spin_ns_max >= 0
         self.epoll = epoll
         self.rings = [inbox.ring for inbox in inboxes]
         self.spin_ns_max = spin_ns_max
-        self.spin_budget_ns = spin_ns_max
+        # [awaiting nothing, awaiting answers]
+        self._budgets_ns = [spin_ns_max, spin_ns_max]
         self.poll_sockets_while_spinning = poll_sockets_while_spinning
+        self.gate = gate if gate is not None else SpinGate.of_process()
         for ring in self.rings:
             epoll.register(ring.doorbell_fileno(), select.EPOLLIN)
         self._read_count_seen = sum(ring.parcel_count_read() for ring in self.rings)
@@ -564,15 +636,25 @@ class Sleeper:
         self.sleep_count = 0
         self.spin_hit_count = 0
         self.spin_miss_count = 0
+        self.spin_yield_count = 0
+        self._gave_way = False
 
-    def wait(self, timeout_ms: int, other_work_count: int = 0) -> list[tuple[int, int]]:
+    @property
+    def spin_budget_ns(self) -> int:
+        return self._budgets_ns[0]
+
+    def wait(
+        self, timeout_ms: int, other_work_count: int = 0, *, awaiting: bool = False
+    ) -> list[tuple[int, int]]:
         """Events from the epoll (doorbell events included, which the caller ignores), after at
         most `timeout_ms` (negative: no limit). Returns at once if a ring is readable: [] without
         a system call when one is readable already (a role that waits right after a turn of
         work finds its next batch this way). Timeout 0 always polls the epoll once: the reactor
         waits so after a turn of work, to look at its sockets. `other_work_count` is work the
         role did since its last wait that no ring of this Sleeper counts (frames the reactor
-        read from sockets): it counts toward SPIN_DRAINED_COUNT_MAX as drained parcels do."""
+        read from sockets): it counts toward SPIN_DRAINED_COUNT_MAX as drained parcels do.
+        `awaiting`: the role has sent parcels whose answers will come back to it (class
+        docstring); it picks which of the two budgets this wait spins and adapts."""
         self._other_work_count += other_work_count
         if timeout_ms == 0:
             return self.epoll.poll(0)
@@ -584,37 +666,49 @@ class Sleeper:
         drained_count = read_count - self._read_count_seen + self._other_work_count
         self._read_count_seen = read_count
         self._other_work_count = 0
-        if drained_count <= SPIN_DRAINED_COUNT_MAX and self.spin_budget_ns >= self.SPIN_NS_FLOOR:
-            spun = self._spin(self.spin_budget_ns)
+        budgets_ns = self._budgets_ns
+        kind = 1 if awaiting else 0
+        budget_ns = budgets_ns[kind]
+        if drained_count <= SPIN_DRAINED_COUNT_MAX and budget_ns >= self.SPIN_NS_FLOOR:
+            spun = self._spin(budget_ns)
             if spun is not None:
                 self.spin_hit_count += 1
-                self.spin_budget_ns = min(self.spin_ns_max, self.spin_budget_ns * 2)
+                budgets_ns[kind] = min(self.spin_ns_max, budget_ns * 2)
                 return spun
-            self.spin_miss_count += 1
-            self.spin_budget_ns //= 2
+            if self._gave_way:
+                self.spin_yield_count += 1  # the cores were taken: no verdict on the budget
+            else:
+                self.spin_miss_count += 1
+                budgets_ns[kind] = budget_ns // 2
         rings = self.rings
         if not Ring.arm_doorbells_nowait(rings):
             return self.epoll.poll(0)  # a parcel arrived meanwhile: do not sleep
         events: list[tuple[int, int]] | None = None
+        gate = self.gate
         try:
             self.sleep_count += 1
             slept_from_ns = time.monotonic_ns()
+            gate.active(False)
             events = self.epoll.poll(timeout_ms / 1000 if timeout_ms > 0 else -1)
             slept_ns = time.monotonic_ns() - slept_from_ns
             if slept_ns < self.spin_ns_max:
                 # A spin this long would have found the work: spin for it next time.
-                self.spin_budget_ns = min(
-                    self.spin_ns_max, max(self.spin_budget_ns * 2, slept_ns * 2)
-                )
+                budgets_ns[kind] = min(self.spin_ns_max, max(budgets_ns[kind] * 2, slept_ns * 2))
             return events
         finally:
+            gate.active(True)
             # Read a doorbell's FIFO only if epoll said it fired (ring.disarm_doorbell).
             fired = None if events is None else {fd for fd, _ in events}
             for ring in rings:
                 ring.disarm_doorbell(rung=fired is None or ring.doorbell_fileno() in fired)
 
     def _spin(self, spin_ns: int) -> list[tuple[int, int]] | None:
-        """Poll until spin_ns passes; [] or the epoll's events if work came, None if not."""
+        """Poll until spin_ns passes; [] or the epoll's events if work came, None if not. Sets
+        `_gave_way` when it stopped (or never began) because the gate closed."""
+        gate = self.gate
+        self._gave_way = not gate.open()
+        if self._gave_way:
+            return None
         deadline_ns = time.monotonic_ns() + spin_ns
         rings = self.rings
         poll_sockets = self.poll_sockets_while_spinning
@@ -629,11 +723,16 @@ class Sleeper:
             if time.monotonic_ns() >= deadline_ns:
                 return None
             os.sched_yield()
+            if not gate.open():
+                self._gave_way = True
+                return None
 
     def statistics(self) -> SleeperStatistics:
         return SleeperStatistics(
             sleep_count=self.sleep_count,
             spin_hit_count=self.spin_hit_count,
             spin_miss_count=self.spin_miss_count,
-            spin_budget_ns=self.spin_budget_ns,
+            spin_yield_count=self.spin_yield_count,
+            spin_budget_ns=self._budgets_ns[0],
+            awaiting_spin_budget_ns=self._budgets_ns[1],
         )

@@ -154,6 +154,9 @@ class Codec:
         self._completed: list[list[tuple[int, int]]] = [[] for _ in worker_ids]
         self._completed_since_ns = [0] * len(worker_ids)
         self._frames_decoded = 0
+        # Requests passed on whose REPLY has not come back (a lost one keeps it one higher): while
+        # any is, the Sleeper spins on its budget for answers (transport.py, "Spinning").
+        self._awaiting_count = 0
         self._protocol_errors = 0
         self._unexpected_errors = 0
         self.failures = resources.FailureLog(log)
@@ -198,7 +201,7 @@ class Codec:
             wait_ms = BACKED_UP_RETRY_MS if wait_ms < 0 else min(wait_ms, BACKED_UP_RETRY_MS)
         if completed_wait_ms >= 0:
             wait_ms = completed_wait_ms if wait_ms < 0 else min(wait_ms, completed_wait_ms)
-        for fd, _mask in self.sleeper.wait(wait_ms):
+        for fd, _mask in self.sleeper.wait(wait_ms, awaiting=self._awaiting_count > 0):
             if fd == self.wakeup_fd:
                 runtime.clear_wakeup_nowait()
         return work
@@ -322,6 +325,8 @@ class Codec:
         outbox.append(parcels.COMMAND, head, view[header_start:frame_end])
         if command.flag & _FLAG_NO_ANSWER:
             self._no_answer_counts[conn_id] = self._no_answer_counts.get(conn_id, 0) + 1
+        else:
+            self._awaiting_count += 1
 
     def _refuse(
         self, conn_id: int, command: RemotingCommand, serialize_type: int, remark: str
@@ -462,6 +467,8 @@ class Codec:
         if not completed:
             self._completed_since_ns[worker] = time.monotonic_ns()
         completed.append((conn_id, opaque))
+        if not flags & parcels.REPLY_FLAG_REQUEST and self._awaiting_count > 0:
+            self._awaiting_count -= 1
         if outbox is None:
             self._replies_dropped += 1
             return

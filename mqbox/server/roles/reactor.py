@@ -275,6 +275,9 @@ class Reactor:
         self._slow_reader_closes = 0
         self._frames_received = 0
         self._frames_received_at_wait = 0
+        # Requests in flight over all connections (the sum of their in_flight_count): while
+        # any is, the Sleeper spins on its budget for answers (transport.py, "Spinning").
+        self._in_flight_total = 0
         self._bytes_received = 0
         self._responses_written = 0
         self._bytes_written = 0
@@ -320,7 +323,8 @@ class Reactor:
         # batch mode, where spinning before a sleep only takes a core from the codecs.
         frame_count = self._frames_received - self._frames_received_at_wait
         self._frames_received_at_wait = self._frames_received
-        events = self.sleeper.wait(wait_ms, frame_count)
+        assert self._in_flight_total >= 0
+        events = self.sleeper.wait(wait_ms, frame_count, awaiting=self._in_flight_total > 0)
         for fd, mask in events:
             if fd == self.listen_fd:
                 self._accept()
@@ -488,6 +492,7 @@ class Reactor:
     def _answered(self, connection: _Connection, count: int) -> None:
         """`count` of the connection's requests in flight were answered (or need no answer)."""
         in_flight_count = max(0, connection.in_flight_count - count)
+        self._in_flight_total -= connection.in_flight_count - in_flight_count
         connection.in_flight_count = in_flight_count
         if (
             connection.read_blocks & BLOCK_IN_FLIGHT
@@ -518,6 +523,7 @@ class Reactor:
                 except RemoteProtocolError:
                     self._frames_received += frame_count
                     connection.in_flight_count += frame_count
+                    self._in_flight_total += frame_count
                     return -1
                 raise AssertionError("check_frame_length accepted a refused length")
             if end > available:
@@ -539,6 +545,7 @@ class Reactor:
             position = end
         self._frames_received += frame_count
         connection.in_flight_count += frame_count
+        self._in_flight_total += frame_count
         return position
 
     # -- writing ----------------------------------------------------------------------------------
@@ -626,6 +633,8 @@ class Reactor:
         if not flags & parcels.REPLY_FLAG_REQUEST:
             # _answered(connection, 1), inline: once per response.
             in_flight_count = connection.in_flight_count - 1
+            if in_flight_count >= 0:
+                self._in_flight_total -= 1
             connection.in_flight_count = in_flight_count if in_flight_count > 0 else 0
             if connection.read_blocks & BLOCK_IN_FLIGHT:
                 self._answered(connection, 0)
@@ -795,6 +804,8 @@ class Reactor:
         self.epoll.unregister(connection.fd)
         del self._by_fd[connection.fd]
         del self.connections[connection.conn_id]
+        self._in_flight_total -= connection.in_flight_count
+        connection.in_flight_count = 0
         self._spill_waiters.pop(connection.conn_id, None)
         self._reservation_waiters.pop(connection.conn_id, None)
         connection.sock.close()

@@ -41,7 +41,7 @@ parcels go on unstamped and are served again; clients match responses by opaque 
 second one. The codec and the worker themselves never forward a request twice: each releases a
 drained batch before it flushes what it staged from it, so one that dies in between loses those
 requests (their clients time out and retry) rather than delivering them again.
-COMPLETED notices are lazy (codec.py), so an entry may outlive its answer by up to 20 ms; an
+COMPLETED notices are lazy (codec.py), so an entry may outlive its answer by up to 500 ms; an
 error sent for such an entry reaches a client that no longer waits for it and is dropped there.
 Without a control block (unit tests), `on_processor_restarted(role_id)` does the same by hand.
 

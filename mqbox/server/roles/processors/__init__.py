@@ -382,6 +382,11 @@ class Processor:
         """When on_tick must run next (monotonic ns), or None for the once-a-second default."""
         return None
 
+    def awaiting_answers(self) -> bool:
+        """True while parcels this processor sent will be answered on its rings (the send
+        processor's appends): its Sleeper then spins on the budget for answers."""
+        return False
+
     # -- for subclasses ---------------------------------------------------------------------------
 
     def reply(self, request: Request, response: RemotingCommand) -> None:
@@ -542,7 +547,7 @@ class Processor:
             wait_ms = min(wait_ms, timeout_ms)
         if not all_written:
             wait_ms = min(wait_ms, BACKED_UP_RETRY_MS)
-        for fd, _mask in self.sleeper.wait(wait_ms):
+        for fd, _mask in self.sleeper.wait(wait_ms, awaiting=self.awaiting_answers()):
             if fd == self.wakeup_fd:
                 runtime.clear_wakeup_nowait()
         return work

@@ -1071,6 +1071,10 @@ class SendProcessor(Processor):
         remark = ack.remark if ack.response_code != _OK else None
         self.reply_fields(request, ack.response_code, ext, remark=remark)
 
+    def awaiting_answers(self) -> bool:
+        """Appends are at the store writer: its WRITTEN comes back on a ring."""
+        return bool(self._pending)
+
     def statistics_send(self) -> SendStatistics:
         return SendStatistics(
             sends=self._sends,
