@@ -97,6 +97,27 @@ def role_cpu_secs(app: Appliance) -> dict[str, float]:
     return found
 
 
+def role_minor_faults(app: Appliance) -> dict[str, int]:
+    """Minor page faults so far of each broker role (by role id): field 10 of /proc/PID/stat,
+    every thread counted. A first write to a page of a fresh file or anonymous map is one."""
+    found: dict[str, int] = {}
+    for role, pid in app.roles.items():
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            # The command name in parentheses may hold spaces: count fields after its end.
+            found[role] = int(stat[stat.rindex(")") + 2 :].split()[7])
+    return found
+
+
+def per_role_kind(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What each role kind (send.0 and send.1 -> send) used between two per-role readings."""
+    by_kind: dict[str, float] = {}
+    for role, value in after.items():
+        kind = role.split(".", 1)[0]
+        by_kind[kind] = by_kind.get(kind, 0.0) + value - before.get(role, 0.0)
+    return by_kind
+
+
 def cpu_percent(before: dict[str, float], after: dict[str, float], secs: float) -> dict[str, float]:
     """Per name: the CPU used between two role_cpu_secs() readings, in percent of one core."""
     if secs <= 0:

@@ -6,8 +6,10 @@ remoting protocol on one connection, `--inflight` requests outstanding, to the r
 (reactor -> codec -> worker -> send processor -> store writer -> dispatcher), ASYNC_FLUSH.
 A message counts once its SEND answer (code 0) arrived. Reported: msgs_per_s, MB_per_s (message
 bodies), and broker_cpu_us_per_msg = the CPU time (user + system) of every broker process
-(supervisor and roles, name server excluded) during the run, divided by the messages. Targets:
->= 1,000,000 msgs/s at 128 B, >= 700 MB/s at 1 KiB, <= 1 us of broker CPU per message.
+(supervisor and roles, name server excluded) during the run, divided by the messages, also
+split by role kind (`cpu_us_per_msg_by_role`), with each kind's minor page faults per 1,000
+messages (`minor_faults_per_1000_msgs_by_role`, from /proc/PID/stat). Targets: >= 1,000,000
+msgs/s at 128 B, >= 700 MB/s at 1 KiB, <= 1 us of broker CPU per message.
 
 Unless --namesrv is given, the script starts its own appliance (`python -m mqbox.server.supervisor`
 with the broker's real topology and name server, ports 0, a temporary home) and stops it after;
@@ -48,6 +50,9 @@ from _load import (
     batch_bodies,
     connect,
     opaque_of,
+    per_role_kind,
+    role_cpu_secs,
+    role_minor_faults,
     send_frames,
 )
 
@@ -63,6 +68,13 @@ class ProduceResult:
     msgs: int
     secs: float
     broker_cpu_secs: float
+    cpu_secs_by_kind: dict[str, float]  # per role kind (and the supervisor); empty: --namesrv
+    minor_faults_by_kind: dict[str, float]
+
+    def per_msg(self, by_kind: dict[str, float], scale: float) -> dict[str, float]:
+        """`by_kind` per message times `scale`, largest first."""
+        ordered = sorted(by_kind.items(), key=lambda item: -item[1])
+        return {kind: round(value / self.msgs * scale, 3) for kind, value in ordered}
 
 
 def produce(
@@ -80,6 +92,8 @@ def produce(
     sock = connect(address)
     reader = Frames(sock)
     cpu_before = app.cpu_secs()
+    roles_cpu_before = role_cpu_secs(app)
+    roles_faults_before = role_minor_faults(app)
     started = time.perf_counter()
     sent = 0
     answered = 0
@@ -100,7 +114,13 @@ def produce(
     finally:
         sock.close()
     secs = time.perf_counter() - started
-    return ProduceResult(request_count * batch, secs, app.cpu_secs() - cpu_before)
+    cpu_secs = app.cpu_secs() - cpu_before
+    cpu_by_kind = per_role_kind(roles_cpu_before, role_cpu_secs(app))
+    faults_by_kind = per_role_kind(
+        {role: float(count) for role, count in roles_faults_before.items()},
+        {role: float(count) for role, count in role_minor_faults(app).items()},
+    )
+    return ProduceResult(request_count * batch, secs, cpu_secs, cpu_by_kind, faults_by_kind)
 
 
 def main() -> None:
@@ -145,7 +165,8 @@ def main() -> None:
             log(
                 f"{BENCH}: run {index + 1}: {result.msgs / result.secs:,.0f} msgs/s, "
                 f"{result.msgs * size_bytes / result.secs / 1e6:,.1f} MB/s, broker CPU "
-                f"{result.broker_cpu_secs / result.msgs * 1e6:.2f} us/msg"
+                f"{result.broker_cpu_secs / result.msgs * 1e6:.2f} us/msg "
+                f"{result.per_msg(result.cpu_secs_by_kind, 1e6)}"
             )
             results.append(result)
     rates = [result.msgs / result.secs for result in results]
@@ -175,6 +196,8 @@ def main() -> None:
         msgs_per_s_runs=[round(rate, 1) for rate in rates],
         msgs_per_s_median=round(statistics.median(rates), 1),
         broker_cpu_us_per_msg=cpu_per_msg,
+        cpu_us_per_msg_by_role=median.per_msg(median.cpu_secs_by_kind, 1e6),
+        minor_faults_per_1000_msgs_by_role=median.per_msg(median.minor_faults_by_kind, 1000),
         startup_secs=round(app.startup_secs, 3),
         checksum=digest.hexdigest(),
     )

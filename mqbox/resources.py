@@ -7,16 +7,19 @@ of its poll for ACCEPT_BACKOFF_NS instead of polling it again at once, because a
 poll of a listener with a full backlog returns at once, forever, which is a loop at 100 % of a
 core), `RateLimitedLog`, one warning line per interval for a condition that may recur
 thousands of times a second (refused connections), and `FailureLog`, the traceback log of a
-request boundary (an unexpected exception a process caught and survived). Never: sockets,
+request boundary (an unexpected exception a process caught and survived), and the allocator's
+thresholds for the payloads the roles copy (`keep_large_allocations`). Never: sockets,
 selectors or policy about which connection to close; it imports only the standard library, so
 both the broker and the name server use it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import resource
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +30,38 @@ LOG_INTERVAL_NS_DEFAULT: Final = 10_000_000_000
 NR_OPEN_PATH: Final = Path("/proc/sys/fs/nr_open")
 NR_OPEN_DEFAULT: Final = 1 << 20  # Linux's default fs.nr_open
 _OUT_OF_RESOURCES: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+# glibc's mallopt(3) parameters.
+_M_TRIM_THRESHOLD: Final = -1
+_M_MMAP_THRESHOLD: Final = -3
+# Blocks below this come from the heap, not from a map of their own: a ring's largest inline
+# payload (2 MiB for a 4 MiB ring) with room to spare.
+MMAP_THRESHOLD_BYTES: Final = 4 << 20
+# The heap gives back its free top only past this much, so a process keeps at most this much
+# freed memory for its next large block.
+TRIM_THRESHOLD_BYTES: Final = 8 << 20
+
+
+def keep_large_allocations() -> bool:
+    """Have this process's allocator (glibc) serve blocks of up to MMAP_THRESHOLD_BYTES from its
+    heap and keep up to TRIM_THRESHOLD_BYTES of freed heap: a role that copies a request's body
+    of a few hundred KB (a batched send) then reuses the pages of the last one, instead of
+    mapping fresh ones and faulting each 4 KiB in again (glibc's default maps blocks of 128 KiB
+    and more on their own and unmaps them on free). Forked children inherit it. False where
+    mallopt is not glibc's (the defaults stay)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except AttributeError:
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return bool(
+        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
+        and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
+    )
 
 
 def raise_file_limit() -> tuple[int, int]:

@@ -654,10 +654,26 @@ class Ring:
         The Python path (module docstring), no kernel call. It keeps every rule of
         try_write_batch_nowait for a batch of one, down to the counters.
         """
-        assert 0 <= parcel_type <= layout.PARCEL_TYPE_MAX
         if type(payload) is memoryview and (payload.format != "B" or payload.ndim != 1):
             payload = payload.cast("B")  # bytes, as np.frombuffer would read them
-        size_bytes = len(payload)
+        return self._try_write_parts(parcel_type, (payload,), len(payload))
+
+    def try_write_parts_nowait(self, parcel_type: int, parts: Sequence[BytesLike]) -> bool:
+        """try_write_nowait of one parcel whose payload is `parts` back to back: each part is
+        copied once, straight into the ring, so a producer saves the copy that joining them
+        into one buffer first would cost (transport.Outbox, for large payloads)."""
+        parts = tuple(
+            part.cast("B")  # bytes, as np.frombuffer would read them
+            if type(part) is memoryview and (part.format != "B" or part.ndim != 1)
+            else part
+            for part in parts
+        )
+        return self._try_write_parts(parcel_type, parts, sum(len(part) for part in parts))
+
+    def _try_write_parts(
+        self, parcel_type: int, parts: tuple[BytesLike, ...], size_bytes: int
+    ) -> bool:
+        assert 0 <= parcel_type <= layout.PARCEL_TYPE_MAX
         head_bytes = self._head_bytes
         if head_bytes is None:
             head_bytes = self._claim_producer()
@@ -666,20 +682,30 @@ class Ring:
                 f"a parcel payload of {size_bytes} bytes is larger than the "
                 f"payload_size_bytes_max {self.payload_size_bytes_max} of ring {self.name}"
             )
-        written = self._write_single_round(parcel_type, payload, size_bytes)
+        written = self._write_single_round(parcel_type, parts, size_bytes)
         if not written:
             # Out of room as far as the last tail we read says; read the consumer's line again.
             tail_bytes = self._read_tail_bytes()
             if tail_bytes != self._tail_bytes_seen:
                 self._tail_bytes_seen = tail_bytes
-                written = self._write_single_round(parcel_type, payload, size_bytes)
+                written = self._write_single_round(parcel_type, parts, size_bytes)
         if self._head_bytes == head_bytes:
             self._header_view[_FULL_COUNT] += 1
             return False
         self._ring_doorbell_if_waiting()
         return written
 
-    def _write_single_round(self, parcel_type: int, payload: BytesLike, size_bytes: int) -> bool:
+    def _copy_parts(self, at: int, parts: tuple[BytesLike, ...]) -> None:
+        """Copy `parts` back to back into the data area from `at` (one memmove each)."""
+        data_view = self._data_view
+        for part in parts:
+            part_size_bytes = len(part)
+            data_view[at : at + part_size_bytes] = part
+            at += part_size_bytes
+
+    def _write_single_round(
+        self, parcel_type: int, parts: tuple[BytesLike, ...], size_bytes: int
+    ) -> bool:
         """stage_parcels + publish_headers + the end of _write_round for a batch of one, in
         Python: the same stores in the same order (module docstring). True if the parcel was
         written."""
@@ -689,7 +715,7 @@ class Ring:
         parcel_size_bytes = (length + PARCEL_ALIGNMENT_BYTES - 1) & -PARCEL_ALIGNMENT_BYTES
         start = head_bytes & self._mask
         if parcel_size_bytes > self.capacity_bytes - start:
-            return self._write_single_round_padded(parcel_type, payload, size_bytes)
+            return self._write_single_round_padded(parcel_type, parts, size_bytes)
         end_bytes = head_bytes + parcel_size_bytes
         if end_bytes + END_RESERVE_BYTES > self._tail_bytes_seen + self.capacity_bytes:
             return False
@@ -698,7 +724,7 @@ class Ring:
         # it so), so only the parcel's last word needs zeroing before the payload goes in.
         words[(start + parcel_size_bytes - PARCEL_ALIGNMENT_BYTES) >> 3] = 0  # the zero fill
         if size_bytes:
-            self._data_view[start + PARCEL_HEADER_SIZE_BYTES : start + length] = payload
+            self._copy_parts(start + PARCEL_HEADER_SIZE_BYTES, parts)
         words[(end_bytes & self._mask) >> 3] = 0  # the new end of the chain
         if self._test_hook_before_publish is not None:
             self._test_hook_before_publish()
@@ -712,7 +738,7 @@ class Ring:
         return True
 
     def _write_single_round_padded(
-        self, parcel_type: int, payload: BytesLike, size_bytes: int
+        self, parcel_type: int, parts: tuple[BytesLike, ...], size_bytes: int
     ) -> bool:
         """_write_single_round when the parcel would straddle the end of the data area: a padding
         parcel takes the rest of the lap and the parcel goes to the start, or, if only the
@@ -738,7 +764,7 @@ class Ring:
             words[0] = 0
             words[(parcel_size_bytes - PARCEL_ALIGNMENT_BYTES) >> 3] = 0  # the zero fill
             if size_bytes:
-                self._data_view[PARCEL_HEADER_SIZE_BYTES:length] = payload
+                self._copy_parts(PARCEL_HEADER_SIZE_BYTES, parts)
             end_bytes = position + parcel_size_bytes
         words[(end_bytes & self._mask) >> 3] = 0  # the new end of the chain
         assert head_bytes < end_bytes <= limit_bytes - END_RESERVE_BYTES

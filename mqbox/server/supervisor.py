@@ -101,7 +101,7 @@ from mqbox.config import (
 from mqbox.errors import ConfigError, MqboxError
 from mqbox.ipc import names
 from mqbox.ipc.ring import Ring
-from mqbox.resources import raise_file_limit
+from mqbox.resources import keep_large_allocations, raise_file_limit
 from mqbox.run_files import write_json_atomically
 from mqbox.server import control_block, runtime
 from mqbox.server.home import (
@@ -507,6 +507,8 @@ class Supervisor:
         # generation the collector never scans, and never writes to).
         gc.collect()
         gc.freeze()
+        if not keep_large_allocations():
+            log.warning("mallopt refused: large payload copies map fresh pages each time")
         native_thread_count = sum(1 for _ in Path("/proc/self/task").iterdir())
         if native_thread_count > 1:
             log.warning(

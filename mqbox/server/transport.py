@@ -43,6 +43,14 @@ after each request. Two rules keep what spinning buys and drop the rest:
   broker stops spinning after the last answer went out instead of after about 2 ms.
 The doorbell stays a FIFO (mqbox/ipc/doorbell.py says why; docs/BENCHMARKS.md, issue 15, has
 the futex and eventfd figures beside it).
+
+Large payloads (issue 15). An Outbox stages small parcels in one buffer and writes them as one
+batch per flush, but a parcel of DIRECT_WRITE_SIZE_BYTES_MIN or more (a batched SEND: 200 KB for
+1,000 messages of 128 B) is written straight into the ring when nothing staged is left before it:
+staging it cost a copy, and the staging buffer, grown to hold it and freed at each flush, cost
+a fresh allocation with a page fault per 4 KiB touched (and an mremap as it grew). Profiled on
+bench/produce.py, that allocation was about 40 % of the codec's and the worker's CPU. Order is
+kept: what is staged is flushed first, and a parcel the ring cannot take now is staged.
 """
 
 from __future__ import annotations
@@ -85,6 +93,10 @@ QuarantineHook: TypeAlias = Callable[[int, Buffer, int, int], None]
 
 # Each role drains at most this many parcels per ring per turn (docs/style.md section 3).
 BATCH_COUNT_MAX: Final = 256
+
+# An Outbox writes a parcel whose last part is at least this long straight into its ring (module
+# docstring, "Large payloads"); smaller ones are staged and batched.
+DIRECT_WRITE_SIZE_BYTES_MIN: Final = 32 * 1024
 
 # A spill file name's index runs 0..SPILL_INDEX_LIMIT - 1, then wraps (names.py allows 9 digits).
 SPILL_INDEX_LIMIT: Final = 1_000_000_000
@@ -241,6 +253,7 @@ def read_spill(
 class OutboxStatistics:
     parcel_count_written: int
     batch_count_written: int
+    direct_count_written: int  # large parcels written straight into the ring, never staged
     full_count: int  # flushes that left parcels behind
     spill_count: int
     spill_size_bytes: int
@@ -256,10 +269,17 @@ class Outbox:
     counts the files of staged SPILLED parcels too (module docstring, "Spill budget").
     """
 
-    def __init__(self, ring: Ring, spill_writer: SpillWriter) -> None:
+    def __init__(
+        self,
+        ring: Ring,
+        spill_writer: SpillWriter,
+        direct_write_size_bytes_min: int = DIRECT_WRITE_SIZE_BYTES_MIN,
+    ) -> None:
+        assert direct_write_size_bytes_min > 0
         self.ring = ring
         self.spill_writer = spill_writer
         self.payload_size_bytes_max = ring.payload_size_bytes_max
+        self.direct_write_size_bytes_min = direct_write_size_bytes_min
         # Staged parcels: payloads back to back, and type, offset and size per parcel in arrays
         # that numpy reads in place (np.frombuffer), so a flush converts nothing.
         self._buffer = bytearray()
@@ -271,6 +291,7 @@ class Outbox:
         self._spilled_size_bytes = 0
         self._parcel_count_written = 0
         self._batch_count_written = 0
+        self._direct_count_written = 0
         self._full_count = 0
         assert self._types.itemsize == 4
         assert self._offsets.itemsize == 8
@@ -285,8 +306,16 @@ class Outbox:
         return len(self._buffer) + self._spilled_size_bytes
 
     def append(self, parcel_type: int, head: Buffer, *tail: Buffer) -> None:
-        """Stage one parcel: `head` then each part of `tail`, back to back."""
+        """Stage one parcel: `head` then each part of `tail`, back to back. One whose last part
+        holds at least direct_write_size_bytes_min bytes goes straight into the ring when
+        nothing staged is left before it (module docstring, "Large payloads")."""
         assert 0 <= parcel_type < SPILLED_FLAG
+        if (
+            tail
+            and len(tail[-1]) >= self.direct_write_size_bytes_min
+            and self._write_direct_nowait(parcel_type, head, tail)
+        ):
+            return
         buffer = self._buffer
         start = len(buffer)
         buffer += head
@@ -300,6 +329,24 @@ class Outbox:
         self._types.append(parcel_type)
         self._offsets.append(start)
         self._sizes.append(size_bytes)
+
+    def _write_direct_nowait(
+        self, parcel_type: int, head: Buffer, tail: tuple[Buffer, ...]
+    ) -> bool:
+        """Write the parcel into the ring now, parts copied straight in, if nothing staged must
+        go before it (what is staged is flushed first) and the ring has room; else False, and
+        the caller stages it."""
+        if self._types and not self.flush_nowait():
+            return False
+        size_bytes = len(head) + sum(len(part) for part in tail)
+        if size_bytes > self.payload_size_bytes_max:
+            return False  # it spills
+        if not self.ring.try_write_parts_nowait(parcel_type, (head, *tail)):
+            return False
+        self._parcel_count_written += 1
+        self._batch_count_written += 1
+        self._direct_count_written += 1
+        return True
 
     def append_spilled(self, parcel_type: int, payload: Buffer) -> None:
         """Stage a SPILLED parcel received from another ring, unchanged: its file goes along."""
@@ -395,6 +442,7 @@ class Outbox:
         return OutboxStatistics(
             parcel_count_written=self._parcel_count_written,
             batch_count_written=self._batch_count_written,
+            direct_count_written=self._direct_count_written,
             full_count=self._full_count,
             spill_count=self.spill_writer.spill_count,
             spill_size_bytes=self.spill_writer.spill_size_bytes,

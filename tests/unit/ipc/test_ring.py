@@ -457,7 +457,16 @@ def test_python_paths_and_kernels_leave_byte_identical_rings(
                 parcel_type, size_bytes = step
                 payload = payload_of(number, size_bytes)
                 number += 1
-                written = python_ring.try_write_nowait(parcel_type, payload)
+                if number % 2:
+                    written = python_ring.try_write_nowait(parcel_type, payload)
+                else:  # the gather path, in parts of every Bytes-like kind
+                    cut = size_bytes // 3
+                    parts: tuple[bytes | bytearray | memoryview, ...] = (
+                        payload[:cut],
+                        bytearray(payload[cut : 2 * cut]),
+                        memoryview(payload)[2 * cut :],
+                    )
+                    written = python_ring.try_write_parts_nowait(parcel_type, parts)
                 assert written == write_through_kernel(kernel_ring, parcel_type, payload)
                 assert staged["python"] == staged["kernel"]
             else:

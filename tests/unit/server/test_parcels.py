@@ -240,6 +240,41 @@ def test_outbox_keeps_what_a_full_ring_refuses_and_sends_it_later(
     assert spill_files(shm_instance) == []
 
 
+def test_a_large_parcel_goes_straight_into_the_ring_after_what_is_staged(
+    ring: Ring, shm_instance: str
+) -> None:
+    """Large payloads (transport.py): written at once, parts copied straight in, after the
+    staged parcels before them; staged like any other when the ring has no room now."""
+    outbox = transport.Outbox(
+        ring, transport.SpillWriter(shm_instance, "codec.0"), direct_write_size_bytes_min=500
+    )
+    inbox = transport.Inbox(ring, "codec.0")
+    outbox.append(parcels.COMMAND, b"small")  # staged: its part is under the minimum
+    assert outbox.pending_count == 1
+    outbox.append(parcels.FRAME, b"head", memoryview(b"B" * 600))
+    assert outbox.pending_count == 0  # the staged one went first, then the large one
+    assert drain_all(inbox) == [(parcels.COMMAND, b"small"), (parcels.FRAME, b"head" + b"B" * 600)]
+    # Fill the ring; the next large parcel is staged, and the small one after it waits behind.
+    large = [bytes([index]) * 1500 for index in range(4)]
+    for payload in large:
+        outbox.append(parcels.FRAME, b"", payload)
+    outbox.append(parcels.COMMAND, b"after")
+    assert outbox.pending_count > 0
+    received: list[tuple[int, bytes]] = []
+    for _ in range(20):
+        done = outbox.flush_nowait()
+        received += drain_all(inbox)
+        if done:
+            break
+    assert received == [
+        *((parcels.FRAME, payload) for payload in large),
+        (parcels.COMMAND, b"after"),
+    ]
+    statistics = outbox.statistics()
+    assert statistics.direct_count_written >= 2  # the first of the four fitted at once
+    assert statistics.parcel_count_written == 7
+
+
 def test_payload_above_the_inline_maximum_travels_as_a_spill_file(
     ring: Ring, shm_instance: str
 ) -> None:

@@ -129,6 +129,7 @@ class Request:
     """
 
     __slots__ = (
+        "_body",
         "_command",
         "_header_size",
         "_payload",
@@ -154,7 +155,10 @@ class Request:
         header_size: int,
         payload: bytes,
         received_ns: int,
+        body: bytes | None = None,
     ) -> None:
+        """`payload` is the header, then the body; or the header alone when `body` is given
+        (the worker's path: the body is copied out of the ring once, not sliced off again)."""
         self.conn_id = conn_id
         self.opaque = opaque
         self.code = code
@@ -164,7 +168,8 @@ class Request:
         self.peer_port = peer_port
         self.received_ns = received_ns  # time.monotonic_ns() when the processor took it
         self._header_size = header_size
-        self._payload = payload  # header, then body
+        self._payload = payload  # header, then body (unless _body holds it)
+        self._body = body
         self._command: RemotingCommand | None = None
 
     @classmethod
@@ -195,13 +200,14 @@ class Request:
                 command = decode_command(
                     self.serialize_type,
                     view[: self._header_size],
-                    self._payload[self._header_size :],
+                    self._payload[self._header_size :] if self._body is None else self._body,
                 )
             assert command.opaque == self.opaque
             assert command.code == self.code
             assert command.flag == self.flag
             self._command = command
             self._payload = b""
+            self._body = None
         return command
 
     def make_response(
@@ -635,8 +641,9 @@ class Processor:
             peer_ipv4,
             peer_port,
             header_size,
-            bytes(memoryview(buffer)[header_start : offset + size]),
+            bytes(memoryview(buffer)[header_start:body_start]),
             now_ns,
+            bytes(memoryview(buffer)[body_start : offset + size]),
         )
         self._requests += 1
         self.guarded(request, self.handle, request)
