@@ -5,7 +5,8 @@ Owns: the HA listening socket (bound by the supervisor on haListenPort, kept onl
 connection per slave, the transfer of commit-log bytes from read-only maps of the segments, the
 slaves' acknowledged positions, and the replication line of store-positions (its only writer).
 Tells the store writer (REPLICATED) when the greatest acknowledged position moves or the number
-of slaves changes: SYNC_MASTER acks wait on it.
+of slaves changes: SYNC_MASTER acks wait on it (an ASYNC_MASTER's store writer waits on no
+report, so it is told the number of slaves alone, which saves it a wake-up per report).
 
 Never: writes the commit log, decides an ack (the store writer does), or sends bytes past the
 published write position (every byte below it is whole records or blanks).
@@ -36,6 +37,7 @@ import time
 from typing import Final, NoReturn
 
 from mqbox.clock import wall_clock_ms
+from mqbox.config import BrokerRole
 from mqbox.errors import StoreError
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.ha import ReportReader, encode_transfer_header
@@ -52,6 +54,16 @@ log = logging.getLogger("mqbox.ha_service")
 IDLE_WAIT_MS: Final = 100  # RocketMQ's transfer thread sleeps up to 100 ms with nothing to send
 READ_SIZE_BYTES: Final = 64 * 1024
 SLAVE_COUNT_MAX: Final = 16  # more connections are closed at accept
+# Frames gathered into one sendmsg: fewer system calls per byte; the kernel copies straight
+# from the commit log's map.
+SEND_SIZE_BYTES_MAX: Final = 256 * 1024
+SEND_FRAME_COUNT_MAX: Final = 64  # and at most this many frames (IOV_MAX is 1024 buffers)
+# run/replication.json at most this often while the acknowledged position moves (a file write
+# and rename per slave report cost the role more than the transfer); store-positions, which
+# programs read, moves with every report.
+STATUS_INTERVAL_NS: Final = 1_000_000_000
+# An ASYNC_MASTER sends new bytes to a slave at most this often (0: as soon as they are written).
+ASYNC_TRANSFER_INTERVAL_NS: Final = 0
 
 
 @dataclasses.dataclass(slots=True)
@@ -65,8 +77,12 @@ class _Slave:
     last_write_ns: int
     next_log_offset_bytes: int = -1  # -1 until the first report
     acked_log_offset_bytes: int = 0
-    output: bytes = b""  # the rest of the frame being written
+    # What is being written: frame headers and views of the commit log's map, the first one
+    # possibly partly sent already.
+    output: list[bytes | memoryview] = dataclasses.field(default_factory=list)
     close_after_output: bool = False
+    want_write: bool = False  # EPOLLOUT registered
+    gathered_ns: int = 0  # when frames were last gathered up to the write position
     sent_bytes: int = 0
 
 
@@ -92,8 +108,14 @@ class HaService:
         self.epoll.register(self.listener.fileno(), select.EPOLLIN)
         self.slaves: dict[int, _Slave] = {}
         self.acked_log_offset_bytes = 0
+        # ASYNC_MASTER: the store writer waits on no report, so it is told only of the slaves'
+        # count, and new bytes go out at most every coalesce_ns.
+        self.acks_wait = broker.broker_role is BrokerRole.SYNC_MASTER
+        self.coalesce_ns = 0 if self.acks_wait else ASYNC_TRANSFER_INTERVAL_NS
         self._told = (-1, -1)  # (acked, slave count) last sent to the store writer
         self._closed = False
+        self._published_ns = 0
+        self._document_stale = False  # the acknowledged position moved since the last file
         self._publish()
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -107,14 +129,28 @@ class HaService:
         self.link.follow_retention_nowait()
         now_ns = time.monotonic_ns()
         write_bytes = self.positions.write_log_offset_bytes
+        held_ns = 0  # how long until a slave whose new bytes are held back is due
         for slave in list(self.slaves.values()):
-            work += self._transfer(slave, write_bytes, now_ns)
+            due_ns = slave.gathered_ns + self.coalesce_ns
+            if due_ns > now_ns and slave.next_log_offset_bytes < write_bytes:
+                held_ns = min(held_ns or due_ns - now_ns, due_ns - now_ns)
+                work += self._transfer(slave, slave.next_log_offset_bytes, now_ns)
+            else:
+                work += self._transfer(slave, write_bytes, now_ns)
             self._housekeep(slave, write_bytes, now_ns)
         self._tell_writer()
         self.link.flush_nowait()
+        if self._document_stale and now_ns - self._published_ns > STATUS_INTERVAL_NS:
+            self._publish()
         # Reports are read every turn, busy or not: SYNC_MASTER acks wait on them.
         wait_ms = IDLE_WAIT_MS if timeout_ms < 0 else min(IDLE_WAIT_MS, timeout_ms)
-        for fd, mask in self.link.sleeper.wait(0 if work else wait_ms):
+        if held_ns:
+            # New bytes wait for their slave's interval: sleep on the sockets alone (the WRITTEN
+            # ring is readable, which would end the Sleeper's wait at once).
+            events = self.epoll.poll(held_ns / 1e9)
+        else:
+            events = self.link.sleeper.wait(0 if work else wait_ms)
+        for fd, mask in events:
             if fd == self.link.wakeup_fd:
                 runtime.clear_wakeup_nowait()
             elif fd == self.listener.fileno():
@@ -188,7 +224,7 @@ class HaService:
                 reported_bytes,
                 write_bytes,
             )
-            slave.output = encode_transfer_header(write_bytes, 0)
+            slave.output = [encode_transfer_header(write_bytes, 0)]
             slave.close_after_output = True
             return
         if slave.next_log_offset_bytes < 0:
@@ -197,7 +233,8 @@ class HaService:
             slave.acked_log_offset_bytes = max(slave.acked_log_offset_bytes, reported_bytes)
             if reported_bytes > self.acked_log_offset_bytes:
                 self.acked_log_offset_bytes = reported_bytes
-                self._publish()
+                self._publish_positions()
+                self._document_stale = True
 
     def _start(self, slave: _Slave, reported_bytes: int, write_bytes: int) -> None:
         """The first report: where the transfer starts. A slave with nothing (0) gets the whole
@@ -214,27 +251,28 @@ class HaService:
         )
         if start_bytes == write_bytes:
             # Caught up at once: say so now, so a slave learns where this log ends.
-            slave.output = encode_transfer_header(start_bytes, 0)
+            slave.output = [encode_transfer_header(start_bytes, 0)]
 
     # -- transfer ---------------------------------------------------------------------------------
 
     def _transfer(self, slave: _Slave, write_bytes: int, now_ns: int) -> int:
-        """Write what the slave's socket takes: the rest of a frame, then new frames. Returns
-        the frames started (work done)."""
+        """Write what the slave's socket takes: the rest of the output, then new frames,
+        gathered up to SEND_SIZE_BYTES_MAX per sendmsg. Returns the frames started (work
+        done)."""
         frames = 0
         while True:
             if slave.output:
                 try:
-                    sent = slave.sock.send(slave.output)
+                    sent = slave.sock.sendmsg(slave.output)
                 except (BlockingIOError, InterruptedError):
                     sent = 0
                 except OSError as error:
                     self._close(slave, f"write failed: {error}")
                     return frames
-                slave.output = slave.output[sent:]
                 slave.sent_bytes += sent
                 if sent:
                     slave.last_write_ns = now_ns
+                    _consume(slave.output, sent)
                 if slave.output:
                     self._want_write(slave, True)
                     return frames
@@ -242,17 +280,28 @@ class HaService:
                     self._close(slave, "diverged")
                     return frames
             self._want_write(slave, False)
-            next_bytes = slave.next_log_offset_bytes
-            if next_bytes < 0 or next_bytes >= write_bytes:
+            gathered_bytes = 0
+            while (
+                gathered_bytes < SEND_SIZE_BYTES_MAX
+                and len(slave.output) < 2 * SEND_FRAME_COUNT_MAX
+            ):
+                next_bytes = slave.next_log_offset_bytes
+                if next_bytes < 0 or next_bytes >= write_bytes:
+                    break
+                body = self._frame(slave, next_bytes, write_bytes)
+                if body is None:
+                    return frames
+                slave.output += (encode_transfer_header(next_bytes, len(body)), body)
+                gathered_bytes += len(body)
+                frames += 1
+                if slave.next_log_offset_bytes >= write_bytes:
+                    slave.gathered_ns = now_ns
+            if not slave.output:
                 return frames
-            frame = self._frame(slave, next_bytes, write_bytes)
-            if frame is None:
-                return frames
-            slave.output = frame
-            frames += 1
 
-    def _frame(self, slave: _Slave, next_bytes: int, write_bytes: int) -> bytes | None:
-        """The next frame from `next_bytes`: one segment's readable part, at most a batch."""
+    def _frame(self, slave: _Slave, next_bytes: int, write_bytes: int) -> memoryview | None:
+        """The body of the next frame from `next_bytes`, a view of the map: one segment's
+        readable part, at most a batch."""
         segment_start_bytes = next_bytes - next_bytes % self.segment_size_bytes
         segment_end_bytes = segment_start_bytes + self.segment_size_bytes
         end_bytes = min(write_bytes, segment_end_bytes, next_bytes + self.batch_size_bytes)
@@ -265,11 +314,14 @@ class HaService:
             self._close(slave, f"the master no longer has offset {next_bytes} (retention)")
             return None
         at = next_bytes - segment_start_bytes
-        body = buffer[at : at + (end_bytes - next_bytes)].tobytes()
         slave.next_log_offset_bytes = end_bytes
-        return encode_transfer_header(next_bytes, len(body)) + body
+        # The view keeps the map alive even if retention drops the segment meanwhile.
+        return buffer[at : at + (end_bytes - next_bytes)].data
 
     def _want_write(self, slave: _Slave, want: bool) -> None:
+        if slave.want_write == want:
+            return
+        slave.want_write = want
         mask = select.EPOLLIN | (select.EPOLLOUT if want else 0)
         with contextlib.suppress(OSError, ValueError):
             self.epoll.modify(slave.sock.fileno(), mask)
@@ -286,22 +338,27 @@ class HaService:
             and slave.next_log_offset_bytes >= 0
             and now_ns - slave.last_write_ns > self.heartbeat_interval_ns
         ):
-            slave.output = encode_transfer_header(slave.next_log_offset_bytes, 0)
+            slave.output = [encode_transfer_header(slave.next_log_offset_bytes, 0)]
             self._transfer(slave, write_bytes, now_ns)
 
     # -- what others see --------------------------------------------------------------------------
 
     def _tell_writer(self) -> None:
-        told = (self.acked_log_offset_bytes, len(self.slaves))
+        told = (self.acked_log_offset_bytes if self.acks_wait else 0, len(self.slaves))
         if told == self._told:
             return
         self._told = told
         self.link.send(parcels.REPLICATED, parcels.pack_replicated(*told))
 
-    def _publish(self) -> None:
+    def _publish_positions(self) -> None:
         self.positions.publish_replication(
             HA_MASTER, len(self.slaves), self.acked_log_offset_bytes, 0, wall_clock_ms()
         )
+
+    def _publish(self) -> None:
+        self._published_ns = time.monotonic_ns()
+        self._document_stale = False
+        self._publish_positions()
         document = {
             "role": "master",
             "slaves": [
@@ -322,6 +379,17 @@ class HaService:
             self._close(slave, "the master stops")
         self.listener.close()
         self.link.close()
+
+
+def _consume(output: list[bytes | memoryview], sent_bytes: int) -> None:
+    """Drop the first `sent_bytes` of `output` (what one sendmsg wrote)."""
+    while sent_bytes:
+        first = output[0]
+        if len(first) > sent_bytes:
+            output[0] = memoryview(first)[sent_bytes:]
+            return
+        sent_bytes -= len(first)
+        del output[0]
 
 
 def main(ctx: RoleContext) -> NoReturn:
