@@ -62,8 +62,14 @@ SEND_FRAME_COUNT_MAX: Final = 64  # and at most this many frames (IOV_MAX is 102
 # and rename per slave report cost the role more than the transfer); store-positions, which
 # programs read, moves with every report.
 STATUS_INTERVAL_NS: Final = 1_000_000_000
-# An ASYNC_MASTER sends new bytes to a slave at most this often (0: as soon as they are written).
-ASYNC_TRANSFER_INTERVAL_NS: Final = 0
+# An ASYNC_MASTER sends a caught-up slave new bytes at most this often: under single sends each
+# transfer sets off a chain of wake-ups on both sides (this role, the slave's HA client, store
+# writer and dispatcher, the report back), so one transfer per interval instead of one per
+# append divides that chain among the messages of the interval. The first bytes after a quiet
+# spell go at once; the slave's lag grows by at most this much. (RocketMQ's transfer thread
+# waits up to 100 ms when caught up, woken early only under SYNC_MASTER.) A SYNC_MASTER sends at
+# once: its acks wait on the slave.
+ASYNC_TRANSFER_INTERVAL_NS: Final = 2_000_000
 
 
 @dataclasses.dataclass(slots=True)
