@@ -114,6 +114,11 @@ class HaClient:
         self.handed_end_bytes = 0  # end of the last REPLICA handed (this process)
         self.master_log_offset_bytes = 0  # the master's offset in the newest frame
         self.reported_bytes = -1
+        # The greatest offset reported while this process runs: what it publishes. A reconnect
+        # reports up to VERIFY_SIZE_BYTES less (the stretch to compare), but the bytes below
+        # the earlier reports are still this slave's and were acknowledged (a master killed
+        # while its listening socket outlived its HA role took such a reconnect).
+        self.reported_max_bytes = 0
         self._expected_bytes = 0  # where the next frame must start
         self._verify_end_bytes = 0  # bytes below this are compared, not handed
         self._tail = bytearray()  # stream bytes from _tail_start_bytes not handed yet
@@ -252,6 +257,7 @@ class HaClient:
             return
         assert sent == 8
         self.reported_bytes = offset_bytes
+        self.reported_max_bytes = max(self.reported_max_bytes, offset_bytes)
         self._last_report_ns = now_ns
 
     def _report_if_due(self, now_ns: int) -> int:
@@ -435,7 +441,7 @@ class HaClient:
         self.positions.publish_replication(
             self.state,
             0,
-            max(self.reported_bytes, 0),
+            self.reported_max_bytes,
             self.master_log_offset_bytes,
             wall_clock_ms(),
         )
@@ -447,7 +453,7 @@ class HaClient:
             "role": "slave",
             "state": HA_STATE_NAMES[self.state],
             "master": self.master_address,
-            "reported_log_offset": max(self.reported_bytes, 0),
+            "reported_log_offset": self.reported_max_bytes,
             "master_log_offset": self.master_log_offset_bytes,
             "reason": self.reason,
         }
