@@ -8,7 +8,13 @@ Four appliances' worth of runs, each on fresh homes (python -m mqbox.server.supe
   slave. Reported as msgs/s and as ratios to standalone (targets: ASYNC >= 0.8x, SYNC >= 0.5x).
 - latency: single SEND_MESSAGE_V2 (310) sends with WAIT=true from `--connections` (64)
   connections, one outstanding each (a closed loop driven by one selector), against the
-  ASYNC_MASTER and the SYNC_MASTER with a slave; p50 / p99 per run (target: SYNC p50 <= 2x).
+  ASYNC_MASTER and the SYNC_MASTER with a slave (target: SYNC p50 <= 2x), and the standalone
+  master for comparison; p50 / p99 per run, sends/s, and the CPU by role during it.
+- catchup (only with `--parts ...,catchup`): `--count` messages produced to a master without
+  a slave, then a slave started empty; the time from its start until its report covers the
+  master's log, and the CPU seconds per message of every role of both sides (each role's whole
+  life: the slave's roles did little else). CPU per message hardly depends on the box's load,
+  unlike the rates: the measure of what replication costs per byte.
 - lag: during the ASYNC_MASTER + slave produce run a sampler thread reads the master's
   store-positions every 5 ms: write position and the slave's acknowledged position (the HA
   service's line). Lag in bytes = write - acked; lag in ms = for each sample, how long until an
@@ -18,8 +24,12 @@ Every produce answer must be code 0; every latency answer too. `checksum` covers
 bodies. The machine is shared (two cores for broker, slave and client alike): a slave doubles
 the processes, so the ratios say as much about cores as about the protocol.
 
+`--code DIR` runs the brokers from another checkout (the load and the measures stay this
+script's), so two trees can be compared side by side; `--parts` picks the appliances.
+
 Usage: python bench/ha.py [--count N] [--batch N] [--inflight N] [--connections N]
-                          [--latency-count N] [--smoke]
+                          [--latency-count N] [--code DIR] [--parts standalone,async,sync]
+                          [--smoke]
 """
 
 from __future__ import annotations
@@ -61,6 +71,15 @@ from mqbox.server.queue_counters import StorePositions, store_positions_name
 
 BENCH = "ha"
 FRAME_POOL_SIZE = 32
+PARTS = ("standalone", "async", "sync", "catchup")
+DEFAULT_PARTS = ("standalone", "async", "sync")
+# part -> (the master's brokerRole, with a slave, its key in produce_msgs_per_s)
+APPLIANCES = {
+    "standalone": ("ASYNC_MASTER", False, "standalone"),
+    "async": ("ASYNC_MASTER", True, "async_master"),
+    "sync": ("SYNC_MASTER", True, "sync_master"),
+}
+CODE_ROOT = REPO_ROOT  # the checkout the brokers run from (--code)
 
 
 @contextlib.contextmanager
@@ -82,8 +101,8 @@ def started(home: Path, conf: str, namesrv: str | None) -> Iterator[tuple[Applia
         output=sys.stderr,
         ready_timeout_s=READY_TIMEOUT_S,
         stop_timeout_s=STOP_TIMEOUT_S,
-        environment={"PYTHONPATH": str(REPO_ROOT)},
-        cwd=REPO_ROOT,
+        environment={"PYTHONPATH": str(CODE_ROOT)},
+        cwd=CODE_ROOT,
     ) as (process, ready):
         roles = {str(role): int(pid) for role, pid in ready["roles"].items()}
         app = Appliance(
@@ -173,7 +192,10 @@ def produce_rate(
     before = _cpu(apps)
     result = produce(app.broker_address, frames, 1, batch, max(1, count // batch), inflight, app)
     busy = cpu_percent(before, _cpu(apps), result.secs)
-    return result.msgs / result.secs, {role: value for role, value in busy.items() if value >= 5}
+    shown = {role: value for role, value in busy.items() if value >= 1}
+    # Every role of both sides, per message: unlike the rate, hardly moved by the box's load.
+    shown["all_us_per_msg"] = round(sum(busy.values()) / 100 * result.secs / result.msgs * 1e6, 2)
+    return result.msgs / result.secs, shown
 
 
 def _cpu(apps: Pair) -> dict[str, float]:
@@ -183,8 +205,48 @@ def _cpu(apps: Pair) -> dict[str, float]:
     return found
 
 
-def latencies(app: Appliance, connections: int, count: int) -> dict[str, float | None]:
-    """Closed loop: `connections` connections, one single send outstanding on each."""
+def catch_up(
+    root: Path, bodies: list[bytes], batch: int, count: int, inflight: int
+) -> dict[str, Any]:
+    """An empty slave catches up with `count` messages (module docstring)."""
+    with started(root / "master", "brokerRole=ASYNC_MASTER\n", None) as (master, names):
+        instance, ha_address = names.split("|")
+        produce_rate(Pair(master, instance, None), bodies, batch, count, inflight)
+        positions = StorePositions.attach(store_positions_name(instance))
+        target_bytes = positions.write_log_offset_bytes
+        master_before = role_cpu_secs(master)
+        begun = time.monotonic()
+        slave_conf = f"brokerRole=SLAVE\nbrokerId=1\nhaMasterAddress={ha_address}\n"
+        with started(root / "slave", slave_conf, master.namesrv_address) as (slave, _names):
+            ready_secs = time.monotonic() - begun
+            while positions.replication().acked_log_offset_bytes < target_bytes:
+                if time.monotonic() - begun > 600:
+                    raise SystemExit(f"{BENCH}: the slave did not catch up")
+                time.sleep(0.01)
+            secs = time.monotonic() - begun
+            used = {
+                role: secs_used - master_before.get(role, 0.0)
+                for role, secs_used in role_cpu_secs(master).items()
+            }
+            used.update({f"slave.{r}": secs_used for r, secs_used in role_cpu_secs(slave).items()})
+        positions.close()
+    messages = count + 2 * FRAME_POOL_SIZE * batch  # the warm-up's too
+    return {
+        "catchup_secs": round(secs, 3),
+        "catchup_slave_ready_secs": round(ready_secs, 3),
+        "catchup_bytes": target_bytes,
+        "catchup_cpu_us_per_msg": {
+            role: round(cpu_secs / messages * 1e6, 3)
+            for role, cpu_secs in used.items()
+            if cpu_secs / messages * 1e6 >= 0.01
+        },
+    }
+
+
+def latencies(apps: Pair, connections: int, count: int) -> dict[str, Any]:
+    """Closed loop: `connections` connections, one single send outstanding on each. The
+    percentiles, sends/s, and the CPU % of each busy role during the timed sends."""
+    app = apps.master
     topic = f"BenchHaLat{os.getpid()}"
     create_topic(app, topic, 8)
     selector = selectors.DefaultSelector()
@@ -209,6 +271,8 @@ def latencies(app: Appliance, connections: int, count: int) -> dict[str, float |
     for index in range(connections):
         issue(index)
     answered = 0
+    before: dict[str, float] = {}
+    began_ns = 0
     while answered < count + warmup:
         for key, _mask in selector.select():
             index = int(key.data)
@@ -216,14 +280,23 @@ def latencies(app: Appliance, connections: int, count: int) -> dict[str, float |
                 if bytes(header[: len(SUCCESS_PREFIX)]) != SUCCESS_PREFIX:
                     raise SystemExit(f"{BENCH}: a send failed: {bytes(header[:300])!r}")
                 answered += 1
+                if answered == warmup:
+                    before, began_ns = _cpu(apps), time.perf_counter_ns()
                 if answered > warmup:
                     samples.append(time.perf_counter_ns() - sent_ns[index])
                 if answered + connections <= count + warmup:
                     issue(index)
+    secs = (time.perf_counter_ns() - began_ns) / 1e9
+    busy = cpu_percent(before, _cpu(apps), secs)
     for reader in readers:
         reader.sock.close()
     selector.close()
-    return percentiles_us(samples)
+    return {
+        **percentiles_us(samples),
+        "sends_per_s": round(count / secs, 1),
+        "cpu_us_per_send": round(sum(busy.values()) / 100 * secs / count * 1e6, 1),
+        "cpu_percent_by_role": {role: value for role, value in busy.items() if value >= 1},
+    }
 
 
 def main() -> None:
@@ -233,8 +306,15 @@ def main() -> None:
     parser.add_argument("--inflight", type=int, default=8, help="requests outstanding")
     parser.add_argument("--connections", type=int, default=64, help="latency connections")
     parser.add_argument("--latency-count", type=int, default=5000, help="timed single sends")
+    parser.add_argument("--code", type=Path, default=REPO_ROOT, help="checkout the brokers run")
+    parser.add_argument("--parts", default=",".join(DEFAULT_PARTS), help="appliances to run")
     parser.add_argument("--smoke", action="store_true", help="tiny parameters")
     arguments = parser.parse_args()
+    global CODE_ROOT
+    CODE_ROOT = arguments.code.resolve()
+    parts = arguments.parts.split(",")
+    if not parts or not set(parts) <= set(PARTS):
+        parser.error(f"--parts: a comma-separated subset of {','.join(PARTS)}")
     count, batch, inflight = arguments.count, arguments.batch, arguments.inflight
     connections, latency_count = arguments.connections, arguments.latency_count
     if arguments.smoke:
@@ -245,32 +325,28 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mqbox-ha-") as root_text:
         root = Path(root_text)
         cpu: dict[str, dict[str, float]] = {}
-        with pair(root / "standalone", "ASYNC_MASTER", False) as apps:
-            rates["standalone"], cpu["standalone"] = produce_rate(
-                apps, bodies, batch, count, inflight
-            )
-        log(f"{BENCH}: standalone {rates['standalone']:,.0f} msgs/s")
-        with pair(root / "async", "ASYNC_MASTER", True) as apps:
-            sampler = LagSampler(apps.instance)
-            sampler.start()
-            rates["async_master"], cpu["async_master"] = produce_rate(
-                apps, bodies, batch, count, inflight
-            )
-            figures.update(sampler.figures())
-            figures["async_latency"] = latencies(apps.master, connections, latency_count)
-        log(f"{BENCH}: ASYNC_MASTER + slave {rates['async_master']:,.0f} msgs/s, {figures}")
-        with pair(root / "sync", "SYNC_MASTER", True) as apps:
-            rates["sync_master"], cpu["sync_master"] = produce_rate(
-                apps, bodies, batch, count, inflight
-            )
-            figures["sync_latency"] = latencies(apps.master, connections, latency_count)
-        log(f"{BENCH}: SYNC_MASTER + slave {rates['sync_master']:,.0f} msgs/s")
+        for part, (role, with_slave, key) in APPLIANCES.items():
+            if part not in parts:
+                continue
+            with pair(root / part, role, with_slave) as apps:
+                sampler = LagSampler(apps.instance) if part == "async" else None
+                if sampler is not None:
+                    sampler.start()
+                rates[key], cpu[key] = produce_rate(apps, bodies, batch, count, inflight)
+                if sampler is not None:
+                    figures.update(sampler.figures())
+                figures[f"{part}_latency"] = latencies(apps, connections, latency_count)
+            log(f"{BENCH}: {part} {rates[key]:,.0f} msgs/s")
+        if "catchup" in parts:
+            figures["catchup"] = catch_up(root / "catchup", bodies, batch, count, inflight)
+            log(f"{BENCH}: catch-up {figures['catchup']}")
         figures["cpu_percent_by_role"] = cpu
     digest = hashlib.blake2b(digest_size=8)
     for body in bodies:
         digest.update(body)
-    async_p50 = figures["async_latency"].get("p50_us")
-    sync_p50 = figures["sync_latency"].get("p50_us")
+    async_p50 = figures.get("async_latency", {}).get("p50_us")
+    sync_p50 = figures.get("sync_latency", {}).get("p50_us")
+    standalone_rate = rates.get("standalone")
     emit(
         BENCH,
         {
@@ -281,17 +357,23 @@ def main() -> None:
             "connections": connections,
             "latency_count": latency_count,
             "flush_disk_type": "ASYNC_FLUSH",
+            "parts": parts,
+            "code": str(CODE_ROOT),
         },
         count,
-        count / rates["sync_master"],
+        count / min(rates.values()) if rates else 0.0,
         128,
         produce_msgs_per_s={key: round(value, 1) for key, value in rates.items()},
-        async_ratio=round(rates["async_master"] / rates["standalone"], 3),
-        sync_ratio=round(rates["sync_master"] / rates["standalone"], 3),
+        async_ratio=_ratio(rates.get("async_master"), standalone_rate),
+        sync_ratio=_ratio(rates.get("sync_master"), standalone_rate),
         sync_over_async_p50=(round(sync_p50 / async_p50, 3) if async_p50 and sync_p50 else None),
         checksum=digest.hexdigest(),
         **figures,
     )
+
+
+def _ratio(rate: float | None, standalone_rate: float | None) -> float | None:
+    return round(rate / standalone_rate, 3) if rate and standalone_rate else None
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ records, consume-queue entries and index files uses (one copy of each, here); th
 `check_record`, the one check of a stored record (RocketMQ's checkMessageAndReturnSize) that
 every walk over records runs, with the one set of STOP_* reasons they report (the store's scan,
 the dispatch scan, recovery's unfinished-record search, the client's PULL decoder; client and
-store both import this leaf); and the numba data-plane versions of three message.py rules:
+store both import this leaf); `cut_records`, the slave's HA client's framing walk over the
+master's stream (size and magic only); and the numba data-plane versions of three message.py rules:
 split a batch body, hash a tag, find a property. message_kernels_ref.py restates each contract
 in plain Python; a unit test feeds both the same hypothesis-built bytes and asserts they agree
 exactly (docs/style.md section 4), and the walkers' own twins build on the twin of the check.
@@ -326,6 +327,67 @@ def check_record(
             return STOP_CRC_MISMATCH, 0, 0, 0, 0
     properties_at = properties_length_at + PROPERTIES_LENGTH_SIZE_BYTES
     return RECORD_WHOLE, size_bytes, body_at, topic_at, properties_at
+
+
+# --- cut_records: where a stream of records may be cut (the slave's HA client) -------------------
+
+# Why cut_records stopped. MORE: the next record is not all there yet (or the walk reached
+# end_bytes); CHUNK: chunk_end_bytes reached before a record; BLANK: an end-of-segment blank
+# starts there; INVALID: no record starts there (magic, or TOTALSIZE out of bounds); CROSSES:
+# the record would leave no room for a blank before segment_end_bytes.
+CUT_MORE: Final = 0
+CUT_CHUNK: Final = 1
+CUT_BLANK: Final = 2
+CUT_INVALID: Final = 3
+CUT_CROSSES: Final = 4
+
+
+@kernel
+def cut_records(
+    buf: NDArray[np.uint8],
+    start_bytes: int,
+    end_bytes: int,
+    chunk_end_bytes: int,
+    segment_end_bytes: int,
+    record_size_bytes_max: int,
+) -> tuple[int, int, int]:
+    """Walk records back to back from buf[start_bytes] by TOTALSIZE and MAGICCODE alone, reading
+    below end_bytes; return (stop_position_bytes, CUT_* reason, records walked: the whole records
+    in buf[start_bytes:stop]). Every record before the stop is
+    whole in `buf`, so buf[start_bytes:stop] may be handed on as whole records.
+
+    Per record, in this order: the stop is at or past chunk_end_bytes (CHUNK: a record started
+    before it may end after it, so a record larger than the chunk goes whole); 8 bytes left
+    (else MORE); the magic is the blank's (BLANK) or a message's, with RECORD_SIZE_BYTES_MIN <=
+    TOTALSIZE <= record_size_bytes_max (else INVALID); the record and a blank after it fit below
+    segment_end_bytes (else CROSSES); the record is all below end_bytes (else MORE). Sizes are
+    checked before waiting for more bytes, so a bad one is found at once rather than buffered.
+    This is framing only: the store writer checks each record whole (scan_records).
+    """
+    assert 0 <= start_bytes <= end_bytes <= buf.size
+    position_bytes = start_bytes
+    records = 0
+    while True:
+        if position_bytes >= chunk_end_bytes:
+            return position_bytes, CUT_CHUNK, records
+        if end_bytes - position_bytes < BLANK_SIZE_BYTES:
+            return position_bytes, CUT_MORE, records
+        magic = read_u32_be(buf, position_bytes + MAGICCODE_POSITION_BYTES)
+        if magic == BLANK_MAGIC:
+            return position_bytes, CUT_BLANK, records
+        size_bytes = read_s32_be(buf, position_bytes + TOTALSIZE_POSITION_BYTES)
+        if (
+            magic != MESSAGE_MAGIC
+            or size_bytes < RECORD_SIZE_BYTES_MIN
+            or size_bytes > record_size_bytes_max
+        ):
+            return position_bytes, CUT_INVALID, records
+        if position_bytes + size_bytes + BLANK_SIZE_BYTES > segment_end_bytes:
+            return position_bytes, CUT_CROSSES, records
+        if end_bytes - position_bytes < size_bytes:
+            return position_bytes, CUT_MORE, records
+        position_bytes += size_bytes
+        records += 1
 
 
 # --- split_batch --------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Plain-Python twins of message_kernels.py: the same contracts, restated for tests.
 
-Owns: a second statement of crc32, check_record, split_batch, java_hash_utf8,
+Owns: a second statement of crc32, check_record, cut_records, split_batch, java_hash_utf8,
 java_hash_utf8_from and find_property, written with zlib, struct.unpack_from, bytes methods and
 plain loops. It shares no helper with the kernels, so a unit test that feeds both the same bytes
 and gets the same answers checks two independent readings of each rule (aiokafka and stumpy
@@ -115,6 +115,43 @@ def check_record(
         position_bytes + topic_at,
         position_bytes + topic_at + topic_size + 2,
     )
+
+
+CUT_MORE = 0
+CUT_CHUNK = 1
+CUT_BLANK = 2
+CUT_INVALID = 3
+CUT_CROSSES = 4
+
+
+def cut_records(
+    buf: NDArray[np.uint8],
+    start_bytes: int,
+    end_bytes: int,
+    chunk_end_bytes: int,
+    segment_end_bytes: int,
+    record_size_bytes_max: int,
+) -> tuple[int, int, int]:
+    """Same contract as message_kernels.cut_records."""
+    assert 0 <= start_bytes <= end_bytes <= buf.size
+    data = buf[:end_bytes].tobytes()
+    position = start_bytes
+    records = 0
+    while position < chunk_end_bytes:
+        if len(data) - position < _SIZE_AND_MAGIC.size:
+            return position, CUT_MORE, records
+        size, magic = _SIZE_AND_MAGIC.unpack_from(data, position)
+        if magic == _BLANK_MAGIC:
+            return position, CUT_BLANK, records
+        if magic != _MESSAGE_MAGIC or not _FIXED_SIZE_BYTES <= size <= record_size_bytes_max:
+            return position, CUT_INVALID, records
+        if position + size + _SIZE_AND_MAGIC.size > segment_end_bytes:
+            return position, CUT_CROSSES, records
+        if position + size > len(data):
+            return position, CUT_MORE, records
+        position += size
+        records += 1
+    return position, CUT_CHUNK, records
 
 
 def split_batch(

@@ -122,7 +122,8 @@ class TransferReader:
         end = start + TRANSFER_HEADER_SIZE_BYTES + body_size_bytes
         if len(pending) < end:
             return None
-        body = bytes(pending[start + TRANSFER_HEADER_SIZE_BYTES : end])
+        with memoryview(pending)[start + TRANSFER_HEADER_SIZE_BYTES : end] as view:
+            body = bytes(view)  # one copy (a bytearray slice would be a second)
         self._start = end
         if end == len(pending):
             pending.clear()

@@ -214,7 +214,7 @@ class ReplicationView:
 
     state: int  # HA_*
     slave_count: int  # a master's connected slaves
-    acked_log_offset_bytes: int  # master: the slaves' greatest report; slave: its last report
+    acked_log_offset_bytes: int  # master: the slaves' greatest report; slave: its greatest
     master_log_offset_bytes: int  # slave: the master's offset in the newest frame
     report_time_ms: int  # when the acknowledged position last moved (wall clock)
 

@@ -481,3 +481,94 @@ def test_split_batch_error_codes() -> None:
     assert split_both(wrong_properties, 10, 4)[0] == fast.SPLIT_BATCH_SIZE_MISMATCH
     negative_body = one[:16] + struct.pack(">i", -1) + one[20:]
     assert split_both(negative_body, 10, 4)[0] == fast.SPLIT_BATCH_SIZE_MISMATCH
+
+
+# --- cut_records ----------------------------------------------------------------------------------
+
+
+def test_cut_reasons_are_the_same_in_both_twins() -> None:
+    names = ("CUT_MORE", "CUT_CHUNK", "CUT_BLANK", "CUT_INVALID", "CUT_CROSSES")
+    assert [getattr(fast, name) for name in names] == [getattr(ref, name) for name in names]
+    assert len({getattr(fast, name) for name in names}) == len(names)
+
+
+@st.composite
+def record_streams(draw: st.DrawFn) -> tuple[bytes, list[int]]:
+    """Records back to back, maybe a blank, then maybe noise; and where each record starts."""
+    data = bytearray()
+    starts: list[int] = []
+    for message in draw(st.lists(messages, max_size=6)):
+        starts.append(len(data))
+        data += m.encode_record(message, log_offset_bytes=len(data))
+    if draw(st.booleans()):
+        data += m.encode_blank(draw(st.integers(8, 4096)))
+    data += draw(st.binary(max_size=24))
+    return bytes(data), starts
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    stream=record_streams(),
+    start_choice=st.integers(0, 7),
+    end_cut=st.integers(0, 300),
+    chunk=st.integers(0, 2000),
+    segment_slack=st.integers(-200, 400),
+    size_max=st.integers(91, 600),
+    flips=st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 255)), max_size=3),
+)
+def test_cut_records_kernel_agrees_with_twin(
+    stream: tuple[bytes, list[int]],
+    start_choice: int,
+    end_cut: int,
+    chunk: int,
+    segment_slack: int,
+    size_max: int,
+    flips: list[tuple[int, int]],
+) -> None:
+    data, starts = stream
+    buffer = bytearray(data)
+    for at, value in flips:
+        if at < len(buffer):
+            buffer[at] = value
+    start = starts[start_choice % len(starts)] if starts else 0
+    end = max(start, len(buffer) - end_cut)
+    arguments = (start, end, start + chunk, len(data) + segment_slack, size_max)
+    assert fast.cut_records(as_array(bytes(buffer)), *arguments) == ref.cut_records(
+        as_array(bytes(buffer)), *arguments
+    )
+
+
+def test_cut_records_stops_before_a_torn_record_at_a_blank_and_at_the_chunk() -> None:
+    records = [m.encode_record(m.MessageToStore("T", 0, b"x" * size)) for size in (10, 20, 30)]
+    sizes = [len(record) for record in records]
+    whole = b"".join(records) + m.encode_blank(64)
+    array = as_array(whole)
+    big = 1 << 20
+    # torn: the last record's bytes are not all there
+    assert fast.cut_records(array, 0, sum(sizes) - 1, big, big, 4096) == (
+        sizes[0] + sizes[1],
+        fast.CUT_MORE,
+        2,
+    )
+    assert fast.cut_records(array, 0, sum(sizes) + 8, big, big, 4096) == (
+        sum(sizes),
+        fast.CUT_BLANK,
+        3,
+    )
+    # the chunk ends inside the second record: that record goes whole, the walk stops after it
+    assert fast.cut_records(array, 0, len(whole), sizes[0] + 1, big, 4096) == (
+        sizes[0] + sizes[1],
+        fast.CUT_CHUNK,
+        2,
+    )
+    # a record larger than allowed, or one that leaves no room for a blank in its segment
+    assert fast.cut_records(array, 0, len(whole), big, big, sizes[0] - 1) == (
+        0,
+        fast.CUT_INVALID,
+        0,
+    )
+    assert fast.cut_records(array, 0, len(whole), big, sum(sizes) + 7, 4096) == (
+        sizes[0] + sizes[1],
+        fast.CUT_CROSSES,
+        2,
+    )

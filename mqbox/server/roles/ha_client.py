@@ -41,9 +41,18 @@ import struct
 import time
 from typing import Final, NoReturn
 
+import numpy as np
+
 from mqbox.clock import wall_clock_ms
 from mqbox.errors import StoreError
-from mqbox.message import BLANK_MAGIC, BLANK_SIZE_BYTES, MESSAGE_MAGIC, RECORD_SIZE_BYTES_MIN
+from mqbox.message import BLANK_SIZE_BYTES
+from mqbox.message_kernels import (
+    CUT_BLANK,
+    CUT_CHUNK,
+    CUT_CROSSES,
+    CUT_MORE,
+    cut_records,
+)
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.ha import TransferReader, encode_report
 from mqbox.run_files import write_json_atomically
@@ -66,6 +75,8 @@ IDLE_WAIT_MS: Final = 100
 READ_SIZE_BYTES: Final = 256 * 1024
 VERIFY_SIZE_BYTES: Final = 64 * 1024  # how much of its end a slave checks at each connect
 REPLICA_SIZE_BYTES_MAX: Final = 256 * 1024  # one REPLICA parcel (a longer record goes whole)
+# A stored record is at most maxMessageSize of body plus its fixed part, topic and properties.
+RECORD_SIZE_SLACK_BYTES: Final = 4096
 STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024  # stop reading while this much waits for the ring
 CONNECT_TIMEOUT_S: Final = 1.0
 STATUS_INTERVAL_NS: Final = 1_000_000_000  # run/replication.json at most this often in between
@@ -108,6 +119,11 @@ class HaClient:
         self._handed: collections.deque[tuple[int, int]] = collections.deque()
         self.master_log_offset_bytes = 0  # the master's offset in the newest frame
         self.reported_bytes = -1
+        # The greatest offset reported while this process runs: what it publishes. A reconnect
+        # reports up to VERIFY_SIZE_BYTES less (the stretch to compare), but the bytes below
+        # the earlier reports are still this slave's and were acknowledged (a master killed
+        # while its listening socket outlived its HA role took such a reconnect).
+        self.reported_max_bytes = 0
         self._expected_bytes = 0  # where the next frame must start
         self._verify_end_bytes = 0  # bytes below this are compared, not handed
         self._tail = bytearray()  # stream bytes from _tail_start_bytes not handed yet
@@ -247,6 +263,7 @@ class HaClient:
             return
         assert sent == 8
         self.reported_bytes = offset_bytes
+        self.reported_max_bytes = max(self.reported_max_bytes, offset_bytes)
         self._last_report_ns = now_ns
         while self._handed and self._handed[0][0] <= offset_bytes:
             self._handed.popleft()
@@ -358,13 +375,16 @@ class HaClient:
             )
 
     def _hand_records(self) -> None:
-        """Cut whole records (and a blank) off the tail and hand them to the writer."""
+        """Cut whole records (and a blank) off the tail and hand them to the writer. The walk
+        over the records is one kernel call per REPLICA parcel (cut_records); a blank, whose
+        padding is dropped, comes back here."""
         tail = self._tail
         position = 0
         emit_start = 0
         records = 0  # whole records in tail[emit_start:position]
         tail_start_bytes = self._tail_start_bytes
         size = len(tail)
+        record_size_bytes_max = self.record_size_bytes_max + RECORD_SIZE_SLACK_BYTES
         while True:
             at_bytes = tail_start_bytes + position
             if at_bytes < self._skip_to_bytes:
@@ -374,16 +394,31 @@ class HaClient:
                 if tail_start_bytes + position < self._skip_to_bytes:
                     break
                 continue
-            if size - position < BLANK_SIZE_BYTES:
+            segment_end_bytes = at_bytes - at_bytes % self.segment_size_bytes
+            segment_end_bytes += self.segment_size_bytes
+            view = np.frombuffer(tail, dtype=np.uint8)
+            try:
+                position, reason, walked = cut_records(
+                    view,
+                    position,
+                    size,
+                    emit_start + REPLICA_SIZE_BYTES_MAX,
+                    segment_end_bytes - tail_start_bytes,
+                    record_size_bytes_max,
+                )
+            finally:
+                del view  # the bytearray cannot change size while numpy holds a view of it
+            at_bytes = tail_start_bytes + position
+            records += walked
+            if reason == CUT_MORE:
                 break
-            if position - emit_start >= REPLICA_SIZE_BYTES_MAX:
+            if reason == CUT_CHUNK:
                 self._emit(tail, emit_start, position, records=records)
                 emit_start = position
                 records = 0
-            record_size, magic = _SIZE_AND_MAGIC.unpack_from(tail, position)
-            segment_end_bytes = at_bytes - at_bytes % self.segment_size_bytes
-            segment_end_bytes += self.segment_size_bytes
-            if magic == BLANK_MAGIC:
+                continue
+            record_size, _magic = _SIZE_AND_MAGIC.unpack_from(tail, position)
+            if reason == CUT_BLANK:
                 if record_size != segment_end_bytes - at_bytes:
                     raise RemoteProtocolError(f"a blank at {at_bytes} of size {record_size}")
                 position += BLANK_SIZE_BYTES
@@ -392,16 +427,9 @@ class HaClient:
                 records = 0
                 self._skip_to_bytes = segment_end_bytes
                 continue
-            if magic != MESSAGE_MAGIC or not (
-                RECORD_SIZE_BYTES_MIN <= record_size <= self.record_size_bytes_max + 4096
-            ):
-                raise RemoteProtocolError(f"no record at {at_bytes} (size {record_size})")
-            if at_bytes + record_size + BLANK_SIZE_BYTES > segment_end_bytes:
+            if reason == CUT_CROSSES:
                 raise RemoteProtocolError(f"the record at {at_bytes} crosses its segment's end")
-            if size - position < record_size:
-                break
-            position += record_size
-            records += 1
+            raise RemoteProtocolError(f"no record at {at_bytes} (size {record_size})")
         if position > emit_start:
             self._emit(tail, emit_start, position, records=records)
         del tail[:position]
@@ -417,7 +445,8 @@ class HaClient:
         log_offset_bytes = self._tail_start_bytes + start
         assert log_offset_bytes == self.handed_end_bytes, (log_offset_bytes, self.handed_end_bytes)
         head = parcels.REPLICA_HEAD_STRUCT.pack(log_offset_bytes)
-        self.link.send(parcels.REPLICA, head, bytes(tail[start:end]))
+        with memoryview(tail)[start:end] as part:  # the outbox copies it: no slice of our own
+            self.link.send(parcels.REPLICA, head, part)
         self.handed_end_bytes = rolled_to_bytes or log_offset_bytes + (end - start)
         if records:
             self._handed.append((self.handed_end_bytes, records))
@@ -428,7 +457,7 @@ class HaClient:
         self.positions.publish_replication(
             self.state,
             0,
-            max(self.reported_bytes, 0),
+            self.reported_max_bytes,
             self.master_log_offset_bytes,
             wall_clock_ms(),
         )
@@ -440,7 +469,7 @@ class HaClient:
             "role": "slave",
             "state": HA_STATE_NAMES[self.state],
             "master": self.master_address,
-            "reported_log_offset": max(self.reported_bytes, 0),
+            "reported_log_offset": self.reported_max_bytes,
             "master_log_offset": self.master_log_offset_bytes,
             "slave_lag_messages": sum(records for _end, records in self._handed),
             "reason": self.reason,
@@ -454,6 +483,11 @@ class HaClient:
         self._closed = True
         self._disconnect("the slave stops")
         self.link.close()
+
+
+def warm_up() -> None:
+    """Compile cut_records in the supervisor's zygote, so the HA client inherits it."""
+    cut_records(np.zeros(BLANK_SIZE_BYTES, dtype=np.uint8), 0, 0, 0, 0, 0)
 
 
 def main(ctx: RoleContext) -> NoReturn:

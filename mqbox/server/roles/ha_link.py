@@ -15,6 +15,7 @@ from typing import Final
 
 from mqbox.ipc.ring import Ring
 from mqbox.message import pack_host
+from mqbox.server.parcels import Buffer
 from mqbox.server.queue_counters import StorePositions, store_positions_name
 from mqbox.server.runtime import RoleContext
 from mqbox.server.transport import Inbox, Outbox, Sleeper, SpillWriter
@@ -79,7 +80,7 @@ class HaLink:
                 inbox.release(batch)
         return count
 
-    def send(self, parcel_type: int, head: bytes, *tail: bytes) -> None:
+    def send(self, parcel_type: int, head: Buffer, *tail: Buffer) -> None:
         """One parcel to the store writer (staged; `flush_nowait` writes it)."""
         for outbox in self.outboxes:
             outbox.append(parcel_type, head, *tail)

@@ -6,7 +6,8 @@ connection per slave, the transfer of commit-log bytes from read-only maps of th
 slaves' acknowledged positions, the replication line of store-positions (its only writer), and
 run/replication.json with the slave's lag in bytes and in records (counted over its own log).
 Tells the store writer (REPLICATED) when the greatest acknowledged position moves or the number
-of slaves changes: SYNC_MASTER acks wait on it.
+of slaves changes: SYNC_MASTER acks wait on it (an ASYNC_MASTER's store writer waits on no
+report, so it is told the number of slaves alone, which saves it a wake-up per report).
 
 Never: writes the commit log, decides an ack (the store writer does), or sends bytes past the
 published write position (every byte below it is whole records or blanks).
@@ -37,6 +38,7 @@ import time
 from typing import Final, NoReturn
 
 from mqbox.clock import wall_clock_ms
+from mqbox.config import BrokerRole
 from mqbox.errors import StoreError
 from mqbox.protocol.errors import RemoteProtocolError
 from mqbox.protocol.ha import ReportReader, encode_transfer_header
@@ -54,7 +56,22 @@ log = logging.getLogger("mqbox.ha_service")
 IDLE_WAIT_MS: Final = 100  # RocketMQ's transfer thread sleeps up to 100 ms with nothing to send
 READ_SIZE_BYTES: Final = 64 * 1024
 SLAVE_COUNT_MAX: Final = 16  # more connections are closed at accept
-STATUS_INTERVAL_NS: Final = 1_000_000_000  # run/replication.json at most this often in between
+# Frames gathered into one sendmsg: fewer system calls per byte; the kernel copies straight
+# from the commit log's map.
+SEND_SIZE_BYTES_MAX: Final = 256 * 1024
+SEND_FRAME_COUNT_MAX: Final = 64  # and at most this many frames (IOV_MAX is 1024 buffers)
+# run/replication.json at most this often while the acknowledged position moves (a file write
+# and rename per slave report cost the role more than the transfer); store-positions, which
+# programs read, moves with every report.
+STATUS_INTERVAL_NS: Final = 1_000_000_000
+# An ASYNC_MASTER sends a caught-up slave new bytes at most this often: under single sends each
+# transfer sets off a chain of wake-ups on both sides (this role, the slave's HA client, store
+# writer and dispatcher, the report back), so one transfer per interval instead of one per
+# append divides that chain among the messages of the interval. The first bytes after a quiet
+# spell go at once; the slave's lag grows by at most this much. (RocketMQ's transfer thread
+# waits up to 100 ms when caught up, woken early only under SYNC_MASTER.) A SYNC_MASTER sends at
+# once: its acks wait on the slave.
+ASYNC_TRANSFER_INTERVAL_NS: Final = 2_000_000
 
 
 @dataclasses.dataclass(slots=True)
@@ -68,8 +85,12 @@ class _Slave:
     last_write_ns: int
     next_log_offset_bytes: int = -1  # -1 until the first report
     acked_log_offset_bytes: int = 0
-    output: bytes = b""  # the rest of the frame being written
+    # What is being written: frame headers and views of the commit log's map, the first one
+    # possibly partly sent already.
+    output: list[bytes | memoryview] = dataclasses.field(default_factory=list)
     close_after_output: bool = False
+    want_write: bool = False  # EPOLLOUT registered
+    gathered_ns: int = 0  # when frames were last gathered up to the write position
     sent_bytes: int = 0
 
 
@@ -137,6 +158,10 @@ class HaService:
         self._closed = False
         self._filed = (-1, -1)  # (acked, write position) of the last run/replication.json
         self._filed_ns = 0
+        # ASYNC_MASTER: the store writer waits on no report, so it is told only of the slaves'
+        # count, and new bytes go out at most every coalesce_ns.
+        self.acks_wait = broker.broker_role is BrokerRole.SYNC_MASTER
+        self.coalesce_ns = 0 if self.acks_wait else ASYNC_TRANSFER_INTERVAL_NS
         self._publish()
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -150,15 +175,27 @@ class HaService:
         self.link.follow_retention_nowait()
         now_ns = time.monotonic_ns()
         write_bytes = self.positions.write_log_offset_bytes
+        held_ns = 0  # how long until a slave whose new bytes are held back is due
         for slave in list(self.slaves.values()):
-            work += self._transfer(slave, write_bytes, now_ns)
+            due_ns = slave.gathered_ns + self.coalesce_ns
+            if due_ns > now_ns and slave.next_log_offset_bytes < write_bytes:
+                held_ns = min(held_ns or due_ns - now_ns, due_ns - now_ns)
+                work += self._transfer(slave, slave.next_log_offset_bytes, now_ns)
+            else:
+                work += self._transfer(slave, write_bytes, now_ns)
             self._housekeep(slave, write_bytes, now_ns)
         self._tell_writer()
         self._file_if_due(write_bytes, now_ns)
         self.link.flush_nowait()
         # Reports are read every turn, busy or not: SYNC_MASTER acks wait on them.
         wait_ms = IDLE_WAIT_MS if timeout_ms < 0 else min(IDLE_WAIT_MS, timeout_ms)
-        for fd, mask in self.link.sleeper.wait(0 if work else wait_ms):
+        if held_ns:
+            # New bytes wait for their slave's interval: sleep on the sockets alone (the WRITTEN
+            # ring is readable, which would end the Sleeper's wait at once).
+            events = self.epoll.poll(held_ns / 1e9)
+        else:
+            events = self.link.sleeper.wait(0 if work else wait_ms)
+        for fd, mask in events:
             if fd == self.link.wakeup_fd:
                 runtime.clear_wakeup_nowait()
             elif fd == self.listener.fileno():
@@ -232,7 +269,7 @@ class HaService:
                 reported_bytes,
                 write_bytes,
             )
-            slave.output = encode_transfer_header(write_bytes, 0)
+            slave.output = [encode_transfer_header(write_bytes, 0)]
             slave.close_after_output = True
             return
         if slave.next_log_offset_bytes < 0:
@@ -264,27 +301,28 @@ class HaService:
         )
         if start_bytes == write_bytes:
             # Caught up at once: say so now, so a slave learns where this log ends.
-            slave.output = encode_transfer_header(start_bytes, 0)
+            slave.output = [encode_transfer_header(start_bytes, 0)]
 
     # -- transfer ---------------------------------------------------------------------------------
 
     def _transfer(self, slave: _Slave, write_bytes: int, now_ns: int) -> int:
-        """Write what the slave's socket takes: the rest of a frame, then new frames. Returns
-        the frames started (work done)."""
+        """Write what the slave's socket takes: the rest of the output, then new frames,
+        gathered up to SEND_SIZE_BYTES_MAX per sendmsg. Returns the frames started (work
+        done)."""
         frames = 0
         while True:
             if slave.output:
                 try:
-                    sent = slave.sock.send(slave.output)
+                    sent = slave.sock.sendmsg(slave.output)
                 except (BlockingIOError, InterruptedError):
                     sent = 0
                 except OSError as error:
                     self._close(slave, f"write failed: {error}")
                     return frames
-                slave.output = slave.output[sent:]
                 slave.sent_bytes += sent
                 if sent:
                     slave.last_write_ns = now_ns
+                    _consume(slave.output, sent)
                 if slave.output:
                     self._want_write(slave, True)
                     return frames
@@ -292,17 +330,28 @@ class HaService:
                     self._close(slave, "diverged")
                     return frames
             self._want_write(slave, False)
-            next_bytes = slave.next_log_offset_bytes
-            if next_bytes < 0 or next_bytes >= write_bytes:
+            gathered_bytes = 0
+            while (
+                gathered_bytes < SEND_SIZE_BYTES_MAX
+                and len(slave.output) < 2 * SEND_FRAME_COUNT_MAX
+            ):
+                next_bytes = slave.next_log_offset_bytes
+                if next_bytes < 0 or next_bytes >= write_bytes:
+                    break
+                body = self._frame(slave, next_bytes, write_bytes)
+                if body is None:
+                    return frames
+                slave.output += (encode_transfer_header(next_bytes, len(body)), body)
+                gathered_bytes += len(body)
+                frames += 1
+                if slave.next_log_offset_bytes >= write_bytes:
+                    slave.gathered_ns = now_ns
+            if not slave.output:
                 return frames
-            frame = self._frame(slave, next_bytes, write_bytes)
-            if frame is None:
-                return frames
-            slave.output = frame
-            frames += 1
 
-    def _frame(self, slave: _Slave, next_bytes: int, write_bytes: int) -> bytes | None:
-        """The next frame from `next_bytes`: one segment's readable part, at most a batch."""
+    def _frame(self, slave: _Slave, next_bytes: int, write_bytes: int) -> memoryview | None:
+        """The body of the next frame from `next_bytes`, a view of the map: one segment's
+        readable part, at most a batch."""
         segment_start_bytes = next_bytes - next_bytes % self.segment_size_bytes
         segment_end_bytes = segment_start_bytes + self.segment_size_bytes
         end_bytes = min(write_bytes, segment_end_bytes, next_bytes + self.batch_size_bytes)
@@ -315,11 +364,14 @@ class HaService:
             self._close(slave, f"the master no longer has offset {next_bytes} (retention)")
             return None
         at = next_bytes - segment_start_bytes
-        body = buffer[at : at + (end_bytes - next_bytes)].tobytes()
         slave.next_log_offset_bytes = end_bytes
-        return encode_transfer_header(next_bytes, len(body)) + body
+        # The view keeps the map alive even if retention drops the segment meanwhile.
+        return buffer[at : at + (end_bytes - next_bytes)].data
 
     def _want_write(self, slave: _Slave, want: bool) -> None:
+        if slave.want_write == want:
+            return
+        slave.want_write = want
         mask = select.EPOLLIN | (select.EPOLLOUT if want else 0)
         with contextlib.suppress(OSError, ValueError):
             self.epoll.modify(slave.sock.fileno(), mask)
@@ -336,13 +388,13 @@ class HaService:
             and slave.next_log_offset_bytes >= 0
             and now_ns - slave.last_write_ns > self.heartbeat_interval_ns
         ):
-            slave.output = encode_transfer_header(slave.next_log_offset_bytes, 0)
+            slave.output = [encode_transfer_header(slave.next_log_offset_bytes, 0)]
             self._transfer(slave, write_bytes, now_ns)
 
     # -- what others see --------------------------------------------------------------------------
 
     def _tell_writer(self) -> None:
-        told = (self.acked_log_offset_bytes, len(self.slaves))
+        told = (self.acked_log_offset_bytes if self.acks_wait else 0, len(self.slaves))
         if told == self._told:
             return
         self._told = told
@@ -395,6 +447,17 @@ class HaService:
             self._close(slave, "the master stops")
         self.listener.close()
         self.link.close()
+
+
+def _consume(output: list[bytes | memoryview], sent_bytes: int) -> None:
+    """Drop the first `sent_bytes` of `output` (what one sendmsg wrote)."""
+    while sent_bytes:
+        first = output[0]
+        if len(first) > sent_bytes:
+            output[0] = memoryview(first)[sent_bytes:]
+            return
+        sent_bytes -= len(first)
+        del output[0]
 
 
 def main(ctx: RoleContext) -> NoReturn:
