@@ -11,9 +11,16 @@ it; `GB_per_s` is the bytes it scanned over its wall time (target >= 1.0). The s
 also timed with one thread and with the default thread count. Everything runs over the page
 cache (the log was just written), so this measures the CPU side of recovery, not the disk.
 
+With --index-unflushed the checkpoint's index position and time are 0 as well: the index known
+flushed up to nothing, as after a crash before the dispatcher's first index flush (it flushes
+the index every mqboxFlushIntervalIndexMs, 60 s, far less often than the consume queues), so
+recovery also cuts every index key and puts the keys of every record again (their consume-queue
+entries are kept); the difference from a run without it is what re-indexing costs.
+
 Prints one JSON line on stdout (docs/style.md section 7); chatter goes to stderr. Run:
     .venv/bin/python bench/store_recover.py
     .venv/bin/python bench/store_recover.py --size-bytes 256 --count 8000000
+    .venv/bin/python bench/store_recover.py --size-bytes 128 --count 1000000 --index-unflushed
 """
 
 from __future__ import annotations
@@ -100,6 +107,9 @@ def main() -> None:
     parser.add_argument("--segment-size-bytes", type=int, default=GiB, help="commit log segment")
     parser.add_argument("--threads", type=int, default=None, help="scan threads (default: CPUs)")
     parser.add_argument("--dir", default=None, help="parent of the temporary store")
+    parser.add_argument(
+        "--index-unflushed", action="store_true", help="the checkpoint claims no index key"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny run, about a second")
     args = parser.parse_args()
     if args.smoke:
@@ -121,10 +131,12 @@ def main() -> None:
         end_bytes = build(root, config, count, args.size_bytes, args.batch_count)
         flushed = read_checkpoint(checkpoint_path(root))
         assert flushed is not None
-        write_checkpoint(
-            checkpoint_path(root),
-            dataclasses.replace(flushed, physic_msg_timestamp_ms=0, physic_log_offset_bytes=0),
-        )
+        crashed = dataclasses.replace(flushed, physic_msg_timestamp_ms=0, physic_log_offset_bytes=0)
+        if args.index_unflushed:
+            crashed = dataclasses.replace(
+                crashed, index_msg_timestamp_ms=0, index_log_offset_bytes=0
+            )
+        write_checkpoint(checkpoint_path(root), crashed)
         # The scan alone, one thread and the default count (a warm-up pass first: the pages
         # of the maps are faulted in once, as recovery would have to as well).
         store = MessageStore(root, config)
@@ -159,11 +171,15 @@ def main() -> None:
         assert report.scanned_bytes == end_bytes
         assert report.record_count == count
         assert report.truncated_at_log_offset_bytes is None
+        if args.index_unflushed:
+            assert report.redispatched_record_count == count
+            assert report.redispatch_from_log_offset_bytes == 0
         store.close()
         log(
             f"{BENCH}: recover() scanned {report.scanned_bytes / 1e9:.2f} GB, "
             f"{report.record_count} records in {secs:.3f} s; re-dispatched "
-            f"{report.redispatched_record_count}; scan alone {scan_secs[1]:.3f} s on one "
+            f"{report.redispatched_record_count}, index keys dropped "
+            f"{report.index_entry_dropped_count}; scan alone {scan_secs[1]:.3f} s on one "
             f"thread, {scan_secs[args.threads]:.3f} s on the default count"
         )
     finally:
@@ -180,6 +196,7 @@ def main() -> None:
             "segment_size_bytes": args.segment_size_bytes,
             "threads": args.threads,
             "check_crc": True,
+            "index_unflushed": args.index_unflushed,
         },
         count,
         secs,
@@ -190,6 +207,7 @@ def main() -> None:
         scan_GB_per_s_one_thread=round(end_bytes / scan_secs[1] / 1e9, 3),
         scan_GB_per_s=round(end_bytes / scan_secs[args.threads] / 1e9, 3),
         redispatched_record_count=report.redispatched_record_count,
+        index_entry_dropped_count=report.index_entry_dropped_count,
         checksum=checksum(summary),
     )
 
