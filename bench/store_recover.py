@@ -11,9 +11,19 @@ it; `GB_per_s` is the bytes it scanned over its wall time (target >= 1.0). The s
 also timed with one thread and with the default thread count. Everything runs over the page
 cache (the log was just written), so this measures the CPU side of recovery, not the disk.
 
+With --index-unflushed N the checkpoint's index position is the start of the N-th record from
+the end (its time that record's batch's less 1 ms): the index known flushed only below it, as
+after a crash up to a minute after the dispatcher's last index flush (it flushes the index every
+mqboxFlushIntervalIndexMs, 60 s, far less often than the consume queues). Recovery then cuts the
+index there (the file holding the cut gets its slots rebuilt from the kept entries) and puts the
+keys of those N records again; their consume-queue entries are kept. The difference from a run
+without it is what re-indexing costs. The log must fit one segment (the position is computed).
+
 Prints one JSON line on stdout (docs/style.md section 7); chatter goes to stderr. Run:
     .venv/bin/python bench/store_recover.py
     .venv/bin/python bench/store_recover.py --size-bytes 256 --count 8000000
+    .venv/bin/python bench/store_recover.py --size-bytes 256 --count 2000000 \
+        --index-unflushed 1000000
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ from mqbox.store.recovery import (
 )
 
 BENCH = "store_recover"
+BUILD_START_MS = 1_700_000_000_000  # store time of the first batch; each next one 1 ms later
 
 
 def build(root: Path, config: StoreConfig, count: int, size_bytes: int, batch_count: int) -> int:
@@ -74,7 +85,7 @@ def build(root: Path, config: StoreConfig, count: int, size_bytes: int, batch_co
             template.sizes_bytes,
             TOPIC,
             batch % queue_count,
-            store_timestamp_ms=1_700_000_000_000 + batch,
+            store_timestamp_ms=BUILD_START_MS + batch,
         )
         if batch % 256 == 255:
             store.dispatch()
@@ -100,6 +111,12 @@ def main() -> None:
     parser.add_argument("--segment-size-bytes", type=int, default=GiB, help="commit log segment")
     parser.add_argument("--threads", type=int, default=None, help="scan threads (default: CPUs)")
     parser.add_argument("--dir", default=None, help="parent of the temporary store")
+    parser.add_argument(
+        "--index-unflushed",
+        type=int,
+        default=0,
+        help="records at the end whose keys the checkpoint does not claim flushed",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny run, about a second")
     args = parser.parse_args()
     if args.smoke:
@@ -121,10 +138,18 @@ def main() -> None:
         end_bytes = build(root, config, count, args.size_bytes, args.batch_count)
         flushed = read_checkpoint(checkpoint_path(root))
         assert flushed is not None
-        write_checkpoint(
-            checkpoint_path(root),
-            dataclasses.replace(flushed, physic_msg_timestamp_ms=0, physic_log_offset_bytes=0),
-        )
+        crashed = dataclasses.replace(flushed, physic_msg_timestamp_ms=0, physic_log_offset_bytes=0)
+        if args.index_unflushed:
+            assert 0 < args.index_unflushed <= count
+            assert end_bytes == count * args.size_bytes, "--index-unflushed needs one segment"
+            kept_count = count - args.index_unflushed
+            index_ms = 0 if kept_count == 0 else BUILD_START_MS + kept_count // args.batch_count - 1
+            crashed = dataclasses.replace(
+                crashed,
+                index_msg_timestamp_ms=max(index_ms, 0),
+                index_log_offset_bytes=kept_count * args.size_bytes,
+            )
+        write_checkpoint(checkpoint_path(root), crashed)
         # The scan alone, one thread and the default count (a warm-up pass first: the pages
         # of the maps are faulted in once, as recovery would have to as well).
         store = MessageStore(root, config)
@@ -159,11 +184,17 @@ def main() -> None:
         assert report.scanned_bytes == end_bytes
         assert report.record_count == count
         assert report.truncated_at_log_offset_bytes is None
+        if args.index_unflushed:
+            assert report.redispatched_record_count == args.index_unflushed
+            assert report.redispatch_from_log_offset_bytes == end_bytes - (
+                args.index_unflushed * args.size_bytes
+            )
         store.close()
         log(
             f"{BENCH}: recover() scanned {report.scanned_bytes / 1e9:.2f} GB, "
             f"{report.record_count} records in {secs:.3f} s; re-dispatched "
-            f"{report.redispatched_record_count}; scan alone {scan_secs[1]:.3f} s on one "
+            f"{report.redispatched_record_count}, index keys dropped "
+            f"{report.index_entry_dropped_count}; scan alone {scan_secs[1]:.3f} s on one "
             f"thread, {scan_secs[args.threads]:.3f} s on the default count"
         )
     finally:
@@ -180,6 +211,7 @@ def main() -> None:
             "segment_size_bytes": args.segment_size_bytes,
             "threads": args.threads,
             "check_crc": True,
+            "index_unflushed": args.index_unflushed,
         },
         count,
         secs,
@@ -190,6 +222,7 @@ def main() -> None:
         scan_GB_per_s_one_thread=round(end_bytes / scan_secs[1] / 1e9, 3),
         scan_GB_per_s=round(end_bytes / scan_secs[args.threads] / 1e9, 3),
         redispatched_record_count=report.redispatched_record_count,
+        index_entry_dropped_count=report.index_entry_dropped_count,
         checksum=checksum(summary),
     )
 

@@ -8,8 +8,9 @@ a queue in them.
   thread the flushed position, its housekeeping thread the commit log's minimum (retention moves
   it just before each unlink). The dispatcher and the pull and admin processors read it.
 - `QueueCounters` (`/mqbox.<instance>.queue-counters.0`): created and written only by the
-  dispatcher: the dispatched position, a change sequence, the store times its last consume-queue
-  and index flushes covered (the store writer puts them in the checkpoint, which it alone
+  dispatcher: the dispatched position, a change sequence, the log offsets and store times its
+  last consume-queue flush and its last index flush covered (each published by its own flush,
+  the index's far less often; the store writer puts them in the checkpoint, which it alone
   writes), the commit-log minimum the consume queues and index last followed, and a
   fixed-capacity open-addressing table from (topic, queue_id) to the queue's entry count
   (RocketMQ's max offset). The pull processors read it to learn how far a consume queue may be
@@ -36,9 +37,9 @@ Layouts (little-endian int64 words unless named otherwise):
     +128  writer line: write position,   +128  dispatcher line: dispatched position,
           appended record total,               change sequence, queue count, overflow count,
           dispatch start, writer pid,          dispatcher pid, logics flushed store time,
-          state (0 opening, 1 ready)           index flushed store time, derived minimum
-    +256  flush line: flushed position,  +256  slot_count slots of SLOT (below)
-          flushed store timestamp
+          state (0 opening, 1 ready)           index flushed store time, derived minimum,
+    +256  flush line: flushed position,        logics and index flushed positions
+          flushed store timestamp        +256  slot_count slots of SLOT (below)
     +384  retention line: commit-log
           minimum, segments deleted
     +512  replication line: state,
@@ -462,26 +463,32 @@ class QueueCounters:
         self._words[_C_DISPATCHED] = dispatched_log_offset_bytes
         self._words[_C_CHANGE_SEQUENCE] += 1
 
-    def publish_flushed(
-        self,
-        flushed_log_offset_bytes: int,
-        logics_msg_timestamp_ms: int,
-        index_msg_timestamp_ms: int,
+    def publish_logics_flushed(
+        self, flushed_log_offset_bytes: int, logics_msg_timestamp_ms: int
     ) -> None:
-        """After the consume-queue and index flushes returned: every record below
-        `flushed_log_offset_bytes` (the dispatched position taken before they began) has its
-        entries and keys durable, and the newest store times they made durable (0: none yet).
-        The store writer copies them into the checkpoint. Times first, offset last."""
+        """After the consume-queue flush returned: every record below `flushed_log_offset_bytes`
+        (the dispatched position taken before it began) has its entry durable, and the newest
+        store time it made durable (0: none yet). The store writer copies both into the
+        checkpoint. Time first, offset last; an older report never moves the offset back."""
         assert flushed_log_offset_bytes >= 0
         assert logics_msg_timestamp_ms >= 0
-        assert index_msg_timestamp_ms >= 0
         if logics_msg_timestamp_ms > 0:
             self._words[_C_LOGICS_FLUSHED_TIMESTAMP] = logics_msg_timestamp_ms
+        if flushed_log_offset_bytes > self._words[_C_LOGICS_FLUSHED_LOG_OFFSET]:
+            self._words[_C_LOGICS_FLUSHED_LOG_OFFSET] = flushed_log_offset_bytes
+
+    def publish_index_flushed(
+        self, flushed_log_offset_bytes: int, index_msg_timestamp_ms: int
+    ) -> None:
+        """After an index flush returned (less often than the consume queues'): every record
+        below `flushed_log_offset_bytes` has its keys durable, and the newest store time the
+        flush made durable (0: none yet). Time first, offset last; never back."""
+        assert flushed_log_offset_bytes >= 0
+        assert index_msg_timestamp_ms >= 0
         if index_msg_timestamp_ms > 0:
             self._words[_C_INDEX_FLUSHED_TIMESTAMP] = index_msg_timestamp_ms
-        if flushed_log_offset_bytes > self._words[_C_LOGICS_FLUSHED_LOG_OFFSET]:
+        if flushed_log_offset_bytes > self._words[_C_INDEX_FLUSHED_LOG_OFFSET]:
             self._words[_C_INDEX_FLUSHED_LOG_OFFSET] = flushed_log_offset_bytes
-            self._words[_C_LOGICS_FLUSHED_LOG_OFFSET] = flushed_log_offset_bytes
 
     def publish_derived_min_log_offset(self, min_log_offset_bytes: int) -> None:
         """The consume queues and the index now follow this commit-log minimum."""

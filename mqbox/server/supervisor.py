@@ -141,7 +141,8 @@ PRIVATE_UMASK: Final = 0o077
 READY_TIMEOUT_S_DEFAULT: Final = 60.0
 READY_TIMEOUT_S_STORE: Final = 900.0
 NAMESRV_READY_TIMEOUT_S: Final = 30.0
-# Stopping: the store writer flushes and checkpoints.
+# Stopping: the store writer flushes and checkpoints; the dispatcher flushes the consume queues
+# and up to a minute of the index (mqboxFlushIntervalIndexMs).
 STOP_TIMEOUT_S_DEFAULT: Final = 10.0
 STOP_TIMEOUT_S_STORE: Final = 60.0
 STALE_PROCESS_WAIT_S: Final = 10.0
@@ -864,7 +865,7 @@ class Supervisor:
             return 0.0
         if self.options.stop_timeout_s is not None:
             return self.options.stop_timeout_s
-        return STOP_TIMEOUT_S_STORE if kind is RoleKind.STORE_WRITER else STOP_TIMEOUT_S_DEFAULT
+        return STOP_TIMEOUT_S_STORE if kind in _STORE_KINDS else STOP_TIMEOUT_S_DEFAULT
 
     def _fork_role(self, spec: RoleSpec, ready_timeout_s: float) -> _RoleProcess:
         """Fork one process for `spec` from this warm parent; it runs spec.main(ctx)."""

@@ -65,8 +65,11 @@ Theory of operation.
      the bound all fail it. The index file holding the bound is cut the same way (the key hash
      must be one of the record's keys), newer index files are deleted, and the surviving newest
      file gets its hash slots rebuilt from its kept entries, because slot pages written after
-     the flush may point at lost entries. Records from the bounds on are dispatched again: the
-     consume queues and the index then agree with the commit log record for record.
+     the flush may point at lost entries. Records from the lesser bound on are dispatched again,
+     those below the logics bound for their keys alone: the consume queues and the index then
+     agree with the commit log record for record. In the appliance the index bound is the lesser
+     one, up to a minute of traffic behind (the dispatcher flushes the index every
+     mqboxFlushIntervalIndexMs, the consume queues every second; roles/dispatcher.py).
    - A checkpoint written before the offsets existed (or by RocketMQ) has only the three store
      times; recovery then goes by them as RocketMQ does (`_plan_by_times`): the scan starts at
      the last segment whose first record was stored before `physic - margin`, damage is a

@@ -7,10 +7,12 @@ with its body and its key.
 
 Method: `python -m mqbox.server.supervisor` with the broker's real topology (tests/support/
 appliance.py) in a fresh home. Messages with keys are sent; the test waits until the checkpoint
-holds all three times (the store writer writes it every flushIntervalConsumeQueue ms, 200 here),
-then SIGKILLs the supervisor, its name server and every role by PID, and starts the appliance
-again on the same home. The store writer's log says how recovery went; pulls and a key query
-(QUERY_MESSAGE through the admin) show what survived. Every process is killed by PID at the end.
+holds all three times (the store writer writes it every flushIntervalConsumeQueue ms, 200 here,
+and the index is flushed as often: mqboxFlushIntervalIndexMs=200, where tests/crash/
+test_index_sigkill.py keeps a long interval), then SIGKILLs the supervisor, its name server and
+every role by PID, and starts the appliance again on the same home. The store writer's log
+says how recovery went; pulls and a key query (QUERY_MESSAGE through the admin) show what
+survived. Every process is killed by PID at the end.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ BROKER_CONF: Final = (
     "mapedFileSizeConsumeQueue=6000\n"
     "flushIntervalCommitLog=100\n"
     "flushIntervalConsumeQueue=200\n"
+    "mqboxFlushIntervalIndexMs=200\n"
     "mqboxSendProcessorCount=1\n"
     "mqboxPullProcessorCount=1\n"
 )

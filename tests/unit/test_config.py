@@ -99,6 +99,16 @@ def test_retention_keys_load_with_rocketmqs_names_and_defaults() -> None:
         load_broker_config(None, {"cleanResourceInterval": "0"})
 
 
+def test_the_index_flush_interval_loads_and_is_bounded() -> None:
+    assert load_broker_config(ETC / "broker.conf").flush_interval_index_ms == 60_000
+    assert load_broker_config(None).flush_interval_index_ms == 60_000
+    config = load_broker_config(None, {"mqboxFlushIntervalIndexMs": "200"})
+    assert (config.flush_interval_index_ms, config.flush_interval_consume_queue_ms) == (200, 1000)
+    for value in ("0", "86400001"):
+        with pytest.raises(ConfigError, match="mqboxFlushIntervalIndexMs"):
+            load_broker_config(None, {"mqboxFlushIntervalIndexMs": value})
+
+
 def test_example_layout_loads() -> None:
     for path in sorted((ETC / "examples" / "2m-2s").glob("broker-*.conf")):
         config = load_broker_config(path)

@@ -3,12 +3,23 @@
 Owns, once the store writer's recovery is done: the consume queues and the index files (the only
 writer of both), the dispatched position, the QueueCounters segment (queue_counters.py: each
 queue's entry count and the dispatched position, for the pull processors), the QUEUES_GREW
-records that wake held pulls, the consume-queue / index flush schedule, whose covered store times
-it publishes in QueueCounters for the checkpoint (the store writer alone writes that file), and
-the retention of consume queues and index: after each flush, when the commit log's minimum that
-the store writer published moved, the segments and files wholly below it are deleted
-(cleanup.DerivedRetention). RocketMQ's ReputMessageService, FlushConsumeQueueService and
+records that wake held pulls, the consume-queue / index flush schedule, whose covered positions
+and store times it publishes in QueueCounters for the checkpoint (the store writer alone writes
+that file), and the retention of consume queues and index: after each flush, when the commit
+log's minimum that the store writer published moved, the segments and files wholly below it are
+deleted (cleanup.DerivedRetention). RocketMQ's ReputMessageService, FlushConsumeQueueService and
 CleanConsumeQueueService in one process.
+
+The flush schedule: the consume queues every flushIntervalConsumeQueue ms; the index only at
+the first of those flushes at least mqboxFlushIntervalIndexMs after its last one (60 s by
+default), when a file fills (IndexService rolls it: the full file is flushed whole) and at the
+stop. The index's slot table is probed at random, so each flush writes back and write-protects
+every page touched since the last one (about 5,000 of its 20 MB at any rate), and each page is
+faulted writable again by the next key that lands in it: flushed every second that was 15 % of
+the dispatcher's CPU and 13.5 % in faults (docs/BENCHMARKS.md, issue 15). The checkpoint's index
+position and time move only at an index flush, so after a crash recovery cuts the index there
+and indexes the records after it again from the commit log (recovery.py, point 3), as RocketMQ
+rebuilds from the checkpoint's index time.
 
 Never: writes the commit log (it maps it read-only), decides where dispatch starts (the store
 writer's recovery published it), answers a client, or touches a socket.
@@ -76,6 +87,7 @@ class DispatcherRoleStatistics:
     queue_count: int
     counter_overflow_count: int
     flush_rounds: int
+    index_flush_rounds: int
     sleep_count: int
     turn_count: int
 
@@ -98,6 +110,7 @@ class DispatcherRole:
         self.store_root = ctx.store_root
         self.grew_key_count_max = grew_key_count_max
         self.flush_interval_ns = ctx.broker.flush_interval_consume_queue_ms * 1_000_000
+        self.index_flush_interval_ns = ctx.broker.flush_interval_index_ms * 1_000_000
         config = store_config_of(ctx)
         geometry = config.geometry
         self.positions = StorePositions.attach(store_positions_name(ctx.instance))
@@ -155,10 +168,12 @@ class DispatcherRole:
             self.epoll.register(wakeup_fd, select.EPOLLIN)
         self._target_log_offset_bytes = start_bytes
         self._flush_due_ns = time.monotonic_ns() + self.flush_interval_ns
+        self._index_flush_due_ns = time.monotonic_ns() + self.index_flush_interval_ns
         self._dispatch_rounds = 0
         self._wakeups_sent = 0
         self._many_wakeups_sent = 0
         self._flush_rounds = 0
+        self._index_flush_rounds = 0
         self._turn_count = 0
         self._closed = False
         # Whatever the writer appended between its ready and ours (nothing, unless a sender
@@ -182,7 +197,7 @@ class DispatcherRole:
         now_ns = time.monotonic_ns()
         if now_ns >= self._flush_due_ns:
             self._flush_due_ns = now_ns + self.flush_interval_ns
-            self.flush()
+            self.flush(index=now_ns >= self._index_flush_due_ns)
         all_written = self._flush_outboxes()
         if work:
             return work
@@ -299,16 +314,22 @@ class DispatcherRole:
                 all_written = outbox.flush_nowait() and all_written
         return all_written
 
-    def flush(self) -> None:
-        """Flush the consume queues and the index written since the last flush, publish the
-        dispatched position and the store times they made durable (each taken before the flush
-        it describes) for the store writer's checkpoint, then follow retention."""
+    def flush(self, *, index: bool = True) -> None:
+        """Flush the consume queues written since the last flush and, if `index`, the index
+        files too; publish the dispatched position (taken before the flushes, so they cover it)
+        and the store times they made durable, each for what was flushed, for the store
+        writer's checkpoint; then follow retention. Without `index` the published index
+        position stays where the last index flush left it (module docstring)."""
         dispatched_bytes = self.dispatcher.dispatched_log_offset_bytes
         logics_ms = self.dispatcher.last_store_timestamp_ms
         self.consume_queues.flush()
-        index_ms = self.index.flush()
-        self.counters.publish_flushed(dispatched_bytes, max(logics_ms, 0), max(index_ms, 0))
+        self.counters.publish_logics_flushed(dispatched_bytes, max(logics_ms, 0))
         self._flush_rounds += 1
+        if index:
+            self._index_flush_due_ns = time.monotonic_ns() + self.index_flush_interval_ns
+            index_ms = self.index.flush()
+            self.counters.publish_index_flushed(dispatched_bytes, max(index_ms, 0))
+            self._index_flush_rounds += 1
         self.follow_retention_nowait()
 
     def follow_retention_nowait(self) -> int:
@@ -332,7 +353,8 @@ class DispatcherRole:
     # -- the orderly stop -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Dispatch what the writer has published, flush, write the checkpoint, release."""
+        """Dispatch what the writer has published, flush the consume queues and the index
+        (the store writer, which stops after this role, writes the checkpoint), release."""
         if self._closed:
             return
         self._closed = True
@@ -366,6 +388,7 @@ class DispatcherRole:
             queue_count=counters.queue_count,
             counter_overflow_count=counters.overflow_count,
             flush_rounds=self._flush_rounds,
+            index_flush_rounds=self._index_flush_rounds,
             sleep_count=self.sleeper.sleep_count,
             turn_count=self._turn_count,
         )

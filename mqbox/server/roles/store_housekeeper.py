@@ -13,11 +13,12 @@ main loop: the unlinks happen outside the commit log's lock (CommitLog.delete_se
 The checkpoint's one owner. Its three store times come from three places, each published only
 after the flush it describes returned: physic from this process's commit log
 (`flushed_store_timestamp_ms`, set by the flush thread after its msync); logics and index from
-the dispatcher (QueueCounters.publish_flushed_timestamps, after its consume-queue and index
-flushes). So every checkpoint this thread writes claims only durable data, which is all that
-recovery's unclean path needs of it (recovery.py, point 3). One writer means no lost update
-between two processes replacing the same file, and the store writer, which stops last (reverse
-START_ORDER), writes the final checkpoint after the dispatcher's final flush.
+the dispatcher (QueueCounters.publish_logics_flushed and publish_index_flushed, each after its
+own flush; the index's comes far less often, so its position and time lag). So every checkpoint
+this thread writes claims only durable data, which is all that recovery's unclean path needs of
+it (recovery.py, point 3). One writer means no lost update between two processes replacing the
+same file, and the store writer, which stops last (reverse START_ORDER), writes the final
+checkpoint after the dispatcher's final flush.
 
 A bug in the thread (anything but an operating error) ends the process with EXIT_BUG after
 logging it: the supervisor then stops the broker and leaves `abort` for recovery, as for any

@@ -139,13 +139,15 @@ def test_retention_and_checkpoint_words_reach_another_attachment(
             1 << 30,
             1,
         )
-        counters.publish_flushed(4096, 1_700_000_000_123, 0)  # no index flushed yet
-        counters.publish_flushed(8192, 0, 1_700_000_000_100)
-        counters.publish_flushed(0, 0, 0)  # an older report never moves an offset back
+        counters.publish_logics_flushed(4096, 1_700_000_000_123)
+        counters.publish_index_flushed(2048, 1_700_000_000_100)  # the index flushes less often
+        counters.publish_logics_flushed(8192, 0)
+        counters.publish_logics_flushed(0, 0)  # an older report never moves an offset back
+        counters.publish_index_flushed(1024, 0)
         assert other_counters.logics_flushed_timestamp_ms == 1_700_000_000_123
         assert other_counters.index_flushed_timestamp_ms == 1_700_000_000_100
         assert other_counters.logics_flushed_log_offset_bytes == 8192
-        assert other_counters.index_flushed_log_offset_bytes == 8192
+        assert other_counters.index_flushed_log_offset_bytes == 2048
         counters.publish_derived_min_log_offset(1 << 30)
         assert other_counters.derived_min_log_offset_bytes == 1 << 30
     finally:

@@ -4,20 +4,24 @@ publishes the new minimum before each unlink; the dispatcher then deletes the co
 segments below it; the pull processor's read-only reader notices by itself and tells a pull below
 the minimum where to go (21, nextBeginOffset = the new minimum), while pulls above it still get
 their messages. The dispatcher publishes the store times its flushes covered and no longer
-writes the checkpoint; the store writer writes it with them, also at its stop. A nearly full
-disk makes the writer refuse sends with SERVICE_NOT_AVAILABLE (14).
+writes the checkpoint; the store writer writes it with them, also at its stop. The dispatcher
+flushes the index on its own long interval and at its stop, the consume queues every second, and
+the checkpoint's index position follows only the index's flushes. A nearly full disk makes the
+writer refuse sends with SERVICE_NOT_AVAILABLE (14).
 
 Method: test_send.py's StoreGraph (store writer, dispatcher, send and pull processors as objects
 in this process over real rings and a real store in tmp_path) with 64 KiB commit-log segments,
 16-entry consume-queue segments, fileReservedTime=0 and every hour in deleteWhen, so every
 segment the writer rolled past has expired. The housekeeping thread is not started: the test
-runs its rounds, so nothing is deleted behind its back.
+runs its rounds, so nothing is deleted behind its back. The flush schedule's test replaces the
+dispatcher module's monotonic clock with one it moves itself.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +30,7 @@ import pytest
 from mqbox.message import decode_record
 from mqbox.protocol import RemotingCommand, make_request
 from mqbox.protocol.codes import RequestCode, ResponseCode
+from mqbox.server.roles import dispatcher as dispatcher_role
 from mqbox.server.roles.store_housekeeper import UNLINK_GRACE_MS, StoreHousekeeper
 from mqbox.store.checkpoint import read_checkpoint
 from mqbox.store.cleanup import DiskSpaceGuard
@@ -218,3 +223,90 @@ def test_a_nearly_full_disk_refuses_sends_with_service_not_available(graph: Stor
     full[0] = False
     response = graph.send_command(RequestCode.SEND_MESSAGE, send_header(TOPIC), b"x")
     assert response.code == ResponseCode.SUCCESS
+
+
+class FakeMonotonic:
+    """The dispatcher's monotonic clock, moved only by the test."""
+
+    def __init__(self) -> None:
+        self.now_ns = 1_000_000 * 1_000_000_000
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    def advance_s(self, seconds: int) -> None:
+        self.now_ns += seconds * 1_000_000_000
+
+
+def test_the_index_is_flushed_on_its_own_long_interval_and_at_the_stop(
+    shm_instance: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """flushIntervalConsumeQueue 1 s, mqboxFlushIntervalIndexMs 60 s (the default): each turn a
+    second later flushes the consume queues and publishes their position, the index's stays
+    where its last flush left it, and so does the checkpoint's, until 60 s have passed; the stop
+    flushes both."""
+    clock = FakeMonotonic()
+    monkeypatch.setattr(dispatcher_role, "time", types.SimpleNamespace(monotonic_ns=clock))
+    monkeypatch.setattr(StoreHousekeeper, "start", lambda self: None)
+    broker = small_broker(flush_interval_consume_queue_ms=1000)
+    assert broker.flush_interval_index_ms == 60_000
+    graph = StoreGraph(shm_instance, tmp_path / "home", broker)
+    closed = False
+    try:
+        graph.send.topics.create_if_absent(TopicConfig(TOPIC, 1, 1, 6))
+        dispatcher = graph.dispatcher
+        counters = dispatcher.counters
+        path = checkpoint_path(graph.store_root)
+
+        def checkpoint_offsets() -> tuple[int | None, int | None]:
+            graph.writer.housekeeper.write_checkpoint()
+            stored = read_checkpoint(path)
+            assert stored is not None
+            return stored.logics_log_offset_bytes, stored.index_log_offset_bytes
+
+        put(graph, 0, 5)
+        dispatched_bytes = dispatcher.dispatcher.dispatched_log_offset_bytes
+        assert dispatched_bytes > 0
+        assert dispatcher.statistics().flush_rounds == 0  # the clock has not moved
+        for second in range(1, 60):
+            clock.advance_s(1)
+            dispatcher.run_once(0)
+            statistics = dispatcher.statistics()
+            assert (statistics.flush_rounds, statistics.index_flush_rounds) == (second, 0)
+            if second == 30:
+                put(graph, 5, 5)  # dispatched, flushed at the next turn
+                dispatched_bytes = dispatcher.dispatcher.dispatched_log_offset_bytes
+        assert counters.logics_flushed_log_offset_bytes == dispatched_bytes
+        assert counters.index_flushed_log_offset_bytes == 0
+        assert counters.index_flushed_timestamp_ms == 0
+        assert checkpoint_offsets() == (dispatched_bytes, 0)
+
+        clock.advance_s(1)  # 60 s since the dispatcher started
+        dispatcher.run_once(0)
+        statistics = dispatcher.statistics()
+        assert (statistics.flush_rounds, statistics.index_flush_rounds) == (60, 1)
+        assert counters.index_flushed_log_offset_bytes == dispatched_bytes
+        assert (
+            counters.index_flushed_timestamp_ms == graph.writer.commit_log.last_store_timestamp_ms
+        )
+        assert checkpoint_offsets() == (dispatched_bytes, dispatched_bytes)
+        index_flushed_bytes = dispatched_bytes
+
+        put(graph, 10, 5)
+        dispatched_bytes = dispatcher.dispatcher.dispatched_log_offset_bytes
+        clock.advance_s(59)  # one consume-queue flush after 59 s: not the index's turn yet
+        dispatcher.run_once(0)
+        assert dispatcher.statistics().index_flush_rounds == 1
+        assert checkpoint_offsets() == (dispatched_bytes, index_flushed_bytes)
+
+        put(graph, 15, 5)
+        dispatched_bytes = dispatcher.dispatcher.dispatched_log_offset_bytes
+        closed = True
+        graph.close()  # the dispatcher's stop flushes the index, the writer's writes it down
+        stored = read_checkpoint(path)
+        assert stored is not None
+        assert stored.index_log_offset_bytes == dispatched_bytes
+        assert stored.logics_log_offset_bytes == dispatched_bytes
+    finally:
+        if not closed:
+            graph.close()

@@ -34,9 +34,11 @@ from mqbox.message import (
     decode_record,
     encode_properties_str,
     encode_record,
+    index_key_hash,
     java_string_hash,
     pack_host,
 )
+from mqbox.store.checkpoint import read_checkpoint
 from mqbox.store.layout import (
     INDEX_HEADER_SIZE_BYTES,
     StoreGeometry,
@@ -63,6 +65,7 @@ from tests.support.faulty_file import (
     mix_chunks,
     open_store_with_recovery,
     read_range,
+    snapshot_files,
     tear_commit_log,
     write_range,
     zero_range,
@@ -528,19 +531,27 @@ def test_index_keys_past_the_cut_are_dropped_and_stale_slots_rebuilt(harness: Ha
     check_lost_keys(harness, lost)
 
 
+def append_keyed(store: MessageStore, serials: range) -> list[int]:
+    """Append one small record per serial with KEYS K<serial> and UNIQ_KEY UK<serial>, to the
+    queues in turn; their log offsets."""
+    offsets = []
+    for serial in serials:
+        properties = encode_properties_str({"KEYS": f"K{serial}", "UNIQ_KEY": f"UK{serial}"})
+        queue_id = serial % QUEUE_COUNT
+        record = encode_record(MessageToStore(TOPIC, queue_id, b"b", properties=properties))
+        offsets.append(store.append_record(record, TOPIC, queue_id).log_offset_bytes)
+    return offsets
+
+
 def test_index_rolls_are_cut_across_files(tmp_path: Path) -> None:
     geometry = dataclasses.replace(GEOMETRY, index_entry_count_max=12)  # 11 keys per file
     config = dataclasses.replace(CONFIG, geometry=geometry)
     clock = Clock()
     store, _report = open_store_with_recovery(tmp_path, config, clock_ms=clock)
-    offsets = []
-    for serial in range(30):
-        properties = encode_properties_str({"KEYS": f"K{serial}", "UNIQ_KEY": f"UK{serial}"})
-        record = encode_record(MessageToStore(TOPIC, 0, b"b", properties=properties))
-        offsets.append(store.append_record(record, TOPIC, 0).log_offset_bytes)
-        if serial == 5:
-            store.dispatch()
-            store.flush()
+    offsets = append_keyed(store, range(6))
+    store.dispatch()
+    store.flush()
+    offsets += append_keyed(store, range(6, 30))
     store.dispatch()
     abandon_store(store)
     assert len(list(index_dir(tmp_path).iterdir())) == 6  # 60 keys, 11 per file
@@ -554,6 +565,55 @@ def test_index_rolls_are_cut_across_files(tmp_path: Path) -> None:
             [offsets[serial]] if serial < 20 else []
         )
     store.close()
+
+
+@pytest.mark.parametrize("entry_count_max", [400, 12])
+def test_keys_past_the_last_index_flush_are_put_again_once_after_a_power_loss(
+    tmp_path: Path, entry_count_max: int
+) -> None:
+    """The broker flushes the index far less often than the consume queues (roles/dispatcher.py),
+    so the checkpoint's index position lags theirs. A power loss then leaves the newest index
+    file as its last flush wrote it (zeros if it was created since; files a roll filled were
+    flushed whole then): recovery cuts the index at its position and puts the keys of every
+    record after it again, each key once. With 12 entries a file rolls four times meanwhile."""
+    geometry = dataclasses.replace(GEOMETRY, index_entry_count_max=entry_count_max)
+    config = dataclasses.replace(CONFIG, geometry=geometry)
+    clock = Clock()
+    store, _report = open_store_with_recovery(tmp_path, config, clock_ms=clock)
+    offsets = append_keyed(store, range(6))
+    store.dispatch()
+    store.flush()  # the commit log, the consume queues and the index
+    index_flushed = snapshot_files(index_dir(tmp_path))
+    offsets += append_keyed(store, range(6, 30))
+    store.dispatch()
+    store.flush_commit_log()  # the broker's turns between two index flushes
+    store.flush_consume_queues()
+    end_bytes = store.commit_log.write_log_offset_bytes
+    state = read_checkpoint(checkpoint_path(tmp_path))
+    assert state is not None
+    assert state.index_log_offset_bytes == offsets[6]
+    assert state.logics_log_offset_bytes == end_bytes
+    abandon_store(store)
+    newest = sorted(index_dir(tmp_path).iterdir())[-1]
+    flushed = index_flushed.get(newest, b"")
+    write_range(newest, 0, flushed + bytes(newest.stat().st_size - len(flushed)))
+
+    store, report = open_store_with_recovery(tmp_path, config, clock_ms=clock)
+    try:
+        assert not report.was_clean
+        assert report.write_log_offset_bytes == end_bytes
+        assert report.redispatch_from_log_offset_bytes == offsets[6]
+        # 60 keys, 11 a file: the flush saw 12 (the second file's first); four files followed.
+        assert report.index_file_deleted_count == (0 if entry_count_max == 400 else 4)
+        for serial in range(30):
+            for key in (f"K{serial}", f"UK{serial}"):
+                # The raw candidates: a key put twice would show its offset twice.
+                candidates = store.index.query(index_key_hash(TOPIC, key), 0, 2**62, 8)
+                assert candidates == [offsets[serial]], key
+                found = store.query_by_key(TOPIC, key, 0, 2**62, 4)
+                assert [message.log_offset_bytes for message in found] == [offsets[serial]]
+    finally:
+        store.close()
 
 
 # --- Checkpoint, queue offsets, idempotence -----------------------------------------------------
