@@ -19,6 +19,7 @@ before it writes the replies of an event-loop turn).
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import shutil
@@ -386,7 +387,7 @@ def scan_resp(
 # --- links --------------------------------------------------------------------------------------
 
 
-class Link:
+class Link(abc.ABC):
     """One blocking TCP connection whose replies are counted, not decoded one by one.
 
     `answers`: replies to requests so far; `failures`: those that were not a success;
@@ -406,8 +407,9 @@ class Link:
         self.payload_crc = 0
         self.payloads: list[bytes] = []
 
+    @abc.abstractmethod
     def receive(self) -> None:
-        raise NotImplementedError
+        """Read once and count what is complete."""
 
     def wait_answers(self, answers: int) -> None:
         """receive() until `answers` replies have come in all."""
@@ -461,11 +463,15 @@ class ScannedLink(Link):
             self.counts[OUT] = 0
         self.tally()
 
+    @abc.abstractmethod
     def scan(self) -> int:
-        raise NotImplementedError
+        """Scan buffer[start:end] with the protocol's kernel, adding to `counts` (payloads to
+        `out`); the offset of the first reply not yet complete."""
 
+    @abc.abstractmethod
     def tally(self) -> None:
-        raise NotImplementedError
+        """Set answers, delivered and failures from `counts` (and answer what the server asked,
+        such as a PING)."""
 
 
 class NatsLink(ScannedLink):

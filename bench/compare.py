@@ -53,6 +53,7 @@ Usage: python bench/compare.py [--rounds N] [--systems mqbox,nats,redis] [--char
 
 from __future__ import annotations
 
+import abc
 import argparse
 import contextlib
 import dataclasses
@@ -259,7 +260,7 @@ class Params:
     smoke: bool
 
 
-class Contender:
+class Contender(abc.ABC):
     """One system under test: how to open its servers and drive each workload."""
 
     name = ""
@@ -270,15 +271,18 @@ class Contender:
         self.chunks: list[bytes] = []
         self.latency_requests: list[bytes] = []
 
+    @abc.abstractmethod
     def open(self, mode: str, stack: contextlib.ExitStack) -> None:
-        raise NotImplementedError
+        """Start the system in `mode` (its stop goes on `stack`) and build the requests the
+        workloads send."""
 
+    @abc.abstractmethod
     def server_cpu_secs(self) -> float:
-        raise NotImplementedError
+        """CPU time the system's processes used so far."""
 
+    @abc.abstractmethod
     def link(self, role: str) -> Link:
         """A new connection; `role` names what it is for (NATS gives each role its inbox)."""
-        raise NotImplementedError
 
     def answers_per_chunk(self) -> int:
         return self.params.batch  # one acknowledgement per message, unless a batch is one
@@ -303,8 +307,9 @@ class Contender:
         finally:
             link.close()
 
+    @abc.abstractmethod
     def consume(self) -> Run:
-        raise NotImplementedError
+        """Read the backlog `open` stored, timed."""
 
     def latency(self) -> Run:
         p = self.params
@@ -324,8 +329,9 @@ class Contender:
             samples,
         )
 
+    @abc.abstractmethod
     def sync_plans(self) -> list[list[bytes]]:
-        raise NotImplementedError
+        """Per connection of the sync workload, the requests it cycles through."""
 
     def sync(self) -> Run:
         p = self.params
