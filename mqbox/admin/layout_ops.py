@@ -178,7 +178,8 @@ def start_layout(
     ready_timeout_s: float = ops.DAEMON_READY_TIMEOUT_S,
 ) -> LayoutStarted:
     """Start the layout's name server and every broker in `home`; return once all are ready.
-    `broker_port` may only be 0 (every broker on a free port; its HA port is that + 1).
+    `broker_port` may only be 0 (every broker on a free port; its HA port is that + 1, its
+    HTTP endpoint any free port).
     MqboxError (ConfigError for a bad file) if anything fails; nothing is left running then."""
     ops.pin_thread_pools()
     if broker_port not in (None, 0):
@@ -328,6 +329,9 @@ def _start_brokers(
             command += ["--no-namesrv", "--namesrv-addr", namesrv_address]
             if broker_port is not None:
                 command += ["--broker-port", str(broker_port)]
+            http_port = ops.http_port_for(broker_port)
+            if http_port is not None:
+                command += ["--http-port", str(http_port)]
             output_path = sub.logs_dir / ops.SUPERVISOR_OUTPUT_FILE_NAME
             with output_path.open("ab") as output:
                 started.append((member, launch.spawn(command, output=output), output_path))

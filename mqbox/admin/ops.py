@@ -360,7 +360,8 @@ def start_options(
     broker_port: int | None = None,
     topology: str | None = None,
 ) -> ApplianceOptions:
-    """What `mqbox start` runs, with the configuration checked (ConfigError otherwise)."""
+    """What `mqbox start` runs, with the configuration checked (ConfigError otherwise).
+    `broker_port` 0 puts the HTTP endpoint on any free port too (`http_port_for`)."""
     pin_thread_pools()
     from mqbox.server.supervisor import ApplianceOptions
 
@@ -375,8 +376,16 @@ def start_options(
         namesrv_config_path=namesrv_path.resolve() if namesrv_path is not None else None,
         namesrv_port=namesrv_port,
         broker_port=broker_port,
+        http_port=http_port_for(broker_port),
         topology=topology,
     )
+
+
+def http_port_for(broker_port: int | None) -> int | None:
+    """The HTTP endpoint's port when `--broker-port` is `broker_port`: any free one (0) with
+    --broker-port 0, which asks for every port of the broker free (tests run many at once);
+    otherwise None, mqboxHttpPort's."""
+    return 0 if broker_port == 0 else None
 
 
 def run_foreground(options: ApplianceOptions, on_ready: Callable[[Mapping[str, Any]], None]) -> int:
@@ -405,6 +414,8 @@ def start_daemon(
         command += ["--namesrv-port", str(options.namesrv_port)]
     if options.broker_port is not None:
         command += ["--broker-port", str(options.broker_port)]
+    if options.http_port is not None:
+        command += ["--http-port", str(options.http_port)]
     if options.topology is not None:
         command += ["--topology", options.topology]
     output_path = layout.logs_dir / SUPERVISOR_OUTPUT_FILE_NAME

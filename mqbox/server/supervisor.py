@@ -217,6 +217,9 @@ class ApplianceOptions:
     namesrv_config_path: Path | None = None
     namesrv_port: int | None = None
     broker_port: int | None = None
+    # The HTTP endpoint's port instead of mqboxHttpPort (0 = any free), unless that is -1 (none):
+    # `mqbox start --broker-port 0` passes 0, so the brokers of a layout never want one port.
+    http_port: int | None = None
     # "module:function" building the topology from (instance, BrokerConfig); None = the broker's.
     # Tests pass tests/support/roles.py here to test the process mechanics with trivial roles.
     topology: str | None = None
@@ -414,6 +417,8 @@ class Supervisor:
         )
         if options.namesrv_addr is not None:
             broker = dataclasses.replace(broker, namesrv_addr=options.namesrv_addr)
+        if options.http_port is not None and broker.http_port >= 0:
+            broker = dataclasses.replace(broker, http_port=options.http_port)
         namesrv_config = load_namesrv_config(options.namesrv_config_path)
         broker = self._check_acl(broker, namesrv_config)
         # The lock first: a second supervisor of this home must not even write to its log.
@@ -1558,6 +1563,7 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--namesrv-config", type=Path, help="namesrv.conf")
     parser.add_argument("--namesrv-port", type=int)
     parser.add_argument("--broker-port", type=int)
+    parser.add_argument("--http-port", type=int, help="instead of mqboxHttpPort unless it is -1")
     parser.add_argument("--topology", help="module:function building the topology (tests)")
     parser.add_argument("--namesrv-module", default="mqbox.namesrv")
     parser.add_argument("--no-namesrv", action="store_true", help="use namesrvAddr as it is")
@@ -1582,6 +1588,7 @@ def options_from_arguments(arguments: argparse.Namespace) -> ApplianceOptions:
         namesrv_config_path=arguments.namesrv_config,
         namesrv_port=arguments.namesrv_port,
         broker_port=arguments.broker_port,
+        http_port=arguments.http_port,
         topology=arguments.topology,
         run_namesrv=not arguments.no_namesrv,
         namesrv_module=arguments.namesrv_module,

@@ -1,9 +1,10 @@
 """Goal: `mqbox start --layout etc/examples/2m-2s` runs a name server and four brokers on one host,
-each a full broker with its own home, store and ports; `status` shows each broker with its role,
-the name server routes two broker names with ids 0 and 1, `cluster list` shows each broker's role
-and a replication state that fits it; one broker stops and starts alone (`--broker NAME`) while
-the others serve; `stop` ends everything. A key that changes RocketMQ's behaviour and that mqbox
-does not implement stops `mqbox start` with one line naming the key and the file.
+each a full broker with its own home, store and ports (its HTTP endpoint's too: /metrics answers
+on each); `status` shows each broker with its role, the name server routes two broker names with
+ids 0 and 1, `cluster list` shows each broker's role and a replication state that fits it; one
+broker stops and starts alone (`--broker NAME`) while the others serve; `stop` ends everything.
+A key that changes RocketMQ's behaviour and that mqbox does not implement stops `mqbox start` with
+one line naming the key and the file.
 
 Method: the real `mqbox` console script (tests/support/layout.py) on the shipped example with
 every port 0 and a home of the test's own; the name server's view through `mqbox cluster list`
@@ -17,6 +18,7 @@ import json
 import os
 import signal
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ import psutil
 import pytest
 
 from mqbox.ipc import names
-from mqbox.server.home import instance_name, read_state
+from mqbox.server.home import instance_name, read_http, read_state, recorded_processes
 from tests.support.cli import foreground_mqbox
 from tests.support.layout import (
     EXAMPLE_2M_2S,
@@ -112,6 +114,23 @@ def test_a_2m_2s_layout_starts_serves_stops_one_broker_and_stops(tmp_path: Path)
         assert table.returncode == 0, table.stderr
         for name in ROLES:
             assert name in table.stdout
+
+        # Every broker's HTTP endpoint serves /metrics on a port of its own (--broker-port 0
+        # gives it any free port; run/http.json in the broker's home names it and the serving
+        # process, which is that broker's own).
+        http_ports = set()
+        for name, (broker_name, _, _) in ROLES.items():
+            broker_home = layout.broker_home(name)
+            http = read_http(broker_home) or {}
+            assert "url" in http, (name, http)
+            broker_pids = {pid for _, pid, _ in recorded_processes(read_state(broker_home) or {})}
+            assert http["pid"] in broker_pids, (name, http, broker_pids)
+            http_ports.add(int(http["port"]))
+            with urllib.request.urlopen(f"{http['url']}metrics", timeout=10) as answer:
+                assert answer.status == 200
+                metrics = answer.read().decode()
+            assert f'broker="{broker_name}"' in metrics, metrics[:2000]
+        assert len(http_ports) == len(ROLES), http_ports
 
         # The name server: two broker names, ids 0 and 1 each; each broker tells its role.
         wait_until(lambda: len(cluster(layout)) == 4, "four registrations")

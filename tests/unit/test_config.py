@@ -292,6 +292,9 @@ def test_the_2m_2s_example_loads_as_four_brokers() -> None:
     }
     assert members["broker-a"].broker_role is BrokerRole.SYNC_MASTER
     assert members["broker-b-s"].broker_role is BrokerRole.SLAVE
+    # Each broker its own HTTP endpoint: with one port for all, all but one could not bind it.
+    http_ports = [broker.http_port for broker in members.values()]
+    assert len(set(http_ports)) == len(http_ports), http_ports
     assert layout.namesrv_config_path == ETC / "namesrv.conf"
     with pytest.raises(ConfigError, match="no broker 'broker-c'"):
         layout.member("broker-c")
