@@ -22,6 +22,12 @@ or QUEUES_GREW_FLAG_MANY when more than `grew_key_count_max` did. A pull that re
 therefore finds every entry below it written. The schedule role gets a QUEUES_GREW (of the
 schedule queues alone) only when a SCHEDULE_TOPIC_XXXX queue grew, at most one staged at a time.
 
+How it waits: in one epoll on the WRITTEN rings' doorbells and the stop descriptor, up to the
+consume-queue flush's due time while something dispatched is not flushed yet, and otherwise up
+to cleanResourceInterval, when it looks whether the store writer's retention moved the commit
+log's minimum (RocketMQ's CleanConsumeQueueService runs as often): an idle dispatcher has no
+flush to make, so it does not wake once a second for one (issue 15).
+
 Invariants: the published count of a queue equals its ConsumeQueue's entry_count between turns
 (both only grow); the dispatched position never passes the published write position.
 """
@@ -98,6 +104,7 @@ class DispatcherRole:
         self.store_root = ctx.store_root
         self.grew_key_count_max = grew_key_count_max
         self.flush_interval_ns = ctx.broker.flush_interval_consume_queue_ms * 1_000_000
+        self.retention_check_interval_ms = ctx.broker.clean_resource_interval_ms
         config = store_config_of(ctx)
         geometry = config.geometry
         self.positions = StorePositions.attach(store_positions_name(ctx.instance))
@@ -186,7 +193,10 @@ class DispatcherRole:
         all_written = self._flush_outboxes()
         if work:
             return work
-        wait_ms = max(0, min(IDLE_WAIT_MS, -(-(self._flush_due_ns - now_ns) // 1_000_000)))
+        if self._flush_pending():
+            wait_ms = max(0, min(IDLE_WAIT_MS, -(-(self._flush_due_ns - now_ns) // 1_000_000)))
+        else:
+            wait_ms = self.retention_check_interval_ms  # the flush when it wakes follows it
         if timeout_ms >= 0:
             wait_ms = min(wait_ms, timeout_ms)
         if not all_written:
@@ -195,6 +205,15 @@ class DispatcherRole:
             if fd == self.wakeup_fd:
                 runtime.clear_wakeup_nowait()
         return 0
+
+    def _flush_pending(self) -> bool:
+        """True while records are dispatched that the last consume-queue or index flush did not
+        cover (the positions flush() publishes)."""
+        counters = self.counters
+        flushed_bytes = min(
+            counters.logics_flushed_log_offset_bytes, counters.index_flushed_log_offset_bytes
+        )
+        return self.dispatcher.dispatched_log_offset_bytes > flushed_bytes
 
     def _drain(self, inbox: Inbox) -> int:
         batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
