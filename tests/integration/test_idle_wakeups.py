@@ -7,6 +7,8 @@ after the idle spell the broker still does what those waits were for: a held pul
 by the next send (the store writer, the dispatcher and the pull processor all woke for it), the
 commit log's flushed position covers that send within the flush interval's promise (the flush
 thread woke), and the consume queue's flushed position covers it too (the dispatcher flushed).
+Sends that no consumer waits for do not wake the pull processor (the dispatcher sends QUEUES_GREW
+only to one that holds pulls), and one that holds a pull is still woken by the next send.
 
 Method: the real appliance (tests/support/appliance.py: every role, ASYNC_FLUSH, no slave). A
 few sends first, so every role had work, then SETTLE_S for their flushes, then each role's
@@ -42,8 +44,11 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.integration
 
 TOPIC: Final = "IdleWakeupsTopic"
+PULL_TOPIC: Final = "IdleWakeupsPullTopic"
 SETTLE_S: Final = 3.0  # flushIntervalCommitLog 500 ms, flushIntervalConsumeQueue 1 s, and slack
 WINDOW_S: Final = 4.0
+SEND_COUNT: Final = 20
+PULL_WAKEUP_COUNT_MAX: Final = 5  # 0 needed; SEND_COUNT before (one QUEUES_GREW per send)
 # Wake-ups in WINDOW_S at most, by role: (bound, what it needs; what it took before issue 15).
 WAKEUP_COUNT_MAX: Final = {
     "send.0": 2,  # 0; 4 (a tick a second for the runtime keys)
@@ -69,9 +74,9 @@ def wakeups(pid: int) -> int:
     return total
 
 
-def send(client: FrontClient, body: bytes) -> int:
-    """Send `body` to queue 0; the commit-log offset of its record."""
-    header = send_to_queue_header(TOPIC)
+def send(client: FrontClient, body: bytes, topic: str = TOPIC) -> int:
+    """Send `body` to `topic`'s queue 0; the commit-log offset of its record."""
+    header = send_to_queue_header(topic)
     response = client.call(RequestCode.SEND_MESSAGE, header.to_ext(), body)
     assert response.code == ResponseCode.SUCCESS, response.remark
     return decode_offset_msg_id(response.ext_fields["msgId"])[1]
@@ -117,4 +122,57 @@ def test_idle_roles_sleep_and_wake_for_the_next_request(appliance: Appliance) ->
         )
     finally:
         positions.close()
+        counters.close()
+
+
+def test_sends_wake_the_pull_processor_only_while_it_holds_a_pull(appliance: Appliance) -> None:
+    """Twenty sends with no pull held: at most a few wake-ups of pull.0 (one QUEUES_GREW per send
+    woke it before); then a held pull is answered by the next send, and the sends after that
+    wake it no more."""
+    pull_pid = appliance.roles["pull.0"]
+    client = appliance.client()
+    try:
+        send(client, b"first", PULL_TOPIC)
+        time.sleep(SETTLE_S)
+        before = wakeups(pull_pid)
+        for number in range(SEND_COUNT):
+            send(client, b"nobody waits %d" % number, PULL_TOPIC)
+        woken = wakeups(pull_pid) - before
+        assert woken <= PULL_WAKEUP_COUNT_MAX, f"{SEND_COUNT} sends woke pull.0 {woken} times"
+
+        queue_index = 1 + SEND_COUNT
+        wait_dispatched(appliance, queue_index)
+        everything = pull_everything_header(PULL_TOPIC, queue_index)
+        header = dataclasses.replace(everything, sys_flag=everything.sys_flag | PULL_FLAG_SUSPEND)
+        opaque = client.request(RequestCode.PULL_MESSAGE, header.to_ext())
+        time.sleep(0.3)
+        producer = appliance.client()
+        try:
+            send(producer, b"somebody waits", PULL_TOPIC)
+        finally:
+            producer.close()
+        (held,) = client.responses(1)
+        assert held.opaque == opaque
+        assert held.code == ResponseCode.SUCCESS, held.remark
+        assert held.ext_fields["nextBeginOffset"] == str(queue_index + 1)
+
+        time.sleep(SETTLE_S)
+        before = wakeups(pull_pid)
+        for number in range(SEND_COUNT):
+            send(client, b"nobody waits again %d" % number, PULL_TOPIC)
+        woken = wakeups(pull_pid) - before
+        assert woken <= PULL_WAKEUP_COUNT_MAX, f"pull.0 woke {woken} times after its hold"
+    finally:
+        client.close()
+
+
+def wait_dispatched(appliance: Appliance, entry_count: int) -> None:
+    """Wait until the dispatcher published `entry_count` entries of PULL_TOPIC's queue 0."""
+    counters = QueueCounters.attach(queue_counters_name(appliance.instance))
+    try:
+        wait_until(
+            lambda: counters.entry_count(PULL_TOPIC.encode(), 0) == entry_count,
+            f"{entry_count} entries dispatched",
+        )
+    finally:
         counters.close()

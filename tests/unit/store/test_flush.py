@@ -143,6 +143,10 @@ def test_async_flush_runs_on_its_timer(tmp_path: Path) -> None:
     assert service.positions.position(FLUSHED) >= end_bytes
 
 
+def flushed_past(log: CommitLog, end_bytes: int) -> Callable[[], bool]:
+    return lambda: log.flushed_log_offset_bytes >= end_bytes
+
+
 def test_async_flush_sleeps_while_nothing_is_unflushed(tmp_path: Path) -> None:
     """Forty intervals with every byte flushed cost no flush (the thread does not wake); bytes
     written after them are flushed once `note_written` says so, and each append keeps the
@@ -161,10 +165,7 @@ def test_async_flush_sleeps_while_nothing_is_unflushed(tmp_path: Path) -> None:
         for _ in range(3):
             end_bytes = append(log)
             service.note_written()
-            wait_until(
-                lambda end_bytes=end_bytes: log.flushed_log_offset_bytes >= end_bytes,
-                "a flush after idle",
-            )
+            wait_until(flushed_past(log, end_bytes), "a flush after idle")
     finally:
         service.stop()
     assert service.statistics().flush_total > flush_total
