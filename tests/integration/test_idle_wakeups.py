@@ -82,6 +82,28 @@ def send(client: FrontClient, body: bytes, topic: str = TOPIC) -> int:
     return decode_offset_msg_id(response.ext_fields["msgId"])[1]
 
 
+def send_to_a_held_pull(
+    appliance: Appliance, client: FrontClient, topic: str, queue_index: int
+) -> int:
+    """Hold a pull of `topic`'s queue 0 at `queue_index` on `client`, send one message from
+    another connection, and check that the held pull is answered with it; the send's commit-log
+    offset."""
+    everything = pull_everything_header(topic, queue_index)
+    header = dataclasses.replace(everything, sys_flag=everything.sys_flag | PULL_FLAG_SUSPEND)
+    opaque = client.request(RequestCode.PULL_MESSAGE, header.to_ext())
+    time.sleep(0.3)  # held by now (an answer would come first otherwise)
+    producer = appliance.client()
+    try:
+        log_offset_bytes = send(producer, b"somebody waits", topic)
+    finally:
+        producer.close()
+    (held,) = client.responses(1)
+    assert held.opaque == opaque
+    assert held.code == ResponseCode.SUCCESS, held.remark
+    assert held.ext_fields["nextBeginOffset"] == str(queue_index + 1)
+    return log_offset_bytes
+
+
 def test_idle_roles_sleep_and_wake_for_the_next_request(appliance: Appliance) -> None:
     client = appliance.client()
     try:
@@ -95,18 +117,7 @@ def test_idle_roles_sleep_and_wake_for_the_next_request(appliance: Appliance) ->
         over = {role: count for role, count in counted.items() if count > WAKEUP_COUNT_MAX[role]}
         assert not over, f"woke more than {WAKEUP_COUNT_MAX} in {WINDOW_S} s: {counted}"
 
-        everything = pull_everything_header(TOPIC, 5)
-        header = dataclasses.replace(everything, sys_flag=everything.sys_flag | PULL_FLAG_SUSPEND)
-        opaque = client.request(RequestCode.PULL_MESSAGE, header.to_ext())
-        time.sleep(0.3)  # held by now (an answer would come first otherwise)
-        producer = appliance.client()
-        try:
-            log_offset_bytes = send(producer, b"after the idle spell")
-        finally:
-            producer.close()
-        (held,) = client.responses(1)
-        assert held.opaque == opaque
-        assert held.code == ResponseCode.SUCCESS, held.remark
+        log_offset_bytes = send_to_a_held_pull(appliance, client, TOPIC, 5)
     finally:
         client.close()
     positions = StorePositions.attach(store_positions_name(appliance.instance))
@@ -142,19 +153,7 @@ def test_sends_wake_the_pull_processor_only_while_it_holds_a_pull(appliance: App
 
         queue_index = 1 + SEND_COUNT
         wait_dispatched(appliance, queue_index)
-        everything = pull_everything_header(PULL_TOPIC, queue_index)
-        header = dataclasses.replace(everything, sys_flag=everything.sys_flag | PULL_FLAG_SUSPEND)
-        opaque = client.request(RequestCode.PULL_MESSAGE, header.to_ext())
-        time.sleep(0.3)
-        producer = appliance.client()
-        try:
-            send(producer, b"somebody waits", PULL_TOPIC)
-        finally:
-            producer.close()
-        (held,) = client.responses(1)
-        assert held.opaque == opaque
-        assert held.code == ResponseCode.SUCCESS, held.remark
-        assert held.ext_fields["nextBeginOffset"] == str(queue_index + 1)
+        send_to_a_held_pull(appliance, client, PULL_TOPIC, queue_index)
 
         time.sleep(SETTLE_S)
         before = wakeups(pull_pid)
