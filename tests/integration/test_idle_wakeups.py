@@ -8,7 +8,9 @@ by the next send (the store writer, the dispatcher and the pull processor all wo
 commit log's flushed position covers that send within the flush interval's promise (the flush
 thread woke), and the consume queue's flushed position covers it too (the dispatcher flushed).
 Sends that no consumer waits for do not wake the pull processor (the dispatcher sends QUEUES_GREW
-only to one that holds pulls), and one that holds a pull is still woken by the next send.
+only to one that holds pulls), and one that holds a pull is still woken by the next send. A
+master that no slave reported to leaves run/replication.json alone while sends go on (nothing
+shown from it moves with the write position).
 
 Method: the real appliance (tests/support/appliance.py: every role, ASYNC_FLUSH, no slave). A
 few sends first, so every role had work, then SETTLE_S for their flushes, then each role's
@@ -29,6 +31,7 @@ import pytest
 
 from mqbox.message import decode_offset_msg_id
 from mqbox.protocol.codes import PULL_FLAG_SUSPEND, RequestCode, ResponseCode
+from mqbox.server.home import HomeLayout
 from mqbox.server.queue_counters import (
     QueueCounters,
     StorePositions,
@@ -48,6 +51,7 @@ PULL_TOPIC: Final = "IdleWakeupsPullTopic"
 SETTLE_S: Final = 3.0  # flushIntervalCommitLog 500 ms, flushIntervalConsumeQueue 1 s, and slack
 WINDOW_S: Final = 4.0
 SEND_COUNT: Final = 20
+TRICKLE_S: Final = 3.0
 PULL_WAKEUP_COUNT_MAX: Final = 5  # 0 needed; SEND_COUNT before (one QUEUES_GREW per send)
 # Wake-ups in WINDOW_S at most, by role: (bound, what it needs; what it took before issue 15).
 WAKEUP_COUNT_MAX: Final = {
@@ -175,3 +179,22 @@ def wait_dispatched(appliance: Appliance, entry_count: int) -> None:
         )
     finally:
         counters.close()
+
+
+def test_a_master_without_slaves_leaves_its_replication_file_alone(appliance: Appliance) -> None:
+    """A send every 100 ms for TRICKLE_S: the HA role looked at the write position ten times a
+    second and rewrote the file every second while it moved; now the file stays as it was."""
+    path = HomeLayout(appliance.home).replication_path
+    wait_until(path.exists, "the HA role's run/replication.json")
+    client = appliance.client()
+    try:
+        send(client, b"before")
+        time.sleep(1.5)  # a rewrite the first send may still cause is done by now
+        before = (path.stat().st_mtime_ns, path.read_bytes())
+        deadline = time.monotonic() + TRICKLE_S
+        while time.monotonic() < deadline:
+            send(client, b"trickle")
+            time.sleep(0.1)
+    finally:
+        client.close()
+    assert (path.stat().st_mtime_ns, path.read_bytes()) == before

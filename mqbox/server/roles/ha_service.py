@@ -416,7 +416,12 @@ class HaService:
 
     def _file_if_due(self, write_bytes: int, now_ns: int) -> None:
         """run/replication.json at most every STATUS_INTERVAL_NS while the acknowledged or the
-        write position moves, so the slave's lag it shows is at most that old."""
+        write position moves, so the slave's lag it shows is at most that old. Before any slave
+        reported in this run nothing read from the file moves with the write position (the lag
+        is n/a, home.HaState), so it is filed only when the slaves change (`_publish`): an idle
+        master without slaves does not rewrite it every second of a trickle of sends."""
+        if not self.slave_reported:
+            return
         if now_ns - self._filed_ns < STATUS_INTERVAL_NS:
             return
         if (self.acked_log_offset_bytes, write_bytes) != self._filed:
