@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -31,6 +32,8 @@ import threading
 import time
 from collections.abc import Iterator
 from typing import Any, Final
+
+import orjson
 
 from mqbox.clock import wall_clock_ms
 from mqbox.errors import MqboxError
@@ -87,7 +90,7 @@ class BrokerSources:
         self.processes: list[dict[str, Any]] = []
         # pid -> (its start time, CPU clock ticks, monotonic ns) at the last sample
         self._cpu_seen: dict[int, tuple[int, int, int]] = {}
-        self._published: tuple[object, object] | None = None  # the document's figures
+        self._published = b""  # the figures of the last document written, serialized
         self._stopping = threading.Event()
         self._published_at_ms = 0
         self._thread: threading.Thread | None = None
@@ -131,7 +134,7 @@ class BrokerSources:
                 return
             self._published_at_ms = now_ms
             document = self.history.published_document()
-            figures = (document["runtime"], document["stats"])
+            figures = serialized([document["runtime"], document["stats"]])
             if figures == self._published:
                 return  # nothing moved: the file keeps the sample its figures come from
             self._published = figures
@@ -297,3 +300,13 @@ def read_process_stat(pid: int) -> tuple[int, int, int, int] | None:
         return None
     # Fields 14 utime, 15 stime, 20 num_threads, 22 starttime, 24 rss (from 1), so index - 3.
     return int(fields[19]), int(fields[11]) + int(fields[12]), int(fields[17]), int(fields[21])
+
+
+def serialized(value: object) -> bytes:
+    """`value` as sorted JSON bytes, to compare: orjson costs a tenth of comparing the dicts
+    and a fortieth of json.dumps; json takes what orjson refuses (a name with a lone surrogate,
+    which statistics.py keeps from the wire)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return json.dumps(value, sort_keys=True).encode()
