@@ -15,7 +15,9 @@ parts:
   (each send comes to a broker that was idle for 50 ms).
 - quiet: `--quiet-secs` (3) with no request at all, from 1 s after the trickle:
   `quiet_cpu_percent` is the floor the gaps cannot go under (timers, the statistics sampler,
-  registration).
+  registration), `quiet_cpu_percent_by_role` who spends it, and `quiet_wakeups_per_s_by_role`
+  how often each role's threads were put on a CPU (schedstat's third field: at idle, each is a
+  wake-up); `gap_wakeups_per_s_by_role` is the same over the trickle's gaps.
 
 CPU is the sum over every thread of the supervisor and the roles of /proc/<pid>/task/<tid>/
 schedstat's time on a CPU, in nanoseconds: psutil's cpu_times counts clock ticks (10 ms here),
@@ -44,7 +46,8 @@ QUIET_START_DELAY_S: Final = 1.0
 
 
 class BrokerClock:
-    """On-CPU nanoseconds of every thread of the broker's processes, by role."""
+    """On-CPU nanoseconds of every thread of the broker's processes, by role; and how many times
+    they were put on a CPU (`read_runs`)."""
 
     def __init__(self, roles: dict[str, int]) -> None:
         self.stat_paths: dict[str, list[Path]] = {}
@@ -53,14 +56,20 @@ class BrokerClock:
             self.stat_paths[role] = [path / "schedstat" for path in task_dir.iterdir()]
 
     def read_ns(self) -> dict[str, int]:
+        return self._read_field(0)
+
+    def read_runs(self) -> dict[str, int]:
+        return self._read_field(2)
+
+    def _read_field(self, index: int) -> dict[str, int]:
         found: dict[str, int] = {}
         for role, paths in self.stat_paths.items():
             total = 0
             for path in paths:
                 try:
-                    total += int(path.read_bytes().split(maxsplit=1)[0])
+                    total += int(path.read_bytes().split()[index])
                 except (OSError, ValueError, IndexError):
-                    continue  # a thread that ended keeps its time out of the sum
+                    continue  # a thread that ended keeps its figures out of the sum
             found[role] = total
         return found
 
@@ -68,6 +77,16 @@ class BrokerClock:
 def add_delta(into: dict[str, int], before: dict[str, int], after: dict[str, int]) -> None:
     for role, value in after.items():
         into[role] = into.get(role, 0) + value - before.get(role, 0)
+
+
+def by_role(values: dict[str, int], wall_ns: int, scale: float) -> dict[str, float]:
+    """Each role's non-zero figure per wall-clock nanosecond, times `scale` (100: percent of a
+    core from nanoseconds; 1e9: per second from counts)."""
+    return {
+        role: round(value / wall_ns * scale, 3)
+        for role, value in sorted(values.items())
+        if wall_ns and value
+    }
 
 
 def main() -> None:
@@ -104,6 +123,7 @@ def main() -> None:
             after_burst_secs = (time.monotonic_ns() - burst_end_ns) / 1e9
             after_burst_ns = sum(after_burst.values()) - sum(burst_end.values())
             gap_ns_by_role: dict[str, int] = {}
+            gap_runs_by_role: dict[str, int] = {}
             gap_wall_ns = 0
             latencies_ns: list[int] = []
             trickle_start = clock.read_ns()
@@ -111,6 +131,7 @@ def main() -> None:
             due_ns = trickle_start_ns
             end_ns = trickle_start_ns + int(secs * 1e9)
             answered = trickle_start
+            answered_runs = clock.read_runs()
             answered_ns = trickle_start_ns
             number = burst
             while due_ns < end_ns:
@@ -118,10 +139,12 @@ def main() -> None:
                 if delay_ns > 0:
                     time.sleep(delay_ns / 1e9)
                 before_send = clock.read_ns()
+                add_delta(gap_runs_by_role, answered_runs, clock.read_runs())
                 add_delta(gap_ns_by_role, answered, before_send)
                 gap_wall_ns += time.monotonic_ns() - answered_ns
                 elapsed_ns = raw_send(client, topic, body, number)
                 answered = clock.read_ns()
+                answered_runs = clock.read_runs()
                 answered_ns = time.monotonic_ns()
                 number += 1
                 if elapsed_ns is None:
@@ -134,10 +157,17 @@ def main() -> None:
             trickle_count = number - burst
         time.sleep(QUIET_START_DELAY_S)
         quiet_start = clock.read_ns()
+        quiet_start_runs = clock.read_runs()
         quiet_start_ns = time.monotonic_ns()
         time.sleep(quiet_secs)
-        quiet_cpu_ns = sum(clock.read_ns().values()) - sum(quiet_start.values())
+        quiet_end = clock.read_ns()
+        quiet_end_runs = clock.read_runs()
         quiet_wall_ns = time.monotonic_ns() - quiet_start_ns
+        quiet_ns_by_role: dict[str, int] = {}
+        add_delta(quiet_ns_by_role, quiet_start, quiet_end)
+        quiet_runs_by_role: dict[str, int] = {}
+        add_delta(quiet_runs_by_role, quiet_start_runs, quiet_end_runs)
+        quiet_cpu_ns = sum(quiet_ns_by_role.values())
     gap_cpu_ns = sum(gap_ns_by_role.values())
     gap_percent = round(gap_cpu_ns / gap_wall_ns * 100, 3) if gap_wall_ns else None
     log(f"{BENCH}: {gap_percent} % of a core between requests, {failures} failed")
@@ -156,15 +186,14 @@ def main() -> None:
         128,
         **percentiles_us(latencies_ns),
         gap_cpu_percent=gap_percent,
-        gap_cpu_percent_by_role={
-            role: round(ns / gap_wall_ns * 100, 3)
-            for role, ns in sorted(gap_ns_by_role.items())
-            if gap_wall_ns and ns
-        },
+        gap_cpu_percent_by_role=by_role(gap_ns_by_role, gap_wall_ns, 100),
         cpu_us_per_request=round(trickle_cpu_ns / trickle_count / 1000, 1),
         after_burst_cpu_ms=round(after_burst_ns / 1e6, 3),
         after_burst_cpu_percent=round(after_burst_ns / 1e9 / after_burst_secs * 100, 2),
         quiet_cpu_percent=round(quiet_cpu_ns / quiet_wall_ns * 100, 3),
+        quiet_cpu_percent_by_role=by_role(quiet_ns_by_role, quiet_wall_ns, 100),
+        quiet_wakeups_per_s_by_role=by_role(quiet_runs_by_role, quiet_wall_ns, 1e9),
+        gap_wakeups_per_s_by_role=by_role(gap_runs_by_role, gap_wall_ns, 1e9),
         failures=failures,
         checksum=f"{trickle_count - failures} answered",
     )

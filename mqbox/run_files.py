@@ -1,7 +1,8 @@
 """Run-time JSON files (a supervisor's state, a name server's ready and statistics files).
 
-Owns: `write_json_atomically` and `read_json`, the one way the broker and the name server write
-and read the small JSON files other processes poll. Never: configuration or store files, which
+Owns: `write_json_atomically` (over `write_bytes_atomically`, for a writer that serialized the
+document itself) and `read_json`, the one way the broker and the name server write and read the
+small JSON files other processes poll. Never: configuration or store files, which
 must survive a crash (store/mapped_file.write_file_atomically fsyncs them). A leaf: imports
 nothing of mqbox.
 """
@@ -18,8 +19,14 @@ from typing import Any
 def write_json_atomically(path: Path, document: Mapping[str, Any]) -> None:
     """Replace `path` with `document` so a reader sees the old or the new file, never a part.
     Run-time state only: no fsync, a crash loses nothing that matters."""
+    text = json.dumps(document, indent=1, sort_keys=True) + "\n"
+    write_bytes_atomically(path, text.encode("utf-8"))
+
+
+def write_bytes_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` (a JSON document) as write_json_atomically does."""
     temp_path = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp_path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    temp_path.write_bytes(data)
     temp_path.replace(path)
 
 

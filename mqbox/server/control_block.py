@@ -13,6 +13,7 @@ The supervisor writes one slot per role of the topology:
     slot i (words 8 + 8 i ...): generation, pid, state (DOWN, STARTING, READY), start_count,
         handling ring, handling position, quarantine ring, quarantine position
     then, from the next 128-byte line: one activity word per role, in slot order
+    then, from the next 128-byte line: one holding word per role, in slot order
 
 `generation` counts the role's transitions: +1 when a process is forked for it, +1 when that
 process dies, so it is odd while a process is up and even while the role is down (0: never
@@ -32,7 +33,12 @@ ring parcel it is handling (runtime.py, "Quarantine"). The two quarantine words 
 the role's next process must skip. A role's activity word is written by its process too: 1 while
 it holds a core by choice (working or spinning), 0 while it sleeps in epoll; the roles' spin
 policy counts them (transport.SpinGate). The supervisor zeroes it when the process dies, so a
-role killed while busy does not keep a core counted.
+role killed while busy does not keep a core counted. A role's holding word is written by its
+process too: 1 while it holds requests that only a queue's growth answers (a pull processor's
+held pulls), 0 when it holds none; the dispatcher sends QUEUES_GREW only to a pull processor
+whose word is 1, each side fencing between its store and its load (pull.py, "Long polling"), so
+a send to a broker without waiting consumers wakes no pull processor. The supervisor zeroes it
+when the process dies, as the activity word.
 
 Why not a ring per role: a ring needs a producer that outlives its consumer's restarts and a
 parcel format; this is state, not a stream (a role that was asleep wants the latest state, not
@@ -99,7 +105,7 @@ class ControlBlock:
     @classmethod
     def create(cls, role_ids: Sequence[str]) -> ControlBlock:
         """Anonymous shared memory for `role_ids`, all down, broker starting."""
-        word_count = _activity_first_word(len(role_ids)) + len(role_ids)
+        word_count = _holding_first_word(len(role_ids)) + len(role_ids)
         size_bytes = max(mmap.PAGESIZE, word_count * 8)
         memory = mmap.mmap(-1, size_bytes, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
         words = np.frombuffer(memory, dtype=np.int64)
@@ -113,6 +119,9 @@ class ControlBlock:
 
     def _activity_word(self, role_id: str) -> int:
         return _activity_first_word(len(self.role_ids)) + self._slot_of[role_id]
+
+    def _holding_word(self, role_id: str) -> int:
+        return _holding_first_word(len(self.role_ids)) + self._slot_of[role_id]
 
     # Read side (any process).
 
@@ -171,6 +180,15 @@ class ControlBlock:
         words = memoryview(self._memory).cast("q")[first : first + len(self.role_ids)]
         return words, self._slot_of[role_id]
 
+    def holding(self, role_id: str) -> int:
+        """The role's holding word: 1 while it holds requests a queue's growth answers."""
+        return int(self._words[self._holding_word(role_id)])
+
+    def holding_words(self, role_id: str) -> memoryview:
+        """The role's holding word as a one-item memoryview of 'q', for its own process."""
+        first = self._holding_word(role_id)
+        return memoryview(self._memory).cast("q")[first : first + 1]
+
     def active_count(self) -> int:
         """How many roles say they hold a core now (working or spinning)."""
         first = _activity_first_word(len(self.role_ids))
@@ -223,6 +241,7 @@ class ControlBlock:
         self._words[self._word(role_id, _PID)] = 0
         self._words[self._word(role_id, _STATE)] = ROLE_DOWN
         self._words[self._activity_word(role_id)] = 0  # a killed process held no core after all
+        self._words[self._holding_word(role_id)] = 0  # nor requests
         self._words[self._word(role_id, _GENERATION)] = generation + 1
         self._changed()
         return generation + 1
@@ -231,6 +250,11 @@ class ControlBlock:
 def _activity_first_word(role_count: int) -> int:
     slots_end = _HEADER_WORD_COUNT + _SLOT_WORD_COUNT * role_count
     return -(-slots_end // _LINE_WORD_COUNT) * _LINE_WORD_COUNT
+
+
+def _holding_first_word(role_count: int) -> int:
+    activity_end = _activity_first_word(role_count) + role_count
+    return -(-activity_end // _LINE_WORD_COUNT) * _LINE_WORD_COUNT
 
 
 class ControlWatcher:

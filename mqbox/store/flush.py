@@ -2,11 +2,13 @@
 the segment warmer.
 
 Owns: `FlushService`, the flush thread of a writable CommitLog, both schedules of RocketMQ's
-flushDiskType: ASYNC_FLUSH flushes every flushIntervalCommitLog ms (FlushRealTimeService);
-SYNC_FLUSH flushes whenever an append asks for more than is flushed, and one flush covers every
-request made before it started (GroupCommitService), so requests that arrive during a flush
-share the next one. `DurablePositions`, the named log positions that only grow and the threads
-waiting on them. `SegmentWarmer`, the thread that faults in segment pages ahead of the writer.
+flushDiskType: ASYNC_FLUSH flushes every flushIntervalCommitLog ms while the log holds bytes no
+flush covered (FlushRealTimeService), and with none sleeps until the writer's `note_written`,
+so an idle broker's flush thread does not wake (issue 15); SYNC_FLUSH flushes whenever an
+append asks for more than is flushed, and one flush covers every request made before it started
+(GroupCommitService), so requests that arrive during a flush share the next one.
+`DurablePositions`, the named log positions that only grow and the threads waiting on them.
+`SegmentWarmer`, the thread that faults in segment pages ahead of the writer.
 Used by the store writer role (server/roles/store_writer.py: its loop keeps the acks and releases
 them by `covered_log_offset_bytes`, woken by the `on_flushed` callback, which also publishes the
 flushed position and store time to shared memory for the checkpoint) and by MessageStore
@@ -110,9 +112,13 @@ class FlushService:
     """The flush thread of one writable CommitLog (module docstring).
 
     `sync` picks the schedule: SYNC_FLUSH flushes when `request` or `wait_flushed` asks for more
-    than is flushed; ASYNC_FLUSH every `interval_ms`. After each flush, in the thread that ran
-    it, FLUSHED advances and `on_flushed(flushed log offset, flushed store time)` runs, if set
-    (the store writer sets it before `start()`).
+    than is flushed; ASYNC_FLUSH every `interval_ms` while something is unflushed. After each
+    flush, in the thread that ran it, FLUSHED advances and `on_flushed(flushed log offset,
+    flushed store time)` runs, if set (the store writer sets it before `start()`).
+
+    ASYNC_FLUSH's contract with the writer: after it appends, it calls `note_written()`; a
+    thread that found every byte flushed sleeps until then, and the first flush after it comes
+    one interval later, so a record is durable within an interval of its append either way.
     """
 
     def __init__(
@@ -133,6 +139,7 @@ class FlushService:
         self._condition = threading.Condition()
         self._requested_log_offset_bytes = 0
         self._stopping = False
+        self._idle = False  # ASYNC_FLUSH: the thread sleeps until note_written
         self._thread: threading.Thread | None = None
         self._flush_total = 0
         self._error_total = 0
@@ -149,6 +156,19 @@ class FlushService:
             if end_log_offset_bytes > self._requested_log_offset_bytes:
                 self._requested_log_offset_bytes = end_log_offset_bytes
                 self._condition.notify_all()
+
+    def note_written(self) -> None:
+        """ASYNC_FLUSH: the writer appended; wakes the thread if it sleeps with nothing to flush.
+
+        Check-after-set, under the GIL's sequential order: the thread sets `_idle` and then
+        looks at the write position, the writer moves the write position and then looks at
+        `_idle`, so one of the two sees the other's store. One attribute read per call while
+        the thread is awake."""
+        if self._idle:
+            with self._condition:
+                if self._idle:
+                    self._idle = False
+                    self._condition.notify_all()
 
     def wait_flushed(self, end_log_offset_bytes: int, timeout_s: float) -> bool:
         """Ask for a flush that covers `end_log_offset_bytes` and block until one did; False on
@@ -209,6 +229,7 @@ class FlushService:
             return
         with self._condition:
             self._stopping = True
+            self._idle = False
             self._condition.notify_all()
         thread.join()
         self._thread = None
@@ -223,7 +244,14 @@ class FlushService:
                     ):
                         self._condition.wait()
                 elif not self._stopping:
-                    self._condition.wait(self._interval_s)
+                    self._idle = True
+                    commit_log = self._commit_log
+                    if commit_log.write_log_offset_bytes <= commit_log.flushed_log_offset_bytes:
+                        while self._idle and not self._stopping:
+                            self._condition.wait()
+                    self._idle = False
+                    if not self._stopping:
+                        self._condition.wait(self._interval_s)
                 if self._stopping:
                     return
             try:

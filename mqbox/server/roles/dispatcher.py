@@ -28,10 +28,19 @@ How it follows the writer: each WRITTEN parcel (and, as a fallback, the write po
 StorePositions) says how far the commit log holds whole records; each loop turn dispatches up to
 the largest such position with store.dispatch.Dispatcher (the numba scan), then publishes, in
 this order: the new entry counts of the queues that grew, the dispatched position (which bumps
-the change sequence), and one QUEUES_GREW parcel per pull processor naming the queues that grew,
-or QUEUES_GREW_FLAG_MANY when more than `grew_key_count_max` did. A pull that reads a count
-therefore finds every entry below it written. The schedule role gets a QUEUES_GREW (of the
-schedule queues alone) only when a SCHEDULE_TOPIC_XXXX queue grew, at most one staged at a time.
+the change sequence), and one QUEUES_GREW parcel naming the queues that grew, or
+QUEUES_GREW_FLAG_MANY when more than `grew_key_count_max` did, to each pull processor whose
+holding word in the control block says it holds pulls (the counts, a fence, then the word;
+pull.py, "Long polling", has the other half). A pull that reads a count therefore finds every
+entry below it written, and a send that no consumer waits for wakes no pull processor. The
+schedule role gets a QUEUES_GREW (of the schedule queues alone) only when a SCHEDULE_TOPIC_XXXX
+queue grew, at most one staged at a time.
+
+How it waits: in one epoll on the WRITTEN rings' doorbells and the stop descriptor, up to the
+consume-queue flush's due time while something dispatched is not flushed yet, and otherwise up
+to cleanResourceInterval, when it looks whether the store writer's retention moved the commit
+log's minimum (RocketMQ's CleanConsumeQueueService runs as often): an idle dispatcher has no
+flush to make, so it does not wake once a second for one (issue 15).
 
 Invariants: the published count of a queue equals its ConsumeQueue's entry_count between turns
 (both only grow); the dispatched position never passes the published write position.
@@ -49,6 +58,7 @@ from typing import Final, NoReturn, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from mqbox.ipc.doorbell import memory_fence
 from mqbox.ipc.ring import Ring
 from mqbox.server import parcels, runtime, transport
 from mqbox.server.queue_counters import (
@@ -111,6 +121,7 @@ class DispatcherRole:
         self.grew_key_count_max = grew_key_count_max
         self.flush_interval_ns = ctx.broker.flush_interval_consume_queue_ms * 1_000_000
         self.index_flush_interval_ns = ctx.broker.flush_interval_index_ms * 1_000_000
+        self.retention_check_interval_ms = ctx.broker.clean_resource_interval_ms
         config = store_config_of(ctx)
         geometry = config.geometry
         self.positions = StorePositions.attach(store_positions_name(ctx.instance))
@@ -152,6 +163,10 @@ class DispatcherRole:
             Inbox(Ring.attach(spec.name), spec.producer) for spec in topology.rings_to(self.role_id)
         ]
         self.pull_outboxes: list[Outbox] = []
+        # The pull processors' holding words (control_block.py), outbox by outbox; None: no
+        # control block (unit tests), so every pull processor hears of every growth.
+        self.control = getattr(ctx, "control", None)
+        self._pull_role_ids: list[str] = []
         # The schedule role hears only of SCHEDULE_TOPIC_XXXX queues (schedule.py).
         self.schedule_outboxes: list[Outbox] = []
         for spec in topology.rings_from(self.role_id):
@@ -160,6 +175,7 @@ class DispatcherRole:
                 self.schedule_outboxes.append(outbox)
             else:
                 self.pull_outboxes.append(outbox)
+                self._pull_role_ids.append(spec.consumer)
         self._is_schedule_slot = np.zeros(64, dtype=np.bool_)
         self.epoll = select.epoll()
         self.sleeper = Sleeper(self.epoll, self.inboxes, spin_ns_max)
@@ -201,7 +217,10 @@ class DispatcherRole:
         all_written = self._flush_outboxes()
         if work:
             return work
-        wait_ms = max(0, min(IDLE_WAIT_MS, -(-(self._flush_due_ns - now_ns) // 1_000_000)))
+        if self._flush_pending():
+            wait_ms = max(0, min(IDLE_WAIT_MS, -(-(self._flush_due_ns - now_ns) // 1_000_000)))
+        else:
+            wait_ms = self.retention_check_interval_ms  # the flush when it wakes follows it
         if timeout_ms >= 0:
             wait_ms = min(wait_ms, timeout_ms)
         if not all_written:
@@ -210,6 +229,15 @@ class DispatcherRole:
             if fd == self.wakeup_fd:
                 runtime.clear_wakeup_nowait()
         return 0
+
+    def _flush_pending(self) -> bool:
+        """True while records are dispatched that the last consume-queue or index flush did not
+        cover (the positions flush() publishes)."""
+        counters = self.counters
+        flushed_bytes = min(
+            counters.logics_flushed_log_offset_bytes, counters.index_flushed_log_offset_bytes
+        )
+        return self.dispatcher.dispatched_log_offset_bytes > flushed_bytes
 
     def _drain(self, inbox: Inbox) -> int:
         batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
@@ -255,6 +283,9 @@ class DispatcherRole:
             self._wake_schedule(dispatched_bytes, grown)
         if not grown.size or not self.pull_outboxes:
             return
+        holding = self._pull_outboxes_holding()
+        if not holding:
+            return
         if grown.size > self.grew_key_count_max:
             payload = parcels.pack_queues_grew(dispatched_bytes, b"", parcels.QUEUES_GREW_FLAG_MANY)
             self._many_wakeups_sent += 1
@@ -262,9 +293,22 @@ class DispatcherRole:
             payload = parcels.pack_queues_grew(
                 dispatched_bytes, self._queue_keys[grown].astype("<u8").tobytes()
             )
-        for outbox in self.pull_outboxes:
+        for outbox in holding:
             outbox.append(parcels.QUEUES_GREW, payload)
         self._wakeups_sent += 1
+
+    def _pull_outboxes_holding(self) -> list[Outbox]:
+        """The outboxes of the pull processors that hold pulls now. The counts were published
+        before: the fence orders those stores before these loads (check-after-set)."""
+        control = self.control
+        if control is None:
+            return self.pull_outboxes
+        memory_fence()
+        return [
+            outbox
+            for outbox, role_id in zip(self.pull_outboxes, self._pull_role_ids, strict=True)
+            if control.holding(role_id)
+        ]
 
     def _wake_schedule(self, dispatched_bytes: int, grown: NDArray[np.intp]) -> None:
         """QUEUES_GREW to the schedule role when a schedule queue grew; one staged at a time is

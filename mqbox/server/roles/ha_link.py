@@ -69,6 +69,11 @@ class HaLink:
         self._retention_due_ns = now_ns + RETENTION_CHECK_INTERVAL_NS
         self.commit_log.follow_retention(self.positions.min_log_offset_bytes)
 
+    def retention_check_in_ms(self, now_ns: int) -> int:
+        """Milliseconds until `follow_retention_nowait` looks again (at least 1): how long a
+        role with nothing else to wait for may sleep."""
+        return max(1, -(-(self._retention_due_ns - now_ns) // 1_000_000))
+
     def drain_written(self) -> int:
         """Take the WRITTEN parcels: they only wake the role (positions are in shared memory).
         Returns how many there were."""

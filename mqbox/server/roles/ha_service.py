@@ -23,7 +23,10 @@ Invariants:
 - The acknowledged position published only grows, and never passes the write position.
 
 Threads: one. The loop waits in one epoll on the listener, the slaves' sockets, the WRITTEN
-ring's doorbell (new bytes to send) and the stop descriptor.
+ring's doorbell (new bytes to send) and the stop descriptor: up to IDLE_WAIT_MS while a slave is
+connected (heartbeats, the silent-slave check, run/replication.json), and with none up to
+HaLink's retention check (once a second: the store writer sends no WRITTEN then, a slave's
+connection wakes the epoll), so a master without slaves costs one wake-up a second, not ten.
 """
 
 from __future__ import annotations
@@ -188,7 +191,9 @@ class HaService:
         self._file_if_due(write_bytes, now_ns)
         self.link.flush_nowait()
         # Reports are read every turn, busy or not: SYNC_MASTER acks wait on them.
-        wait_ms = IDLE_WAIT_MS if timeout_ms < 0 else min(IDLE_WAIT_MS, timeout_ms)
+        wait_ms = IDLE_WAIT_MS if self.slaves else self.link.retention_check_in_ms(now_ns)
+        if timeout_ms >= 0:
+            wait_ms = min(wait_ms, timeout_ms)
         if held_ns:
             # New bytes wait for their slave's interval: sleep on the sockets alone (the WRITTEN
             # ring is readable, which would end the Sleeper's wait at once).
@@ -411,7 +416,12 @@ class HaService:
 
     def _file_if_due(self, write_bytes: int, now_ns: int) -> None:
         """run/replication.json at most every STATUS_INTERVAL_NS while the acknowledged or the
-        write position moves, so the slave's lag it shows is at most that old."""
+        write position moves, so the slave's lag it shows is at most that old. Before any slave
+        reported in this run nothing read from the file moves with the write position (the lag
+        is n/a, home.HaState), so it is filed only when the slaves change (`_publish`): an idle
+        master without slaves does not rewrite it every second of a trickle of sends."""
+        if not self.slave_reported:
+            return
         if now_ns - self._filed_ns < STATUS_INTERVAL_NS:
             return
         if (self.acked_log_offset_bytes, write_bytes) != self._filed:

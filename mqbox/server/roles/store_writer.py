@@ -5,7 +5,8 @@ derived files lack) before anything else of the broker runs; the system topics o
 (topics.py); the APPEND parcels from every send processor, appended batch by batch
 (CommitLog.append_batch assigns queue indexes and log offsets, and patches the store fields);
 the APPEND_ACK back to each sender; the flush schedule (ASYNC_FLUSH: a thread flushes every
-flushIntervalCommitLog ms and acks go out after the page-cache write; SYNC_FLUSH: acks wait
+flushIntervalCommitLog ms while bytes are unflushed, woken by `note_written` after an idle
+spell, and acks go out after the page-cache write; SYNC_FLUSH: acks wait
 until a group-commit flush covers them, and only a flush that truly took longer than
 syncFlushTimeout answers FLUSH_DISK_TIMEOUT); the published write and flushed positions
 (queue_counters.StorePositions) and the WRITTEN parcels that wake the dispatcher; the disk
@@ -30,13 +31,13 @@ Invariants:
   the commit log still has: one thread looks up and appends, so two sends of one key, from any
   send processors, store it once. The window's lookups and inserts happen nowhere else.
 
-Threads: the main thread appends, publishes the write position and keeps the SYNC_FLUSH acks;
-the store's flush thread (store/flush.FlushService, the one flush path, shared with
-MessageStore) calls CommitLog.flush (msync via ctypes, without the GIL) and publishes the
-flushed position; under SYNC_FLUSH it wakes the main thread through a pipe in its epoll, which
-releases the acks the least of flush.SYNC_ACK_POSITIONS covers. The housekeeping thread deletes
-expired segments and writes the checkpoint. The supervisor forks this role with one thread, so
-starting threads here is safe.
+Threads: the main thread appends, publishes the write position and keeps the SYNC_FLUSH acks,
+and sleeps with no timer unless an ack waits with a deadline; the store's flush thread
+(store/flush.FlushService, the one flush path, shared with MessageStore) calls CommitLog.flush
+(msync via ctypes, without the GIL) and publishes the flushed position; under SYNC_FLUSH it
+wakes the main thread through a pipe in its epoll, which releases the acks the least of
+flush.SYNC_ACK_POSITIONS covers. The housekeeping thread deletes expired segments and writes
+the checkpoint. The supervisor forks this role with one thread, so starting threads here is safe.
 
 Recovery: `open_store_for_writing` is MessageStore.open, which runs recovery.recover() through the
 store's own dispatcher before this role reports ready.
@@ -100,7 +101,6 @@ log = logging.getLogger("mqbox.store_writer")
 
 STAGED_SIZE_BYTES_HIGH: Final = 8 * 1024 * 1024
 BACKED_UP_RETRY_MS: Final = 1
-IDLE_WAIT_MS: Final = 1000
 STOP_DRAIN_ROUND_MAX: Final = 64  # at the stop, drain what the senders left, this many rounds
 _OK: Final = int(ResponseCode.SUCCESS)
 _FLUSH_DISK_TIMEOUT: Final = int(ResponseCode.FLUSH_DISK_TIMEOUT)
@@ -319,17 +319,19 @@ class StoreWriter:
         all_written = self._flush_outboxes()
         if work:
             return work
-        wait_ms = IDLE_WAIT_MS
+        # Nothing is due but the first ack's timeout: a parcel, the flush thread's pipe or a
+        # signal ends any other wait, so an idle writer sleeps without a timer.
+        wait_ms = -1
         first_deadline_ns = min(
             (waits[0].deadline_ns for waits in self._sync_waits.values() if waits), default=None
         )
         if first_deadline_ns is not None:
             due_ns = first_deadline_ns - time.monotonic_ns()
-            wait_ms = max(0, min(wait_ms, -(-due_ns // 1_000_000)))
+            wait_ms = max(0, -(-due_ns // 1_000_000))
         if timeout_ms >= 0:
-            wait_ms = min(wait_ms, timeout_ms)
+            wait_ms = timeout_ms if wait_ms < 0 else min(wait_ms, timeout_ms)
         if not all_written:
-            wait_ms = min(wait_ms, BACKED_UP_RETRY_MS)
+            wait_ms = BACKED_UP_RETRY_MS if wait_ms < 0 else min(wait_ms, BACKED_UP_RETRY_MS)
         for fd, _mask in self.sleeper.wait(wait_ms):
             if fd == self.wakeup_fd:
                 runtime.clear_wakeup_nowait()
@@ -690,6 +692,7 @@ class StoreWriter:
         assert position_bytes > self._published_log_offset_bytes
         self.positions.publish_write(position_bytes, self._append_records)
         self._published_log_offset_bytes = position_bytes
+        self.flusher.note_written()  # ASYNC_FLUSH: a flush thread with nothing to flush sleeps
         written = parcels.pack_written(position_bytes, self._append_records)
         for outbox in self.written_outboxes:
             outbox.append(parcels.WRITTEN, written)

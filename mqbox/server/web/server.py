@@ -4,7 +4,9 @@ Owns: the listening socket (mqboxHttpHost:mqboxHttpPort, 127.0.0.1 by default; p
 free one), `<home>/run/http.json` (the bound address, for tests and `mqbox status`), the routes,
 and the JSON views under /api/ (docs/dashboard.md lists them). Runs as threads of the services
 role (services.py): one accept thread of a ThreadingHTTPServer, a thread per request, and the
-sampler of sources.py. Never: changes anything (only GET is served; no admin action exists
+sampler of sources.py. The accept thread sleeps in poll(2) on the listener and a stop pipe, with
+no timeout: socketserver's serve_forever looks for a shutdown every 0.5 s, two wake-ups a second
+of an idle broker (issue 15). Never: changes anything (only GET is served; no admin action exists
 yet, the ACL issue owns that), serves a file outside static/ (the names are a fixed table), or
 lets an exception reach the services role's loop (a failing view answers 500 with the reason).
 
@@ -21,6 +23,7 @@ import itertools
 import json
 import logging
 import os
+import select
 import threading
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -90,6 +93,8 @@ class WebEndpoint:
 
         self.server = http.server.ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
+        self.server.timeout = 0  # handle_request takes what _serve's poll saw, or returns
+        self._stop_read_fd, self._stop_write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         address = self.server.server_address
         self.host, self.port = str(address[0]), int(address[1])
         self.url = f"http://{self.host}:{self.port}/"
@@ -106,18 +111,31 @@ class WebEndpoint:
         }
 
     def start(self, home: Path) -> None:
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, name="mqbox-http", daemon=True
-        )
+        self._thread = threading.Thread(target=self._serve, name="mqbox-http", daemon=True)
         self._thread.start()
         write_json_atomically(
             HomeLayout(home).http_path,
             {"host": self.host, "port": self.port, "url": self.url, "pid": os.getpid()},
         )
 
+    def _serve(self) -> None:
+        """Accept until stop(): one request thread per connection (ThreadingHTTPServer)."""
+        poller = select.poll()
+        poller.register(self.server.fileno(), select.POLLIN)
+        poller.register(self._stop_read_fd, select.POLLIN)
+        while True:
+            events = poller.poll()
+            if any(fd == self._stop_read_fd for fd, _mask in events):
+                return
+            self.server.handle_request()
+
     def stop(self) -> None:
-        self.server.shutdown()
+        os.write(self._stop_write_fd, b"\0")
+        if self._thread is not None:
+            self._thread.join(5)
         self.server.server_close()
+        os.close(self._stop_read_fd)
+        os.close(self._stop_write_fd)
         with self._wire_lock:
             if self._wire is not None:
                 self._wire.close()

@@ -1,9 +1,11 @@
 """Goal: the one flush service keeps RocketMQ's two schedules (SYNC_FLUSH: one flush covers every
 waiter that asked before it started; ASYNC_FLUSH: a flush every interval), never lets a waiter go
-before the flush that covers it, times a waiter out when no flush comes, survives a failing
-disk, and tells its owner after each flush; its waiters wait for the least of the named
-positions they need, so a second position (replication, issue 14) holds them back until it
-covers them too; the segment warmer runs ahead of the writer.
+before the flush that covers it, times a waiter out when no flush comes, sleeps through an idle
+spell without flushing (ASYNC_FLUSH with nothing unflushed: no wake-up) and flushes within an
+interval of the next `note_written`, survives a failing disk, and tells its owner after each
+flush; its waiters wait for the least of the named positions they need, so a second position
+(replication, issue 14) holds them back until it covers them too; the segment warmer runs ahead
+of the writer.
 
 Method: a real CommitLog on tiny segments in tmp_path, real threads that append and wait while
 the test thread flushes once or the service's thread runs; a fake commit log whose flush fails
@@ -134,10 +136,39 @@ def test_async_flush_runs_on_its_timer(tmp_path: Path) -> None:
     service.start()
     try:
         end_bytes = append(log)  # nobody asks
+        service.note_written()
         wait_until(lambda: log.flushed_log_offset_bytes >= end_bytes, "the timer flushes")
     finally:
         service.stop()
     assert service.positions.position(FLUSHED) >= end_bytes
+
+
+def flushed_past(log: CommitLog, end_bytes: int) -> Callable[[], bool]:
+    return lambda: log.flushed_log_offset_bytes >= end_bytes
+
+
+def test_async_flush_sleeps_while_nothing_is_unflushed(tmp_path: Path) -> None:
+    """Forty intervals with every byte flushed cost no flush (the thread does not wake); bytes
+    written after them are flushed once `note_written` says so, and each append keeps the
+    timer going."""
+    log = open_log(tmp_path)
+    service = FlushService(log, sync=False, interval_ms=5)
+    service.start()
+    try:
+        first_end_bytes = append(log)
+        service.note_written()
+        wait_until(lambda: log.flushed_log_offset_bytes >= first_end_bytes, "the first flush")
+        wait_until(lambda: service.statistics().flush_total >= 1, "the first flush counted")
+        flush_total = service.statistics().flush_total
+        time.sleep(0.2)
+        assert service.statistics().flush_total == flush_total
+        for _ in range(3):
+            end_bytes = append(log)
+            service.note_written()
+            wait_until(flushed_past(log, end_bytes), "a flush after idle")
+    finally:
+        service.stop()
+    assert service.statistics().flush_total > flush_total
 
 
 class FailingLog:

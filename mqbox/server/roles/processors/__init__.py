@@ -51,8 +51,12 @@ handlers must serve exactly the codes routed to it (tests/unit/server/test_routi
   stops (issue 9). The commit log's writer catches nothing (store_writer.py). BaseException
   (SystemExit of an orderly stop, KeyboardInterrupt) passes. A parcel that kills the process
   anyway is delivered once more and then quarantined (runtime.py, supervisor.py).
-- `next_deadline_ns()` tells the loop when `on_tick` must run next (held pulls time out); the
-  loop also runs it once a second.
+- `next_deadline_ns()` tells the loop when `on_tick` must run next (held pulls time out); a
+  processor whose `tick_interval_ns` is set (admin: once a second, for its client, lock and
+  offset timers) also gets it that often, and one without (send, pull) sleeps until a parcel
+  or its deadline: an idle broker's send and pull processors do not wake (issue 15). Every
+  processor looks at the runtime keys (`_refresh_broker_config`) at most once a second, at the
+  start of a turn, before the requests that woke it.
 """
 
 from __future__ import annotations
@@ -261,6 +265,8 @@ class Processor:
     the other `on_*` hooks. `run_forever()` is the role; tests drive `run_once()`."""
 
     kind: ClassVar[RoleKind]
+    # How often on_tick runs besides next_deadline_ns(); None: only at those deadlines.
+    tick_interval_ns: ClassVar[int | None] = None
     handler_names: ClassVar[dict[int, str]] = {}  # code -> method, made by __init_subclass__
 
     def __init__(
@@ -301,6 +307,7 @@ class Processor:
         if wakeup_fd is not None:
             self.epoll.register(wakeup_fd, select.EPOLLIN)
         self._tick_due_ns = time.monotonic_ns() + TICK_INTERVAL_NS
+        self._config_due_ns = self._tick_due_ns
         self._runtime_config = RuntimeConfigWatcher(ctx.home, ctx.broker)
         # Set by _flush: an outbox toward the codecs (replies) or another ring (extra) holds more
         # than STAGED_SIZE_BYTES_HIGH; the next turn then leaves the rings that feed it alone.
@@ -382,10 +389,10 @@ class Processor:
             self.on_broker_config(broker)
 
     def on_tick(self, now_ns: int) -> None:
-        """Timers: runs once a second and when next_deadline_ns() is due."""
+        """Timers: runs every `tick_interval_ns` (if set) and when next_deadline_ns() is due."""
 
     def next_deadline_ns(self) -> int | None:
-        """When on_tick must run next (monotonic ns), or None for the once-a-second default."""
+        """When on_tick must run next (monotonic ns), or None: nothing but the periodic tick."""
         return None
 
     def awaiting_answers(self) -> bool:
@@ -530,6 +537,10 @@ class Processor:
         timeout_ms (negative: no limit) for more, which returns at once while a ring is readable
         (codec.py's run_once says why in the same turn). Returns the parcels handled."""
         self._turn_count += 1
+        now_ns = time.monotonic_ns()
+        if now_ns >= self._config_due_ns:
+            self._config_due_ns = now_ns + TICK_INTERVAL_NS
+            self._refresh_broker_config()
         work = 0
         if not self._replies_backed_up:
             for inbox in self.other_inboxes:
@@ -541,18 +552,24 @@ class Processor:
                         work += self._drain_worker(inbox)
         now_ns = time.monotonic_ns()
         deadline_ns = self.next_deadline_ns()
-        if now_ns >= self._tick_due_ns or (deadline_ns is not None and now_ns >= deadline_ns):
-            self._tick_due_ns = now_ns + TICK_INTERVAL_NS
-            self._refresh_broker_config()
+        periodic = self.tick_interval_ns is not None
+        if (periodic and now_ns >= self._tick_due_ns) or (
+            deadline_ns is not None and now_ns >= deadline_ns
+        ):
+            self._tick_due_ns = now_ns + (self.tick_interval_ns or 0)
             self.on_tick(now_ns)
             deadline_ns = self.next_deadline_ns()
         all_written = self._flush()
-        due_ns = self._tick_due_ns if deadline_ns is None else min(deadline_ns, self._tick_due_ns)
-        wait_ms = max(0, -(-(due_ns - time.monotonic_ns()) // 1_000_000))
+        if periodic:
+            due_ns = self._tick_due_ns
+            deadline_ns = due_ns if deadline_ns is None else min(deadline_ns, due_ns)
+        wait_ms = -1  # no deadline: until a parcel or a signal
+        if deadline_ns is not None:
+            wait_ms = max(0, -(-(deadline_ns - time.monotonic_ns()) // 1_000_000))
         if timeout_ms >= 0:
-            wait_ms = min(wait_ms, timeout_ms)
+            wait_ms = timeout_ms if wait_ms < 0 else min(wait_ms, timeout_ms)
         if not all_written:
-            wait_ms = min(wait_ms, BACKED_UP_RETRY_MS)
+            wait_ms = BACKED_UP_RETRY_MS if wait_ms < 0 else min(wait_ms, BACKED_UP_RETRY_MS)
         for fd, _mask in self.sleeper.wait(wait_ms, awaiting=self.awaiting_answers()):
             if fd == self.wakeup_fd:
                 runtime.clear_wakeup_nowait()

@@ -14,7 +14,13 @@ every other request (of every connection, and of the same one) meanwhile.
 Long polling (docs/protocol.md section 4.3): a pull that would get 19 (nothing new) with the
 SUSPEND bit is held until the dispatcher's QUEUES_GREW names its queue (or says MANY) and the
 published count passed the pull's index, or until min(suspendTimeoutMillis, 30 s) passes; then it
-runs once more without suspending and gets whatever that finds. With longPollingEnable=false it
+runs once more without suspending and gets whatever that finds. The dispatcher sends QUEUES_GREW
+only while this processor's holding word (control_block.py) is 1, so a broker whose consumers
+hold nothing is not woken here by every send. The word is 1 whenever pulls are held: raised
+before a hold counts as made (check-after-set: store the word, fence, then read the queue's
+count again, and answer now if it grew meanwhile, since the dispatcher may have published that
+count and read the word before the store; the dispatcher stores counts, fences, then reads the
+word), lowered once no pull is held. With longPollingEnable=false it
 is held for shortPollingTimeMills and only the timer wakes it. A pull without the SUSPEND bit is
 answered at once.
 
@@ -71,6 +77,7 @@ from numpy.typing import NDArray
 
 from mqbox.config import BrokerRole
 from mqbox.errors import AutoCreateLimitError
+from mqbox.ipc.doorbell import memory_fence
 from mqbox.ipc.ring import Ring
 from mqbox.message import tag_hash
 from mqbox.protocol.codes import (
@@ -258,6 +265,12 @@ class PullProcessor(Processor):
         self._tag_filters: dict[str, NDArray[np.int64]] = {}
         self._held: dict[int, list[_Held]] = {}
         self._held_count = 0
+        # The holding word (module docstring, "Long polling"); None without a control block
+        # (unit tests: the dispatcher then wakes this processor on every growth).
+        control = getattr(ctx, "control", None)
+        self._holding_word = None if control is None else control.holding_words(self.role_id)
+        if self._holding_word is not None:
+            self._holding_word[0] = 0
         # conn id -> opaque -> what waits for that connection (held pulls, delayed errors)
         self._waiting_by_conn: dict[int, dict[int, _Held]] = {}
         self._timers: list[tuple[int, int, _Held]] = []
@@ -456,7 +469,7 @@ class PullProcessor(Processor):
             else:
                 hold_ms = self.short_polling_time_ms
             if hold_ms > 0:
-                self._hold(request, header, queue, tag_hashes, hold_ms)
+                self._hold(request, header, queue, tag_hashes, hold_ms, count)
                 return
         suggested = MASTER_ID
         next_queue_index = plan.next_queue_index
@@ -532,15 +545,34 @@ class PullProcessor(Processor):
         queue: _Queue,
         tag_hashes: NDArray[np.int64],
         hold_ms: int,
+        seen_count: int | None,
     ) -> None:
+        """Hold a pull that found nothing new in the `seen_count` entries of its queue."""
         deadline_ns = time.monotonic_ns() + hold_ms * 1_000_000
         held = _Held(request, header, queue, tag_hashes, deadline_ns)
         heapq.heappush(self._timers, (held.deadline_ns, next(self._timer_sequence), held))
-        if self.long_polling_enable:
-            self._held.setdefault(queue.key, []).append(held)
         self._waiting_by_conn.setdefault(request.conn_id, {})[request.opaque] = held
         self._held_count += 1
         self._holds += 1
+        if not self.long_polling_enable:
+            return  # only its timer answers it
+        waiting = self._held.setdefault(queue.key, [])
+        waiting.append(held)
+        word = self._holding_word
+        if word is not None and word[0] == 0:
+            word[0] = 1
+            memory_fence()
+            count = self._published_count(queue)
+            if count is not None and (seen_count is None or count > seen_count):
+                self._wake(queue.key, waiting)  # grew before the dispatcher saw the word
+                self._release_holding_word()
+
+    def _release_holding_word(self) -> None:
+        """Lower the holding word once no pull waits for a queue to grow (a word left high
+        only costs a wake-up per growth)."""
+        word = self._holding_word
+        if word is not None and word[0] and not self._held:
+            word[0] = 0
 
     def _finish(self, held: _Held) -> None:
         """`held` is answered or dropped now: out of the timers' way and its connection's."""
@@ -574,6 +606,7 @@ class PullProcessor(Processor):
                     queue_waiting.remove(held)
                     if not queue_waiting:
                         del self._held[held.queue.key]
+        self._release_holding_word()
 
     def on_parcel(self, producer: str, parcel_type: int, payload: memoryview) -> None:
         if parcel_type != parcels.QUEUES_GREW:
@@ -581,6 +614,7 @@ class PullProcessor(Processor):
             return
         _dispatched, flags, keys = parcels.unpack_queues_grew(payload, 0, len(payload))
         if not self._held:
+            self._release_holding_word()
             return
         if flags & parcels.QUEUES_GREW_FLAG_MANY:
             keys = list(self._held)
@@ -588,6 +622,7 @@ class PullProcessor(Processor):
             waiting = self._held.get(key)
             if waiting is not None:
                 self._wake(key, waiting)
+        self._release_holding_word()
 
     def _wake(self, key: int, waiting: list[_Held]) -> None:
         """Run again the held pulls of one queue whose index the queue's count passed."""
@@ -628,6 +663,7 @@ class PullProcessor(Processor):
                 if not waiting:
                     del self._held[held.queue.key]
             self._run_again(held)
+        self._release_holding_word()
 
     def _run_again(self, held: _Held) -> None:
         """Answer a held pull with what its queue has now, inside the request boundary."""

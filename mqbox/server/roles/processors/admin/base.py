@@ -36,7 +36,7 @@ from mqbox.server.queue_counters import (
     queue_counters_name,
     store_positions_name,
 )
-from mqbox.server.roles.processors import Processor, Request
+from mqbox.server.roles.processors import TICK_INTERVAL_NS, Processor, Request
 from mqbox.server.roles.processors.admin.runtime_info import broker_boot_timestamp_ms
 from mqbox.server.roles.processors.client_manager import (
     CLIENT_EXPIRY_MS_DEFAULT,
@@ -269,6 +269,8 @@ class AdminBase(Processor):
     """State and checks of the admin processor, under its sections of handlers."""
 
     kind = RoleKind.ADMIN
+    # Silent clients, expired locks, the offsets' save schedule and calls to clients run on it.
+    tick_interval_ns = TICK_INTERVAL_NS
 
     def published_statistics(self) -> dict[str, Any] | None:
         """The statistics sampler's last document (server/statistics_history.py); None before
