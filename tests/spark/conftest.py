@@ -4,7 +4,7 @@ messages into a topic and read what a query wrote.
 Owns: `spark` (mqbox.spark.session.local_session: local[2], no UI, 127.0.0.1, the workers on
 this interpreter), SPARK_MARKS (each module's pytestmark: the xdist group "spark" sends every
 Spark test of a run to one worker under `--dist loadgroup`, so a run starts one JVM), and
-`produce`, `options_for`, and the hook that puts the group first in a run.
+`produce`, `options_for`.
 
 Never: a mock of Spark or of the broker: the session is a real JVM and the brokers are the
 real appliance (tests/support/appliance.py). A machine without Java fails here with the one line
@@ -25,17 +25,6 @@ from tests.conftest import unique_name
 from tests.support.appliance import Appliance
 
 SPARK_MARKS = [pytest.mark.integration, pytest.mark.xdist_group("spark")]
-
-
-def _in_spark_group(item: pytest.Item) -> bool:
-    return any(mark.args[:1] == ("spark",) for mark in item.iter_markers("xdist_group"))
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The "spark" group first (a stable sort): under `--dist loadgroup` xdist hands out groups
-    in collection order, and this one runs serially on one worker for about half of a run's
-    work per worker, so it starts at once instead of becoming the run's tail."""
-    items.sort(key=lambda item: not _in_spark_group(item))
 
 
 @pytest.fixture(scope="session")
