@@ -27,6 +27,9 @@ from tests.support.reaper import session_reaper
 hypothesis.settings.register_profile("mqbox", deadline=None, print_blob=True)
 hypothesis.settings.load_profile("mqbox")
 
+# --dist loadgroup keeps each xdist_group on one worker under pytest 9.2 too (the module says why).
+pytest_plugins = ["tests.support.xdist_groups"]
+
 _counter = itertools.count()
 
 

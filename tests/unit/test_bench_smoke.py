@@ -60,13 +60,22 @@ FAILURE_KEYS = {
     "compare": {"failures"},
 }
 SMOKE_TIMEOUT_SECS = 240
+# The Spark scripts start a JVM each: they join the Spark tests' xdist group (docs/spark.md
+# section 6), so a run never has two JVMs with their local[2] Python workers fighting for the
+# cores at once; the rest of the suite goes on beside that group on the other workers.
+SPARK_SMOKE_MARKS = [pytest.mark.xdist_group("spark")]
+
+
+def smoke_param(path: Path) -> Any:
+    marks = SPARK_SMOKE_MARKS if path.stem.startswith("spark") else []
+    return pytest.param(path, id=path.stem, marks=marks)
 
 
 def test_there_are_bench_scripts() -> None:
     assert any(path.name == "codec.py" for path in SCRIPTS)
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.stem)
+@pytest.mark.parametrize("script", [smoke_param(path) for path in SCRIPTS])
 def test_bench_smoke_prints_one_json_line(script: Path, tmp_path: Path) -> None:
     # PYTHONPATH: the scripts import this tree's mqbox, not whichever the venv installed
     environment = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(BENCH_DIR.parent))
