@@ -83,7 +83,6 @@ log = logging.getLogger("mqbox.dispatcher")
 _Scalar = TypeVar("_Scalar", bound=np.generic)
 
 GREW_KEY_COUNT_MAX_DEFAULT: Final = 64
-IDLE_WAIT_MS: Final = 1000
 BACKED_UP_RETRY_MS: Final = 1
 
 
@@ -217,8 +216,10 @@ class DispatcherRole:
         all_written = self._flush_outboxes()
         if work:
             return work
-        if self._flush_pending():
-            wait_ms = max(0, min(IDLE_WAIT_MS, -(-(self._flush_due_ns - now_ns) // 1_000_000)))
+        due_ns = self._flush_wanted_ns()
+        if due_ns is not None:
+            due_ms = -(-(due_ns - now_ns) // 1_000_000)
+            wait_ms = max(0, min(self.retention_check_interval_ms, due_ms))
         else:
             wait_ms = self.retention_check_interval_ms  # the flush when it wakes follows it
         if timeout_ms >= 0:
@@ -230,14 +231,18 @@ class DispatcherRole:
                 runtime.clear_wakeup_nowait()
         return 0
 
-    def _flush_pending(self) -> bool:
-        """True while records are dispatched that the last consume-queue or index flush did not
-        cover (the positions flush() publishes)."""
+    def _flush_wanted_ns(self) -> int | None:
+        """When the next flush that has something to cover is due (monotonic ns), or None when
+        the last flushes covered every dispatched record: the consume queues' tick while they
+        lag, else the index's own (once a minute) while only it lags, so a quiet dispatcher does
+        not wake each second for a minute after the last send."""
         counters = self.counters
-        flushed_bytes = min(
-            counters.logics_flushed_log_offset_bytes, counters.index_flushed_log_offset_bytes
-        )
-        return self.dispatcher.dispatched_log_offset_bytes > flushed_bytes
+        dispatched_bytes = self.dispatcher.dispatched_log_offset_bytes
+        if dispatched_bytes > counters.logics_flushed_log_offset_bytes:
+            return self._flush_due_ns
+        if dispatched_bytes > counters.index_flushed_log_offset_bytes:
+            return max(self._flush_due_ns, self._index_flush_due_ns)
+        return None
 
     def _drain(self, inbox: Inbox) -> int:
         batch = inbox.drain_nowait(transport.BATCH_COUNT_MAX)
