@@ -27,7 +27,7 @@ SHARED_KEYS = {"bench", "params", "msgs", "secs", "msgs_per_s", "MB_per_s", "che
 # The figures a script exists for: present and not null in its smoke line.
 FIGURE_KEYS = {
     "acl": {"batch_check_us", "batch_check_ns_per_msg", "single_check_us"},
-    "profile": {"roles", "samples", "run"},
+    "role_profile": {"roles", "samples", "run"},
     "idle": {"gap_cpu_percent", "cpu_us_per_request", "after_burst_cpu_ms", "quiet_cpu_percent"},
     "latency": {"cpp_p50_us", "cpp_p99_us", "cpp_count", "raw_p50_us", "raw_p99_us", "raw_count"},
     "sync_flush": {"single_msgs_per_s", "batch_msgs_per_s", "single_client_cpu_pct"},

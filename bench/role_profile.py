@@ -1,4 +1,4 @@
-"""bench/profile.py: where does each broker role spend its time while another bench runs?
+"""bench/role_profile.py: where does each broker role spend its time while another bench runs?
 
 Runs a bench script (`--run "hop.py --inflight 64"`, from bench/) as a child, waits `--delay`
 seconds for the appliance it starts, then samples the supervisor and every role it forked with
@@ -21,7 +21,7 @@ Reported: `roles` (role -> samples, share, top frames with their share of that r
 `samples`, `run`. `msgs` is the number of samples; `checksum` covers py-spy's raw output.
 Needs py-spy (the dev extra) and the right to trace the roles (root, or ptrace_scope 0).
 
-Usage: python bench/profile.py --run "SCRIPT ARGS" [--secs S] [--delay S] [--rate HZ]
+Usage: python bench/role_profile.py --run "SCRIPT ARGS" [--secs S] [--delay S] [--rate HZ]
                                [--top N] [--smoke]
 """
 
@@ -44,7 +44,7 @@ from typing import Any
 import psutil
 from _common import REPO_ROOT, checksum, emit, log  # bench/ is sys.path[0]
 
-BENCH = "profile"
+BENCH = "role_profile"
 SUPERVISOR_MARK = "mqbox.server.supervisor"
 APPLIANCE_WAIT_SECS = 120.0
 RUN_TIMEOUT_SECS = 1800.0
@@ -54,7 +54,9 @@ _PROCESS_FRAME = re.compile(r"^process (\d+):")
 def _py_spy() -> str:
     found = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(found).exists():
-        raise SystemExit("bench/profile.py: py-spy not found (pip install py-spy; the dev extra)")
+        raise SystemExit(
+            "bench/role_profile.py: py-spy not found (pip install py-spy; the dev extra)"
+        )
     return found
 
 
@@ -66,7 +68,9 @@ def _find_supervisor(
     deadline = time.monotonic() + wait_secs
     while time.monotonic() < deadline:
         if child.poll() is not None:
-            raise SystemExit(f"bench/profile.py: the bench ended (exit {child.returncode}) first")
+            raise SystemExit(
+                f"bench/role_profile.py: the bench ended (exit {child.returncode}) first"
+            )
         for process in psutil.process_iter():
             try:
                 command = " ".join(process.cmdline())
@@ -75,7 +79,7 @@ def _find_supervisor(
             except psutil.Error:
                 continue
         time.sleep(0.2)
-    raise SystemExit("bench/profile.py: no appliance appeared under the bench")
+    raise SystemExit("bench/role_profile.py: no appliance appeared under the bench")
 
 
 def _role_names(supervisor: psutil.Process) -> dict[int, str]:
