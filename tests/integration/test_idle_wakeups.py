@@ -86,6 +86,15 @@ def send(client: FrontClient, body: bytes, topic: str = TOPIC) -> int:
     return decode_offset_msg_id(response.ext_fields["msgId"])[1]
 
 
+def _wakeups_over_sends(client: FrontClient, pid: int, body: bytes) -> int:
+    """After SETTLE_S, send SEND_COUNT messages to PULL_TOPIC; how often `pid` woke meanwhile."""
+    time.sleep(SETTLE_S)
+    before = wakeups(pid)
+    for number in range(SEND_COUNT):
+        send(client, body + b" %d" % number, PULL_TOPIC)
+    return wakeups(pid) - before
+
+
 def send_to_a_held_pull(
     appliance: Appliance, client: FrontClient, topic: str, queue_index: int
 ) -> int:
@@ -148,22 +157,14 @@ def test_sends_wake_the_pull_processor_only_while_it_holds_a_pull(appliance: App
     client = appliance.client()
     try:
         send(client, b"first", PULL_TOPIC)
-        time.sleep(SETTLE_S)
-        before = wakeups(pull_pid)
-        for number in range(SEND_COUNT):
-            send(client, b"nobody waits %d" % number, PULL_TOPIC)
-        woken = wakeups(pull_pid) - before
+        woken = _wakeups_over_sends(client, pull_pid, b"nobody waits")
         assert woken <= PULL_WAKEUP_COUNT_MAX, f"{SEND_COUNT} sends woke pull.0 {woken} times"
 
         queue_index = 1 + SEND_COUNT
         wait_dispatched(appliance, queue_index)
         send_to_a_held_pull(appliance, client, PULL_TOPIC, queue_index)
 
-        time.sleep(SETTLE_S)
-        before = wakeups(pull_pid)
-        for number in range(SEND_COUNT):
-            send(client, b"nobody waits again %d" % number, PULL_TOPIC)
-        woken = wakeups(pull_pid) - before
+        woken = _wakeups_over_sends(client, pull_pid, b"nobody waits again")
         assert woken <= PULL_WAKEUP_COUNT_MAX, f"pull.0 woke {woken} times after its hold"
     finally:
         client.close()
