@@ -369,12 +369,17 @@ def test_ctrl_c_ends_a_tail_cleanly(appliance: Appliance) -> None:
     topic = "CliInterruptTopic"
     create_topic(appliance, topic)
     timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    # `mqbox tail` runs with Python's own Ctrl-C handler; this test process may not have it: a
+    # Spark test earlier on the same xdist worker leaves pyspark's handler installed, which
+    # calls into the JVM before it raises KeyboardInterrupt.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.monotonic()
     timer.start()
     try:
         result = run(appliance, "tail", "--topic", topic, "--timeout-s", TAIL_TIMEOUT_S)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert result.exit_code == 0, (result.stderr, result.exception)
     assert result.stderr == ""
     assert time.monotonic() - started < float(TAIL_TIMEOUT_S)

@@ -60,7 +60,9 @@ WAKEUP_COUNT_MAX: Final = {
     "dispatcher.0": 2,  # 0 (cleanResourceInterval 10 s); 4 (a flush a second, clean or not)
     "store_writer.0": 8,  # 4 (the checkpoint's look); 16 (main loop 4, flush thread 8)
     "ha_service.0": 10,  # 4 (HaLink's retention check); 40 (a 100 ms wait without slaves)
-    "services.0": 12,  # 8 (sampler, topics.json); 20-26 (HTTP accept thread 8, sampler 12)
+    # 8 (sampler, topics.json) and 2-4 more when the 30 s registration with the name server falls
+    # in the window; 20-26 (HTTP accept thread 8, sampler 12)
+    "services.0": 16,
 }
 
 
