@@ -146,6 +146,24 @@ def test_a_sleeper_does_not_spin_while_the_cores_are_taken(rings: tuple[Ring, Ri
     assert control.active_count() == 4  # back on its core after the sleep
 
 
+def test_a_sleeper_awaiting_answers_spins_while_the_cores_are_taken(
+    rings: tuple[Ring, Ring],
+) -> None:
+    ping, _pong = rings
+    control = control_block.ControlBlock.create(ROLE_IDS)
+    for role_id in ROLE_IDS[1:]:
+        SpinGate(*control.activity_words(role_id), 2)  # three others busy
+    gate = SpinGate(*control.activity_words(ROLE_IDS[0]), 2)
+    sleeper = Sleeper(select.epoll(), [Inbox(ping, "peer", marks=None)], 2_000_000, gate=gate)
+    sleeper.wait(30, awaiting=True)
+    statistics = sleeper.statistics()
+    assert (statistics.spin_yield_count, statistics.spin_miss_count) == (0, 1)
+    assert statistics.awaiting_spin_budget_ns == 1_000_000  # the miss halved it
+    assert statistics.spin_budget_ns == 2_000_000  # the other kind of wait is untouched
+    sleeper.wait(30)
+    assert sleeper.statistics().spin_yield_count == 1  # a wait for new work still gives way
+
+
 def test_the_budget_for_answers_survives_idle_waits(rings: tuple[Ring, Ring]) -> None:
     ping, _pong = rings
     sleeper = Sleeper(
