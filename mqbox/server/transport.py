@@ -37,7 +37,7 @@ after each request. Two rules keep what spinning buys and drop the rest:
   spinner; on a host with more cores than busy roles every role spins as before. A role that
   awaits answers (below) spins its budget whatever the gate says: its answer is the next step
   of a request in flight, and side by side on 2 cores (docs/BENCHMARKS.md, issue 15, "awaiting
-  roles pass the gate") that cut hop.py's p50 to 0.83x and the C++ client's to 0.85x.
+  roles pass the gate") that cut hop.py's p50 to 0.83x and the C++ client's to 0.87x.
 - Two budgets. A role that has sent parcels whose answers will come back to it (the reactor and
   the codec with requests in flight, the send processor with appends at the store writer) waits
   with `awaiting=True`; each kind of wait adapts a budget of its own. The short waits for an
