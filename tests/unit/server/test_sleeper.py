@@ -129,13 +129,22 @@ def test_a_dead_role_holds_no_core() -> None:
     assert control.active_count() == 0
 
 
-def test_a_sleeper_does_not_spin_while_the_cores_are_taken(rings: tuple[Ring, Ring]) -> None:
-    ping, _pong = rings
+def sleeper_with_the_cores_taken(
+    ping: Ring, spin_ns_max: int
+) -> tuple[Sleeper, control_block.ControlBlock]:
+    """A Sleeper on `ping` for the first of ROLE_IDS, on 2 cores, while the three others say
+    they hold a core."""
     control = control_block.ControlBlock.create(ROLE_IDS)
     for role_id in ROLE_IDS[1:]:
-        SpinGate(*control.activity_words(role_id), 2)  # three others busy
+        SpinGate(*control.activity_words(role_id), 2)
     gate = SpinGate(*control.activity_words(ROLE_IDS[0]), 2)
-    sleeper = Sleeper(select.epoll(), [Inbox(ping, "peer", marks=None)], 1_000_000, gate=gate)
+    inboxes = [Inbox(ping, "peer", marks=None)]
+    return Sleeper(select.epoll(), inboxes, spin_ns_max, gate=gate), control
+
+
+def test_a_sleeper_does_not_spin_while_the_cores_are_taken(rings: tuple[Ring, Ring]) -> None:
+    ping, _pong = rings
+    sleeper, control = sleeper_with_the_cores_taken(ping, 1_000_000)
     started = time.process_time_ns()
     sleeper.wait(30)
     statistics = sleeper.statistics()
@@ -150,11 +159,7 @@ def test_a_sleeper_awaiting_answers_spins_while_the_cores_are_taken(
     rings: tuple[Ring, Ring],
 ) -> None:
     ping, _pong = rings
-    control = control_block.ControlBlock.create(ROLE_IDS)
-    for role_id in ROLE_IDS[1:]:
-        SpinGate(*control.activity_words(role_id), 2)  # three others busy
-    gate = SpinGate(*control.activity_words(ROLE_IDS[0]), 2)
-    sleeper = Sleeper(select.epoll(), [Inbox(ping, "peer", marks=None)], 2_000_000, gate=gate)
+    sleeper, _control = sleeper_with_the_cores_taken(ping, 2_000_000)
     sleeper.wait(30, awaiting=True)
     statistics = sleeper.statistics()
     assert (statistics.spin_yield_count, statistics.spin_miss_count) == (0, 1)
