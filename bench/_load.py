@@ -36,6 +36,7 @@ from mqbox.protocol import make_request
 from mqbox.protocol.codes import PERM_READ, PERM_WRITE, RequestCode
 from mqbox.protocol.command import encode_command
 from mqbox.protocol.headers import SendMessageRequestHeader, UpdateAndCreateTopicRequestHeader
+from mqbox.resources import process_stat_fields
 from mqbox.server import launch
 
 READY_TIMEOUT_S: Final = 300.0
@@ -102,10 +103,9 @@ def role_minor_faults(app: Appliance) -> dict[str, int]:
     every thread counted. A first write to a page of a fresh file or anonymous map is one."""
     found: dict[str, int] = {}
     for role, pid in app.roles.items():
-        with contextlib.suppress(OSError):
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            # The command name in parentheses may hold spaces: count fields after its end.
-            found[role] = int(stat[stat.rindex(")") + 2 :].split()[7])
+        fields = process_stat_fields(pid)
+        if fields is not None:
+            found[role] = int(fields[7])
     return found
 
 

@@ -8,7 +8,8 @@ poll of a listener with a full backlog returns at once, forever, which is a loop
 core), `RateLimitedLog`, one warning line per interval for a condition that may recur
 thousands of times a second (refused connections), and `FailureLog`, the traceback log of a
 request boundary (an unexpected exception a process caught and survived), and the allocator's
-thresholds for the payloads the roles copy (`keep_large_allocations`). Never: sockets,
+thresholds for the payloads the roles copy (`keep_large_allocations`), and the one reader of a
+process's /proc/<pid>/stat fields (`process_stat_fields`). Never: sockets,
 selectors or policy about which connection to close; it imports only the standard library, so
 both the broker and the name server use it.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import logging
+import os
 import resource
 import sys
 import time
@@ -206,3 +208,21 @@ class FailureLog:
             self.failure_count,
             exc_info=error,
         )
+
+
+def process_stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat from the third (state) on, so proc(5)'s field n is at index
+    n - 3; None if the process is gone. The command name before them may hold spaces and
+    parentheses, so they start after its last ")". One open and one read, no file object: the
+    statistics sampler calls this for every role each second."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data[data.rfind(b")") + 2 :].split()

@@ -44,6 +44,7 @@ import psutil
 
 from mqbox.errors import ConfigError
 from mqbox.ipc import names
+from mqbox.resources import process_stat_fields
 
 MARK_ENV: Final = "MQBOX_TEST_SESSION"
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
@@ -120,11 +121,10 @@ def kill_marked(mark: str, timeout_s: float = KILL_TIMEOUT_S) -> list[int]:
 def start_ticks(pid: int) -> int:
     """When process `pid` started, in clock ticks since boot (/proc/PID/stat field 22): with
     the PID, it names one process for good. ProcessLookupError if there is none."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise ProcessLookupError(pid) from None
-    return int(stat.rpartition(")")[2].split()[19])  # fields from the 3rd on, after the name
+    fields = process_stat_fields(pid)
+    if fields is None:
+        raise ProcessLookupError(pid)
+    return int(fields[19])
 
 
 def watch(pid: int, ticks: int, mark: str) -> list[int]:

@@ -38,6 +38,7 @@ import orjson
 from mqbox.clock import wall_clock_ms
 from mqbox.errors import MqboxError
 from mqbox.ipc.ring import ring_occupancy
+from mqbox.resources import process_stat_fields
 from mqbox.run_files import write_bytes_atomically
 from mqbox.server import statistics
 from mqbox.server.queue_counters import (
@@ -284,23 +285,12 @@ class BrokerSources:
 
 
 def read_process_stat(pid: int) -> tuple[int, int, int, int] | None:
-    """(start time, user + system CPU, thread count, resident pages) of process `pid` from one
-    read of /proc/<pid>/stat (proc(5): times in clock ticks); None if it is gone."""
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
-    except OSError:
+    """(start time, user + system CPU, thread count, resident pages) of process `pid` from
+    /proc/<pid>/stat (proc(5): times in clock ticks); None if it is gone."""
+    fields = process_stat_fields(pid)
+    if fields is None or len(fields) < 22:
         return None
-    try:
-        data = os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    # The command name (field 2) may hold spaces and parentheses: fields after its last ")".
-    fields = data[data.rfind(b")") + 2 :].split()
-    if len(fields) < 22:
-        return None
-    # Fields 14 utime, 15 stime, 20 num_threads, 22 starttime, 24 rss (from 1), so index - 3.
+    # Fields 14 utime, 15 stime, 20 num_threads, 22 starttime, 24 rss, each at index n - 3.
     return int(fields[19]), int(fields[11]) + int(fields[12]), int(fields[17]), int(fields[21])
 
 
