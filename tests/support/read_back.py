@@ -2,10 +2,13 @@
 
 Owns: creating a topic on a broker and waiting until the name server routes it (`create_topic`,
 `wait_routed`), and reading back every record of a topic's queues (`read_back`,
-`read_back_until`: PULL with the subscription flag from index 0, 32 at a time, each body decoded
-record by record with mqbox.message.decode_record). Used by the interop tests
-(tests/interop/cpp_client.py re-exports these) and the client's integration tests. Never: the
-client under test (the read-back uses RemotingClient), fixed ports or names.
+`read_back_until`: first wait until the dispatcher has caught up with the CommitLog, then PULL
+with the subscription flag from index 0, 32 at a time, each body decoded record by record with
+mqbox.message.decode_record). The wait matters: a send is acknowledged once its record is in the
+CommitLog, and the dispatcher makes it pullable a moment later, as RocketMQ's reput service does.
+Used by the interop tests (tests/interop/cpp_client.py re-exports these) and the client's
+integration tests. Never: the client under test (the read-back uses RemotingClient), fixed ports
+or names.
 """
 
 from __future__ import annotations
@@ -103,10 +106,26 @@ def decode_records(body: bytes) -> list[StoredMessage]:
     return records
 
 
+def wait_dispatched(broker: RemotingClient) -> None:
+    """Until GET_BROKER_RUNTIME_INFO's dispatchBehindBytes is 0: every record the CommitLog held
+    when this was called is in its consume queue."""
+    deadline = time.monotonic() + READ_BACK_TIMEOUT_S
+    while True:
+        response = broker.invoke(RequestCode.GET_BROKER_RUNTIME_INFO)
+        assert response.code == ResponseCode.SUCCESS, (response.code, response.remark)
+        behind = json.loads(response.body)["table"]["dispatchBehindBytes"]
+        if behind == "0":
+            return
+        assert time.monotonic() < deadline, f"the dispatcher stayed {behind} bytes behind"
+        time.sleep(0.01)
+
+
 def read_back(appliance: Appliance, topic: str) -> dict[int, list[StoredMessage]]:
-    """Every stored record of every queue of `topic`, by queue id, in queue order."""
+    """Every stored record of every queue of `topic`, by queue id, in queue order, once the
+    dispatcher has caught up with every record written before the call."""
     queue_count = read_queue_count(appliance, topic)
     with RemotingClient(appliance.broker_address, REQUEST_TIMEOUT_MS) as broker:
+        wait_dispatched(broker)
         return {queue_id: pull_queue(broker, topic, queue_id) for queue_id in range(queue_count)}
 
 
