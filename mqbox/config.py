@@ -171,6 +171,11 @@ class BrokerConfig:
     # puts the keys of what it did not cover again (docs/store.md, "Checkpoint")
     flush_interval_index_ms: int = 60_000  # mqboxFlushIntervalIndexMs
     sync_flush_timeout_ms: int = 5000  # syncFlushTimeout
+    # how long the broker holds an orderly consumer's queue lock after its last grant (Java: the
+    # system property rocketmq.broker.rebalance.lockMaxLiveTime); at least the 30 s after which
+    # clients stop trusting a lock they did not renew (they renew every 20 s), so no queue is
+    # granted to a second consumer while its owner still consumes it
+    rebalance_lock_max_live_time_ms: int = 60_000  # mqboxRebalanceLockMaxLiveTimeMs
     max_message_size_bytes: int = 4 * 1024 * 1024  # maxMessageSize
     auto_create_topic_enable: bool = True  # autoCreateTopicEnable
     auto_create_subscription_group: bool = True  # autoCreateSubscriptionGroup
@@ -342,6 +347,10 @@ _BROKER_KEYS: dict[str, tuple[str, Any]] = {
     "flushIntervalConsumeQueue": ("flush_interval_consume_queue_ms", _POSITIVE),
     "mqboxFlushIntervalIndexMs": ("flush_interval_index_ms", _int_in(1, 86_400_000)),
     "syncFlushTimeout": ("sync_flush_timeout_ms", _POSITIVE),
+    "mqboxRebalanceLockMaxLiveTimeMs": (
+        "rebalance_lock_max_live_time_ms",
+        _int_in(30_000, 86_400_000),
+    ),
     "maxMessageSize": ("max_message_size_bytes", _int_in(1024, 64 * 1024 * 1024)),
     "autoCreateTopicEnable": ("auto_create_topic_enable", _parse_bool),
     "autoCreateSubscriptionGroup": ("auto_create_subscription_group", _parse_bool),

@@ -20,7 +20,7 @@ import hypothesis
 import psutil
 import pytest
 
-from tests.support.appliance import Appliance, running_appliance
+from tests.support.appliance import Appliance, module_appliance
 from tests.support.reaper import session_reaper
 
 # The first example of a kernel test measures JIT compilation, so deadlines would only flake.
@@ -87,16 +87,10 @@ def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
     that need nothing special: each uses topics and groups of its own, from `unique_name`).
     Starting one costs seconds; a module may define its own `appliance`, which takes
     precedence, and a test that stops or restarts its broker starts its own with
-    `running_appliance`. Every process it started is SIGKILLed by PID at the end (the
-    function-scoped `reap_pids` cannot outlive one test)."""
-    pids: list[int] = []
-    try:
-        with running_appliance(tmp_path_factory.mktemp("appliance"), pids) as running:
-            yield running
-    finally:
-        for pid in pids:
-            with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
-                psutil.Process(pid).send_signal(signal.SIGKILL)
+    `running_appliance`. Every process it started is SIGKILLed by PID at the end
+    (`module_appliance`)."""
+    with module_appliance(tmp_path_factory.mktemp("appliance")) as running:
+        yield running
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -3,13 +3,14 @@
 Goal: docs/client.md B.10 as mqbox's PushConsumer(orderly=True) does it: while a producer keeps
 sending with send_orderly over 8 sharding keys (4 queues), (1) a second consumer joins (queues
 move: the old owner persists, then unlocks, and the new one locks), (2) the first consumer is
-SIGKILLed in the middle of consuming (its queues come back only when the broker's 60 s locks
-expire; what it consumed but had not committed is consumed again), (3) it is started again
+SIGKILLed in the middle of consuming (its queues come back only when the broker's locks
+expire: 30 s here, mqboxRebalanceLockMaxLiveTimeMs at its least, where the default is Java's 60 s;
+what it consumed but had not committed is consumed again), (3) it is started again
 (queues move back). Throughout: every message the broker acknowledged is consumed; within one
 consumer process each key's messages arrive in send order; and over all processes, in time
 order, no message of a key arrives before every earlier message of that key arrived once (a
 replay after the kill starts at a committed offset, never after a gap).
-Method: one appliance for the module; the consumers are child processes
+Method: one appliance for the module, with 30 s locks; the consumers are child processes
 (tests/support/consumer_child.py, JSON lines out, killed by PID); the producer runs in the test
 process and numbers each key's messages.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ import pytest
 
 from mqbox.client import ClientError, Producer
 from tests.interop.cpp_client import CppChild, cpp_child
-from tests.support.appliance import Appliance
+from tests.support.appliance import BROKER_CONF, Appliance, module_appliance
 from tests.support.consumers import group_name
 from tests.support.read_back import create_topic
 from tests.support.waiting import wait_until
@@ -35,7 +37,16 @@ pytestmark = pytest.mark.integration
 
 KEYS = [f"order-{n}" for n in range(8)]
 WAIT_S = 60.0
-LOCK_EXPIRY_WAIT_S = 120.0  # the broker's 60 s lock of the killed consumer, and a rebalance
+LOCK_LIFETIME_MS = 30_000  # the least mqboxRebalanceLockMaxLiveTimeMs takes
+LOCK_EXPIRY_WAIT_S = 90.0  # the broker's lock of the killed consumer, and a rebalance
+
+
+@pytest.fixture(scope="module")
+def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
+    """The module's appliance (tests/conftest.py's), with the broker's shortest queue locks."""
+    conf = BROKER_CONF + f"mqboxRebalanceLockMaxLiveTimeMs={LOCK_LIFETIME_MS}\n"
+    with module_appliance(tmp_path_factory.mktemp("appliance"), conf) as running:
+        yield running
 
 
 class OrderlyLoad:

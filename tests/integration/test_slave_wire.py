@@ -15,14 +15,11 @@ slave's queues are empty here.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import psutil
 import pytest
 
 from mqbox.client.admin_api import (
@@ -47,6 +44,7 @@ from mqbox.protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from tests.conftest import unique_name
+from tests.support.appliance import sigkill_pids
 from tests.support.master_slave import (
     BROKER_NAME,
     MASTER_CONF,
@@ -89,9 +87,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterSlave]:
         ) as running:
             yield running
     finally:
-        for pid in pids:
-            with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
-                psutil.Process(pid).send_signal(signal.SIGKILL)
+        sigkill_pids(pids)
 
 
 @pytest.fixture

@@ -16,12 +16,9 @@ occur), following nextBeginOffset; every body decoded with mqbox.message.decode_
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import time
 from collections.abc import Iterator
 
-import psutil
 import pytest
 
 from mqbox.client.remoting import RemotingClient
@@ -33,7 +30,7 @@ from tests.interop.cpp_client import (
     create_topic,
     decode_records,
 )
-from tests.support.appliance import Appliance, running_appliance
+from tests.support.appliance import Appliance, module_appliance
 
 pytestmark = pytest.mark.integration
 
@@ -45,14 +42,8 @@ PULL_TIMEOUT_S = 20.0
 
 @pytest.fixture(scope="module")
 def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
-    pids: list[int] = []
-    try:
-        with running_appliance(tmp_path_factory.mktemp("tag-filter"), pids) as running:
-            yield running
-    finally:
-        for pid in pids:
-            with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
-                psutil.Process(pid).send_signal(signal.SIGKILL)
+    with module_appliance(tmp_path_factory.mktemp("tag-filter")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,6 @@ Bounded waits; every child and the appliance are SIGKILLed by pid at the end.
 from __future__ import annotations
 
 import contextlib
-import signal
 import time
 import uuid
 from collections import defaultdict
@@ -34,7 +33,6 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-import psutil
 import pytest
 
 from mqbox.client import admin_api
@@ -53,7 +51,7 @@ from tests.interop.cpp_client import (
     received_view,
     sample_messages,
 )
-from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
+from tests.support.appliance import BROKER_CONF, Appliance, module_appliance
 
 pytestmark = pytest.mark.interop
 
@@ -144,15 +142,9 @@ os._exit(0)  # no wrapper __del__ at interpreter exit
 def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
     """A running appliance whose delay levels are all one second; every process it started is
     SIGKILLed by pid at the end."""
-    pids: list[int] = []
     conf = BROKER_CONF + f"messageDelayLevel={DELAY_LEVELS}\n"
-    try:
-        with running_appliance(tmp_path_factory.mktemp("appliance"), pids, conf) as running:
-            yield running
-    finally:
-        for pid in pids:
-            with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
-                psutil.Process(pid).send_signal(signal.SIGKILL)
+    with module_appliance(tmp_path_factory.mktemp("appliance"), conf) as running:
+        yield running
 
 
 def retry_consumer(

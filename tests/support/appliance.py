@@ -182,3 +182,23 @@ def running_appliance(
             str(ready.get("http") or ""),
             str(ready.get("ha") or ""),
         )
+
+
+def sigkill_pids(pids: list[int]) -> None:
+    """SIGKILL every process of `pids` that still runs (the end of a module-scoped fixture: the
+    function-scoped `reap_pids` cannot outlive one test)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def module_appliance(home: Path, broker_conf: str = BROKER_CONF) -> Iterator[Appliance]:
+    """`running_appliance` for a module-scoped fixture: every process it started is SIGKILLed
+    by PID at the end, whatever the tests left running."""
+    pids: list[int] = []
+    try:
+        with running_appliance(home, pids, broker_conf) as running:
+            yield running
+    finally:
+        sigkill_pids(pids)

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import functools
 import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Final
 import psutil
 
 from mqbox.server.home import (
+    BROKERS_DIR_NAME,
     HomeLayout,
     read_layout_state,
     read_replication,
@@ -110,6 +112,16 @@ def running_layout(home: Path, layout: Path = EXAMPLE_2M_2S) -> Iterator[Running
         if read_layout_state(home) is not None:
             mqbox("stop", "--home", str(home), "--timeout-s", "30")
         kill_all(sorted(seen))
+        remove_stores(home)
+
+
+def remove_stores(home: Path) -> None:
+    """Delete every broker's store under a stopped layout's home. The example's brokers map
+    1 GiB CommitLog segments and 400 MiB index files, about 6 GiB a run; pytest keeps the last
+    three runs' temporary directories, and every test's disk-full refusal (90 % of the disk)
+    reads the one disk they all share."""
+    for store in sorted((home / BROKERS_DIR_NAME).glob("*/store")):
+        shutil.rmtree(store, ignore_errors=True)
 
 
 def wait_slaves_connected(layout: RunningLayout, timeout_s: float) -> None:

@@ -109,6 +109,16 @@ def test_the_index_flush_interval_loads_and_is_bounded() -> None:
             load_broker_config(None, {"mqboxFlushIntervalIndexMs": value})
 
 
+def test_the_broker_lock_lifetime_loads_and_stays_above_the_clients_staleness() -> None:
+    assert load_broker_config(ETC / "broker.conf").rebalance_lock_max_live_time_ms == 60_000
+    assert load_broker_config(None).rebalance_lock_max_live_time_ms == 60_000
+    config = load_broker_config(None, {"mqboxRebalanceLockMaxLiveTimeMs": "30000"})
+    assert config.rebalance_lock_max_live_time_ms == 30_000
+    for value in ("29999", "0", "86400001"):
+        with pytest.raises(ConfigError, match="mqboxRebalanceLockMaxLiveTimeMs"):
+            load_broker_config(None, {"mqboxRebalanceLockMaxLiveTimeMs": value})
+
+
 def test_example_layout_loads() -> None:
     for path in sorted((ETC / "examples" / "2m-2s").glob("broker-*.conf")):
         config = load_broker_config(path)

@@ -6,7 +6,8 @@ Owns: `QueueLocks`, which client of a consumer group holds which message queue a
 
 Rules (docs/protocol.md section 4.3, Java's RebalanceLockManager):
 - A queue is granted to a client when nobody holds it, when its holder's lock expired
-  (`lifetime_ns` after the last grant, 60 s: rocketmq.broker.rebalance.lockMaxLiveTime), or when
+  (`lifetime_ns` after the last grant: mqboxRebalanceLockMaxLiveTimeMs, 60 s by default as
+  Java's rocketmq.broker.rebalance.lockMaxLiveTime), or when
   the client holds it already; every grant renews the lock.
 - Unlock releases only the queues the asking client holds.
 - A closed connection releases nothing: the Java broker lets locks expire, and a client that

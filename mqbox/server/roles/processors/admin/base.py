@@ -47,7 +47,7 @@ from mqbox.server.roles.processors.consumer_offsets import (
     PERSIST_INTERVAL_MS_DEFAULT,
     ConsumerOffsets,
 )
-from mqbox.server.roles.processors.locks import LOCK_LIFETIME_MS_DEFAULT, QueueLocks
+from mqbox.server.roles.processors.locks import QueueLocks
 from mqbox.server.roles.processors.topics import TopicConfigStore
 from mqbox.server.roles.store_writer import store_config_of
 from mqbox.server.runtime import RoleContext
@@ -284,7 +284,7 @@ class AdminBase(Processor):
         clock_ns: Callable[[], int] = time.monotonic_ns,
         wall_clock_ms: Callable[[], int] = wall_clock_ms,
         client_expiry_ms: int = CLIENT_EXPIRY_MS_DEFAULT,
-        lock_lifetime_ms: int = LOCK_LIFETIME_MS_DEFAULT,
+        lock_lifetime_ms: int | None = None,
         offset_persist_interval_ms: int = PERSIST_INTERVAL_MS_DEFAULT,
         client_call_timeout_ms: int = CLIENT_CALL_TIMEOUT_MS_DEFAULT,
         **options: Any,
@@ -303,6 +303,8 @@ class AdminBase(Processor):
             self.config_dir if self.owns_state else None,
             persist_interval_ns=offset_persist_interval_ms * 1_000_000,
         )
+        if lock_lifetime_ms is None:  # mqboxRebalanceLockMaxLiveTimeMs
+            lock_lifetime_ms = ctx.broker.rebalance_lock_max_live_time_ms
         self.locks = QueueLocks(lifetime_ns=lock_lifetime_ms * 1_000_000)
         self.topics = TopicConfigStore(ctx.store_root, ctx.broker)
         self.store = StoreView(ctx, clock_ns)
