@@ -77,7 +77,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn, TypeGuard
 
@@ -720,47 +720,9 @@ class Supervisor:
                 raise ConfigError(f"ring {spec.name} is not in instance {self.instance}")
 
     def _warm_up(self, topology: Topology) -> None:
-        """Import every role module, resolve every main, then compile each kernel once here, so
-        the children inherit the machine code instead of compiling (or loading) it each.
-
-        Runs, once each: every role module's `warm_up()`, and every module-level `warm_up()` or
-        `warm_up_kernels()` without parameters defined by a loaded mqbox module (ipc/ring.py,
-        store/message_store.py, ...). Kernels none of them reached are logged; a kernel a role
-        first calls after the fork costs that role numba's compiler memory (about 60 MB)."""
-        started_ns = time.monotonic_ns()
-        role_modules: dict[str, Any] = {}
-        for spec in topology.roles:
-            resolve_callable(spec.main)
-            module_name = spec.main.partition(":")[0]
-            role_modules[module_name] = sys.modules[module_name]
-        functions: dict[int, tuple[str, Callable[[], Any]]] = {}
-        loaded = [
-            module for name, module in sorted(sys.modules.items()) if name.startswith("mqbox.")
-        ]
-        for module in (*loaded, *role_modules.values()):
-            for function_name in WARM_UP_FUNCTION_NAMES:
-                function = getattr(module, function_name, None)
-                if _is_warm_up(function, module):
-                    functions[id(function)] = (f"{module.__name__}.{function_name}", function)
-        for qualified_name, function in functions.values():
-            log.info("warming up: %s()", qualified_name)
-            function()
-        cold = []
-        if not _jit.JIT_DISABLED:
-            cold = [
-                getattr(function, "__qualname__", repr(function))
-                for function in _jit.kernels()
-                if not _jit.is_compiled(function)
-            ]
-        log.info(
-            "warm-up took %.1f s; %d kernels compiled; %d not reached as entry points "
-            "(helpers called only from other kernels are among them): %s",
-            (time.monotonic_ns() - started_ns) / 1e9,
-            len(_jit.kernels()) - len(cold),
-            len(cold),
-            ", ".join(sorted(cold)) or "-",
-        )
-        assert threading.active_count() == 1, "a warm-up function left a thread running"
+        """Compile (or load) every kernel here, so the children inherit the machine code
+        instead of compiling it each (`warm_up_roles`)."""
+        warm_up_roles(spec.main for spec in topology.roles)
 
     # -- the name server -----------------------------------------------------------------------
 
@@ -1477,6 +1439,49 @@ class Supervisor:
             "last_failure": self._last_failure,
         }
         write_json_atomically(self.layout.state_path, document)
+
+
+def warm_up_roles(role_mains: Iterable[str]) -> None:
+    """Import the module of every role main ("module:function"), then compile each kernel once
+    in this process.
+
+    Runs, once each: every role module's `warm_up()`, and every module-level `warm_up()` or
+    `warm_up_kernels()` without parameters defined by a loaded mqbox module (ipc/ring.py,
+    store/message_store.py, ...). Kernels none of them reached are logged; a kernel a role
+    first calls after the fork costs that role numba's compiler memory (about 60 MB).
+    server/warm_up.py runs this alone, to fill numba's cache before a first start."""
+    started_ns = time.monotonic_ns()
+    role_modules: dict[str, Any] = {}
+    for main in role_mains:
+        resolve_callable(main)
+        module_name = main.partition(":")[0]
+        role_modules[module_name] = sys.modules[module_name]
+    functions: dict[int, tuple[str, Callable[[], Any]]] = {}
+    loaded = [module for name, module in sorted(sys.modules.items()) if name.startswith("mqbox.")]
+    for module in (*loaded, *role_modules.values()):
+        for function_name in WARM_UP_FUNCTION_NAMES:
+            function = getattr(module, function_name, None)
+            if _is_warm_up(function, module):
+                functions[id(function)] = (f"{module.__name__}.{function_name}", function)
+    for qualified_name, function in functions.values():
+        log.info("warming up: %s()", qualified_name)
+        function()
+    cold = []
+    if not _jit.JIT_DISABLED:
+        cold = [
+            getattr(function, "__qualname__", repr(function))
+            for function in _jit.kernels()
+            if not _jit.is_compiled(function)
+        ]
+    log.info(
+        "warm-up took %.1f s; %d kernels compiled; %d not reached as entry points "
+        "(helpers called only from other kernels are among them): %s",
+        (time.monotonic_ns() - started_ns) / 1e9,
+        len(_jit.kernels()) - len(cold),
+        len(cold),
+        ", ".join(sorted(cold)) or "-",
+    )
+    assert threading.active_count() == 1, "a warm-up function left a thread running"
 
 
 def _is_warm_up(function: Any, module: Any) -> TypeGuard[Callable[[], Any]]:
