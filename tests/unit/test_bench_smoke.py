@@ -63,8 +63,10 @@ FAILURE_KEYS = {
 SMOKE_TIMEOUT_SECS = 240
 # The Spark scripts start a JVM each: they join the Spark tests' xdist group (docs/spark.md
 # section 6), so a run never has two JVMs with their local[2] Python workers fighting for the
-# cores at once; the rest of the suite goes on beside that group on the other workers.
-SPARK_SMOKE_MARKS = [pytest.mark.xdist_group("spark")]
+# cores at once; the rest of the suite goes on beside that group on the other workers. They are
+# in the `slow` tier (`bin/test -m slow`): each starts a JVM and its Python workers, 43-83 s apiece
+# on the 2-core box, and the connector they drive is tested in every run by tests/spark.
+SPARK_SMOKE_MARKS = [pytest.mark.xdist_group("spark"), pytest.mark.slow]
 
 
 def smoke_param(path: Path) -> Any:
