@@ -43,10 +43,16 @@ from mqbox.client import (
     SendResult,
 )
 from mqbox.client.consumer_core import ConsumerOptions
+from mqbox.client.remoting import RemotingClient
 from mqbox.message import encode_offset_msg_id, pack_host
 from tests.support.appliance import Appliance
 from tests.support.consumers import Collector, group_name
-from tests.support.read_back import create_topic, read_back_until
+from tests.support.read_back import (
+    REQUEST_TIMEOUT_MS,
+    create_topic,
+    read_back_until,
+    wait_dispatched,
+)
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -61,11 +67,16 @@ def topic_name(kind: str) -> str:
 
 
 def send_all(appliance: Appliance, topic: str, count: int, **options: object) -> list[SendResult]:
+    """`count` sync sends, then a wait until the broker dispatched them: an ack means the record
+    is in the CommitLog, and its queue's max offset moves a moment later."""
     with Producer(group_name("PG"), appliance.namesrv_address) as producer:
-        return [
+        results = [
             producer.send(topic, f"message {number}".encode(), **options)  # type: ignore[arg-type]
             for number in range(count)
         ]
+    with RemotingClient(appliance.broker_address, REQUEST_TIMEOUT_MS) as broker:
+        wait_dispatched(broker)
+    return results
 
 
 def poll_until(consumer: PullConsumer, count: int) -> list[ReceivedMessage]:
