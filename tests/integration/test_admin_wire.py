@@ -32,6 +32,8 @@ from mqbox.protocol import RemotingCommand
 from mqbox.protocol.codes import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_SUBSCRIPTION,
     ConsumeFromWhere,
     ConsumeType,
     LanguageCode,
@@ -230,6 +232,56 @@ def test_update_then_query_offset_and_a_new_group_starts_at_0(appliance: Applian
         )
         assert max_offset.code == ResponseCode.SUCCESS
         assert max_offset.ext_fields == {"offset": "0"}
+    finally:
+        client.close()
+
+
+def test_a_pulls_commit_moves_an_offset_forward_never_behind_a_later_update(
+    appliance: Appliance,
+) -> None:
+    """A PULL's commitOffset reaches admin.0 over the pull processor's ring, beside the worker's
+    ring that brings the UPDATE_CONSUMER_OFFSET sent after it on the same connection, so it may
+    arrive second: an orderly consumer's last pull of a queue it hands over, and the offset it
+    persists before it unlocks. The UPDATE's index must stay (without forward_only, the pull's
+    won in about a quarter of the rounds here)."""
+    topic, group = "WirePullCommitTopic", "WirePullCommitGroup"
+    client = WireClient(appliance.broker_port)
+    query = {"consumerGroup": group, "topic": topic, "queueId": "0"}
+
+    def pull_with_commit(commit_offset: int) -> dict[str, str]:
+        return {
+            "consumerGroup": group,
+            "topic": topic,
+            "queueId": "0",
+            "queueOffset": "0",
+            "maxMsgNums": "32",
+            "sysFlag": str(PULL_FLAG_COMMIT_OFFSET | PULL_FLAG_SUBSCRIPTION),
+            "commitOffset": str(commit_offset),
+            "suspendTimeoutMillis": "0",
+            "subVersion": "0",
+            "subscription": "*",
+        }
+
+    def committed() -> str:
+        return client.answer(RequestCode.QUERY_CONSUMER_OFFSET, query).ext_fields["offset"]
+
+    try:
+        create_topic(client, topic, 1)
+        pulled = client.answer(RequestCode.PULL_MESSAGE, pull_with_commit(1))
+        assert pulled.code == ResponseCode.PULL_NOT_FOUND, pulled.remark
+        wait_until(lambda: committed() == "1", "the pull's commit stored", 10.0)
+        for round_number in range(1, 101):
+            pull = client.request(RequestCode.PULL_MESSAGE, pull_with_commit(2 * round_number))
+            update = {**query, "commitOffset": str(2 * round_number + 1)}
+            persist = client.request(RequestCode.UPDATE_CONSUMER_OFFSET, update)
+            answers: dict[int, RemotingCommand] = {}
+            while not {pull, persist} <= answers.keys():
+                (command,) = client.responses(1)
+                if command.flag & FLAG_RESPONSE:
+                    answers[command.opaque] = command
+            assert answers[pull].code == ResponseCode.PULL_NOT_FOUND, answers[pull].remark
+            assert answers[persist].code == ResponseCode.SUCCESS, answers[persist].remark
+            assert committed() == str(2 * round_number + 1), round_number
     finally:
         client.close()
 

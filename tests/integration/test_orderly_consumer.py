@@ -18,6 +18,7 @@ process and numbers each key's messages.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
@@ -159,6 +160,9 @@ def test_order_per_key_holds_across_a_rebalance_a_kill_and_a_restart(
     finally:
         load.stop()
         producer.shutdown()
+    for child in children.values():  # kept beside the child's stderr, for a failure's story
+        lines = (json.dumps(event) + "\n" for event in child.messages())
+        (child.directory / "messages.jsonl").write_text("".join(lines), encoding="utf-8")
     assert len(acknowledged) > 1000
     assert not acknowledged - delivered(children)
     # Within one process, each key in send order (a process never replays its own commits).

@@ -1,9 +1,11 @@
 """Goal: consumer offsets (processors/consumer_offsets.py) answer QUERY_CONSUMER_OFFSET by checklist
 rule 7 (committed -> it; nothing committed and the queue starts at 0 -> 0; otherwise not found),
-refuse negative indexes, and reach config/consumerOffset.json no sooner than 5 s after the first
-unsaved change, at once on `persist_now` (the stop path), never when nothing changed, and in the
-file format RocketMQ tools read (`{"offsetTable": {"<topic>@<group>": {"<queueId>": index}}}`),
-so a restart reads back exactly what was committed.
+refuse negative indexes, let a pull's commit (forward_only) move an index forward only while
+UPDATE_CONSUMER_OFFSET sets it either way, and reach config/consumerOffset.json no sooner than 5 s
+after the first unsaved change, at once on `persist_now` (the stop path), never when nothing
+changed, and in the file format RocketMQ tools read
+(`{"offsetTable": {"<topic>@<group>": {"<queueId>": index}}}`), so a restart reads back exactly
+what was committed.
 
 Method: the table with explicit monotonic times over a tmp config directory; files read back
 with config_files and with the json module; hypothesis for the save/load round trip.
@@ -54,6 +56,22 @@ def test_commit_then_query_and_negative_indexes_are_refused() -> None:
     assert offsets.topics_of("CG") == ["T"]
     assert offsets.topic_offsets("CG", "T") == {0: 5, 1: 0}
     assert offsets.groups() == ["CG"]
+
+
+def test_a_pulls_commit_never_moves_an_index_back_but_an_update_does() -> None:
+    offsets = ConsumerOffsets(None)
+    assert offsets.commit("CG", "T", 0, 3, 0, forward_only=True)  # nothing stored yet: stored
+    assert offsets.query("CG", "T", 0) == 3
+    assert offsets.commit("CG", "T", 0, 9, 0)  # the consumer's UPDATE as it hands the queue over
+    assert offsets.commit("CG", "T", 0, 7, 0, forward_only=True)  # its last pull, relayed late
+    assert offsets.query("CG", "T", 0) == 9
+    assert offsets.commit("CG", "T", 0, 9, 0, forward_only=True)
+    assert offsets.commit("CG", "T", 0, 12, 0, forward_only=True)
+    assert offsets.query("CG", "T", 0) == 12
+    assert offsets.commit("CG", "T", 0, 4, 0)  # an UPDATE (a reset, a repair) moves it back
+    assert offsets.query("CG", "T", 0) == 4
+    statistics = offsets.statistics()
+    assert (statistics.behind_count, statistics.refused_count) == (1, 0)
 
 
 def test_saves_wait_for_the_interval_and_happen_only_when_something_changed(

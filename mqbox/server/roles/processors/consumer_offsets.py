@@ -16,6 +16,20 @@ Invariants:
   callers check names first (client_manager.group_name_problem, headers.validate_topic), and
   `commit` asserts it.
 - After `persist_now()` returns, the file holds every commit made before the call.
+- A pull's commit (`forward_only`) never moves an index back; UPDATE_CONSUMER_OFFSET, resets
+  and a slave's sync set it, whichever way.
+
+Why pulls' commits only move forward: Java commits a pull's `commitOffset` on the pull thread
+that takes the request, with no hop in between, so in practice it lands before the
+UPDATE_CONSUMER_OFFSET the connection sends next. Here the pull processor relays it to admin.0
+on its own ring, beside the worker's ring that brings admin.0 that UPDATE: a pull's commit sent
+just before an UPDATE of the same queue was applied after it in 77 of 300 tries on an idle
+broker (a PULL and an UPDATE pipelined on one connection, then a QUERY). A consumer that
+persists a queue's offset as it hands the queue over (docs/client.md B.5, B.10) would see its
+offset moved back by its own last pull, and the next owner would consume again what it had
+consumed. A pull carries the offset the consumer held when it sent it, which its later UPDATE
+never undercuts, so a commit below the stored index is stale: it is counted (`behind_count`) and
+not stored. The periodic UPDATE (every 5 s) still sets the index whichever way, as Java's does.
 """
 
 from __future__ import annotations
@@ -48,6 +62,7 @@ class ConsumerOffsetsStatistics:
     entry_count: int  # (group, topic, queue) triples
     commit_count: int
     refused_count: int  # negative indexes refused
+    behind_count: int  # pulls' commits below the stored index, not stored (module docstring)
     persist_count: int
     dirty: bool
 
@@ -72,6 +87,7 @@ class ConsumerOffsets:
         self._persist_due_ns: int | None = None
         self._commit_count = 0
         self._refused_count = 0
+        self._behind_count = 0
         self._persist_count = 0
 
     def load(self) -> int:
@@ -112,9 +128,19 @@ class ConsumerOffsets:
 
     # -- changing ---------------------------------------------------------------------------------
 
-    def commit(self, group: str, topic: str, queue_id: int, queue_index: int, now_ns: int) -> bool:
+    def commit(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        queue_index: int,
+        now_ns: int,
+        *,
+        forward_only: bool = False,
+    ) -> bool:
         """Store `queue_index` as the group's next index for the queue; False (nothing stored)
-        for a negative index or queue id."""
+        for a negative index or queue id. `forward_only` (a pull's commit): an index below the
+        stored one is stale, counted and not stored (module docstring), and answers True."""
         assert group
         assert topic
         assert TOPIC_GROUP_SEPARATOR not in group
@@ -126,7 +152,11 @@ class ConsumerOffsets:
         if queues is None:
             queues = self._table[(topic, group)] = {}
         self._commit_count += 1
-        if queues.get(queue_id) == queue_index:
+        stored = queues.get(queue_id)
+        if stored == queue_index:
+            return True
+        if forward_only and stored is not None and queue_index < stored:
+            self._behind_count += 1
             return True
         queues[queue_id] = queue_index
         self._mark_dirty(now_ns)
@@ -204,6 +234,7 @@ class ConsumerOffsets:
             entry_count=sum(len(queues) for queues in self._table.values()),
             commit_count=self._commit_count,
             refused_count=self._refused_count,
+            behind_count=self._behind_count,
             persist_count=self._persist_count,
             dirty=self._dirty,
         )

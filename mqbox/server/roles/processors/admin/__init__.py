@@ -126,7 +126,12 @@ class AdminProcessor(
             group_name_problem(commit.group) is not None
             or validate_topic(commit.topic) is not None
             or not self.offsets.commit(
-                commit.group, commit.topic, commit.queue_id, commit.queue_index, self.clock_ns()
+                commit.group,
+                commit.topic,
+                commit.queue_id,
+                commit.queue_index,
+                self.clock_ns(),
+                forward_only=True,  # relayed on another ring: maybe behind a later UPDATE
             )
         ):
             self._commit_parcels_refused += 1
