@@ -16,7 +16,6 @@ rewrite the file put it back and wait until the broker applied it (about a secon
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -48,7 +47,7 @@ from mqbox.protocol.headers import (
     UpdateAndCreateTopicRequestHeader,
 )
 from mqbox.protocol.mqbox_codes import INVOKE_BROKER_TO_RESET_OFFSET, MQBOX_RESET_CONSUMER_OFFSET
-from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
+from tests.support.appliance import BROKER_CONF, Appliance, module_appliance, running_appliance
 from tests.support.consumers import Collector, group_name
 from tests.support.namesrv_process import running_namesrv
 from tests.support.waiting import wait_until
@@ -87,14 +86,8 @@ def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
     home = tmp_path_factory.mktemp("acl")
     (home / "conf").mkdir()
     (home / "conf" / "plain_acl.yml").write_text(ACL_TEXT, encoding="utf-8")
-    pids: list[int] = []
-    try:
-        with running_appliance(home, pids, BROKER_CONF + "aclEnable=true\n") as running:
-            yield running
-    finally:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, 9)
+    with module_appliance(home, BROKER_CONF + "aclEnable=true\n") as running:
+        yield running
 
 
 def acl_path(appliance: Appliance) -> Path:

@@ -28,11 +28,11 @@ import pytest
 
 from mqbox.ipc import names
 from mqbox.server.home import instance_name, read_http, read_state, recorded_processes
+from tests.support.appliance import sigkill_pids
 from tests.support.cli import foreground_mqbox
 from tests.support.layout import (
     EXAMPLE_2M_2S,
     RunningLayout,
-    kill_all,
     layout_pids,
     mqbox,
     parse_started,
@@ -205,7 +205,7 @@ def test_a_foreground_layout_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
         assert not (home / "run" / "layout.json").exists()
     finally:
         pids += layout_pids(home)
-        kill_all(pids)
+        sigkill_pids(pids)
         for stream in (popen.stdout, popen.stderr):
             if stream is not None:
                 stream.close()

@@ -31,8 +31,9 @@ from mqbox.run_files import read_json
 from mqbox.server.home import instance_name, read_replication, read_state, recorded_processes
 from mqbox.server.queue_counters import StorePositions, store_positions_name
 from tests.conftest import unique_name
+from tests.support.appliance import sigkill_pids
 from tests.support.consumers import Collector
-from tests.support.layout import RunningLayout, kill_all, mqbox, running_layout
+from tests.support.layout import RunningLayout, mqbox, running_layout
 from tests.support.replication import commit_log_bytes
 from tests.support.waiting import wait_until
 
@@ -179,7 +180,7 @@ def test_slaves_learn_and_follow_their_masters_and_serve_after_a_kill(tmp_path: 
         )
         # ... then broker-a's master dies (its supervisor and every role): broker-a-s serves.
         master_state = read_state(layout.broker_home("broker-a")) or {}
-        kill_all([pid for _, pid, _ in recorded_processes(master_state)])
+        sigkill_pids([pid for _, pid, _ in recorded_processes(master_state)])
         instance = ClientInstance(layout.namesrv, route_refresh_interval_ms=300)
         instance.start()
         try:

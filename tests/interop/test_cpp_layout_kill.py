@@ -43,10 +43,10 @@ from mqbox.server.home import read_state, recorded_processes
 from tests.conftest import unique_name
 from tests.integration.test_layout_replication import WAIT_S, topic_on
 from tests.interop.cpp_client import SEQ_PROPERTY, CppChild, cpp_child
+from tests.support.appliance import sigkill_pids
 from tests.support.layout import (
     RunningLayout,
     create_topic_by_cli,
-    kill_all,
     running_layout,
     wait_slaves_connected,
 )
@@ -143,7 +143,7 @@ def kill_master(layout: RunningLayout, name: str) -> None:
     state = read_state(layout.broker_home(name)) or {}
     pids = [pid for _, pid, _ in recorded_processes(state)]
     assert pids, f"no processes recorded for {name}"
-    kill_all(pids)
+    sigkill_pids(pids)
 
 
 def test_cpp_clients_ride_through_a_master_kill(tmp_path: Path, reap_pids: list[int]) -> None:

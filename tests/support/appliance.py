@@ -20,6 +20,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+import psutil
+
 from mqbox.server import launch
 from tests.support.front_client import FrontClient
 from tests.support.namesrv_process import set_file_limit
@@ -185,11 +187,16 @@ def running_appliance(
 
 
 def sigkill_pids(pids: list[int]) -> None:
-    """SIGKILL every process of `pids` that still runs (the end of a module-scoped fixture: the
-    function-scoped `reap_pids` cannot outlive one test)."""
+    """SIGKILL by PID every process of `pids` that still runs, then wait until they are gone
+    (the end of a module-scoped fixture, whose processes the function-scoped `reap_pids` cannot
+    reach, and of a layout)."""
+    alive = []
     for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)
+            process.kill()
+            alive.append(process)
+    psutil.wait_procs(alive, timeout=10)
 
 
 @contextlib.contextmanager

@@ -4,8 +4,9 @@ port 0, in a home of the test's own.
 Owns: starting a layout through tests/support/cli.py and parsing what the start
 printed (`RunningLayout`), every PID the layout's run files name (its name server and, per
 broker, the supervisor and its roles), the way out: `mqbox stop`, then SIGKILL by PID of
-whatever is still alive; and, for the 2m-2s example, waiting for its slaves to connect and
-creating a topic on its masters with `mqbox topic create`. Never: fixed ports.
+whatever is still alive (appliance.sigkill_pids); and, for the 2m-2s example, waiting for its
+slaves to connect and creating a topic on its masters with `mqbox topic create`. Never: fixed
+ports.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-import psutil
-
 from mqbox.server.home import (
     BROKERS_DIR_NAME,
     HomeLayout,
@@ -30,6 +29,7 @@ from mqbox.server.home import (
     read_state,
     recorded_processes,
 )
+from tests.support.appliance import sigkill_pids
 from tests.support.cli import REPO_ROOT, run_mqbox
 from tests.support.waiting import wait_until
 
@@ -74,17 +74,6 @@ def parse_started(home: Path, stdout: str) -> RunningLayout:
     return RunningLayout(home, namesrv[1], brokers)
 
 
-def kill_all(pids: list[int]) -> None:
-    """SIGKILL by PID (each checked to be alive first), waiting until they are gone."""
-    alive = []
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            process = psutil.Process(pid)
-            process.kill()
-            alive.append(process)
-    psutil.wait_procs(alive, timeout=10)
-
-
 @contextlib.contextmanager
 def running_layout(home: Path, layout: Path = EXAMPLE_2M_2S) -> Iterator[RunningLayout]:
     """Start `layout` in `home` (every port 0) and yield it; on the way out `mqbox stop`, then
@@ -111,7 +100,7 @@ def running_layout(home: Path, layout: Path = EXAMPLE_2M_2S) -> Iterator[Running
         seen.update(layout_pids(home))
         if read_layout_state(home) is not None:
             mqbox("stop", "--home", str(home), "--timeout-s", "30")
-        kill_all(sorted(seen))
+        sigkill_pids(sorted(seen))
         remove_stores(home)
 
 
