@@ -1,4 +1,5 @@
-"""Shared by every bench script: the one JSON line, host facts, percentiles, checksums.
+"""Shared by every bench script: the one JSON line, host facts, percentiles, checksums, and the
+parent-death signal of every server a bench starts.
 
 Each script answers one question and prints exactly one JSON line on stdout (docs/style.md
 section 7); everything else goes to stderr. The keys match the peer-broker benchmarks so figures fit
@@ -13,12 +14,14 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numba
 import numpy as np
+
+from mqbox.server import runtime
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,3 +120,20 @@ def emit(
 def log(message: str) -> None:
     """Chatter for humans: stderr only."""
     print(message, file=sys.stderr, flush=True)
+
+
+def die_with_this_process(signal_number: int) -> Callable[[], None]:
+    """A preexec_fn that has Linux send `signal_number` to the child once this process (the
+    thread starting it) is gone, so a bench killed outside pytest leaves no server behind: an
+    appliance's supervisor gets SIGTERM (its orderly stop: roles, name server, shared memory;
+    the temporary home stays), a peer broker SIGKILL. redis-server also needs it under pytest:
+    it overwrites its environment with its process title, so the tests' session reaper
+    (tests/support/reaper.py), which finds processes by a mark there, cannot see it."""
+    parent_pid = os.getpid()
+
+    def in_child() -> None:
+        runtime.set_parent_death_signal(signal_number)
+        if os.getppid() != parent_pid:  # gone before prctl took effect: no signal would come
+            os._exit(1)
+
+    return in_child

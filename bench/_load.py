@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import signal
 import socket
 import struct
 import sys
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Final
 
 import psutil
-from _common import REPO_ROOT  # bench/ is sys.path[0]
+from _common import REPO_ROOT, die_with_this_process  # bench/ is sys.path[0]
 
 from mqbox.acl.signature import SessionCredentials, sign_request
 from mqbox.client.admin_api import update_and_create_topic
@@ -166,6 +167,7 @@ def appliance(
                 stop_timeout_s=STOP_TIMEOUT_S,
                 environment={"PYTHONPATH": str(REPO_ROOT)},
                 cwd=REPO_ROOT,
+                preexec_fn=die_with_this_process(signal.SIGTERM),
             ) as (process, ready):
                 roles = {str(role): int(pid) for role, pid in ready["roles"].items()}
                 yield Appliance(

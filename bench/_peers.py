@@ -23,7 +23,6 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
-import os
 import shutil
 import signal
 import socket
@@ -32,19 +31,20 @@ import sys
 import tempfile
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
 import numpy as np
 import orjson
 import psutil
-from _load import SUCCESS_PREFIX, Frames, connect  # bench/ is sys.path[0]
+from _common import die_with_this_process  # bench/ is sys.path[0]
+from _load import SUCCESS_PREFIX, Frames, connect
 from numpy.typing import NDArray
 
 from mqbox._jit import kernel
 from mqbox.message_kernels import copy_bytes
-from mqbox.server import launch, runtime
+from mqbox.server import launch
 
 MODES: Final = ("async", "sync")
 READY_TIMEOUT_S: Final = 30.0
@@ -141,21 +141,6 @@ def redis_arguments(port: int, directory: Path, mode: str) -> list[str]:
     ]
 
 
-def die_with_this_process() -> Callable[[], None]:
-    """A preexec_fn that has Linux SIGKILL the child once this process (the thread starting
-    it) is gone, so a killed bench, or a killed test running one, leaves no server behind.
-    redis-server overwrites its environment with its process title, so the tests' session
-    reaper (tests/support/reaper.py), which finds processes by a mark there, cannot see it."""
-    parent_pid = os.getpid()
-
-    def in_child() -> None:
-        runtime.set_parent_death_signal(signal.SIGKILL)
-        if os.getppid() != parent_pid:  # gone before prctl took effect: no signal would come
-            os._exit(1)
-
-    return in_child
-
-
 @contextlib.contextmanager
 def started(system: str, mode: str, executable: str, log: Path | None = None) -> Iterator[Server]:
     """Start `system` ("nats" or "redis") in `mode` in a temporary directory; yield it once it
@@ -182,7 +167,7 @@ def started(system: str, mode: str, executable: str, log: Path | None = None) ->
                 stderr=output,
                 cwd=directory,
                 start_new_session=True,
-                preexec_fn=die_with_this_process(),
+                preexec_fn=die_with_this_process(signal.SIGKILL),
             )
         try:
             server = Server(system, mode, port, process.pid, version, directory)

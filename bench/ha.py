@@ -40,6 +40,7 @@ import dataclasses
 import hashlib
 import os
 import selectors
+import signal
 import sys
 import tempfile
 import threading
@@ -49,7 +50,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import REPO_ROOT, emit, log, percentiles_us  # bench/ is sys.path[0]
+from _common import (  # bench/ is sys.path[0]
+    REPO_ROOT,
+    die_with_this_process,
+    emit,
+    log,
+    percentiles_us,
+)
 from _load import (
     READY_TIMEOUT_S,
     STOP_TIMEOUT_S,
@@ -103,6 +110,7 @@ def started(home: Path, conf: str, namesrv: str | None) -> Iterator[tuple[Applia
         stop_timeout_s=STOP_TIMEOUT_S,
         environment={"PYTHONPATH": str(CODE_ROOT)},
         cwd=CODE_ROOT,
+        preexec_fn=die_with_this_process(signal.SIGTERM),
     ) as (process, ready):
         roles = {str(role): int(pid) for role, pid in ready["roles"].items()}
         app = Appliance(

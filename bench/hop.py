@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import signal
 import socket
 import statistics
 import struct
@@ -41,7 +42,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from _common import REPO_ROOT, emit, log, percentiles_us  # bench/ is sys.path[0]
+from _common import (  # bench/ is sys.path[0]
+    REPO_ROOT,
+    die_with_this_process,
+    emit,
+    log,
+    percentiles_us,
+)
 
 from mqbox.config import BrokerConfig
 from mqbox.protocol import make_request
@@ -99,6 +106,7 @@ def appliance(home: Path) -> Iterator[Appliance]:
             ready_timeout_s=READY_TIMEOUT_S,
             stop_timeout_s=STOP_TIMEOUT_S,
             environment={"PYTHONPATH": python_path},
+            preexec_fn=die_with_this_process(signal.SIGTERM),
         ) as (process, ready):
             host, port = str(ready["broker"]).rsplit(":", 1)
             yield Appliance(process, host, int(port), time.monotonic() - started, ready["roles"])

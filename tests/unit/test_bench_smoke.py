@@ -28,6 +28,7 @@ SHARED_KEYS = {"bench", "params", "msgs", "secs", "msgs_per_s", "MB_per_s", "che
 FIGURE_KEYS = {
     "acl": {"batch_check_us", "batch_check_ns_per_msg", "single_check_us"},
     "role_profile": {"roles", "samples", "run"},
+    "cold_turn": {"cpu_us_p50_by_pause", "slowdown_by_pause"},
     "idle": {"gap_cpu_percent", "cpu_us_per_request", "after_burst_cpu_ms", "quiet_cpu_percent"},
     "latency": {"cpp_p50_us", "cpp_p99_us", "cpp_count", "raw_p50_us", "raw_p99_us", "raw_count"},
     "sync_flush": {"single_msgs_per_s", "batch_msgs_per_s", "single_client_cpu_pct"},
