@@ -42,16 +42,13 @@ import datetime
 import string
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import Any, Concatenate, Final, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Final, ParamSpec, Self, TypeVar
 
 from mqbox.acl.signature import SessionCredentials
 from mqbox.admin import ops
 from mqbox.client import admin_api, namesrv_api
 from mqbox.client.errors import ClientError, NamesrvUnreachableError
-from mqbox.client.messages import ReceivedMessage
 from mqbox.client.namesrv_api import NamesrvList
-from mqbox.client.producer import Producer, SendOptions
-from mqbox.client.pull_consumer import PullConsumer
 from mqbox.client.remoting import (
     RemotingCaller,
     RemotingClient,
@@ -88,6 +85,13 @@ from mqbox.protocol.headers import (
     UpdateAndCreateTopicRequestHeader,
     validate_topic,
 )
+
+# `send` and `tail` load the client's producer and consumer (and with them numba) when they run:
+# every other command starts without them.
+if TYPE_CHECKING:
+    from mqbox.client.messages import ReceivedMessage
+    from mqbox.client.producer import SendOptions
+
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -1062,6 +1066,8 @@ def send(
     if queue_id is not None and queue_id < 0:
         raise ConfigError(f"--queue {queue_id} is negative")
     resolved = ops.resolve_namesrv(namesrv)
+    from mqbox.client.producer import Producer
+
     options: SendOptions = {
         "tags": tags,
         "keys": keys or (),
@@ -1141,6 +1147,8 @@ def tail(
         positions = _tail_positions(session, topic, queues, group, start, from_ms)
         namesrv_addr = session.namesrv_addr
     targets = {target.name: target for target, _ in queues}
+    from mqbox.client.pull_consumer import PullConsumer
+
     consumer = PullConsumer(
         group or TAIL_GROUP_DEFAULT,
         namesrv_addr,
