@@ -27,7 +27,9 @@ writer's recovery published it), answers a client, or touches a socket.
 How it follows the writer: each WRITTEN parcel (and, as a fallback, the write position in
 StorePositions) says how far the commit log holds whole records; each loop turn dispatches up to
 the largest such position with store.dispatch.Dispatcher (the numba scan), then publishes, in
-this order: the new entry counts of the queues that grew, the dispatched position (which bumps
+this order: the new entry counts of the queues that grew (looked at one by one when the
+dispatch appended to or met at most FEW_GROWN_COUNT_MAX queues, a lone send's case; else every
+queue's count compared at once with numpy), the dispatched position (which bumps
 the change sequence), and one QUEUES_GREW parcel naming the queues that grew, or
 QUEUES_GREW_FLAG_MANY when more than `grew_key_count_max` did, to each pull processor whose
 holding word in the control block says it holds pulls (the counts, a fence, then the word;
