@@ -457,6 +457,11 @@ class QueueCounters:
         if slots.size:
             self._entry_counts[slots] = entry_counts
 
+    def publish_count(self, slot: int, entry_count: int) -> None:
+        """Store the new entry count of one slot (publish_counts for a lone queue)."""
+        assert entry_count >= self._entry_counts[slot]
+        self._entry_counts[slot] = entry_count
+
     def publish_dispatched(self, dispatched_log_offset_bytes: int) -> None:
         """The dispatched position moved; bumps the change sequence after it."""
         assert dispatched_log_offset_bytes >= self._words[_C_DISPATCHED]

@@ -297,6 +297,7 @@ class Dispatcher:
         self._redispatch_end_log_offset_bytes = 0
         self._index_skip_through_log_offset_bytes = -1
         self._last_store_timestamp_ms = 0
+        self._appended_slots: list[int] = []
         self._started = False
         self._record_total = 0
         self._cq_entry_total = 0
@@ -343,6 +344,13 @@ class Dispatcher:
         a view: copy it to publish it)."""
         return self.tables.queues[: self.tables.queue_count, QUEUE_NEXT_INDEX]
 
+    @property
+    def appended_slots(self) -> list[int]:
+        """The queue slots the last dispatch() appended entries to, a slot once per scan that
+        grew it (so a few for a lone send: the role publishes those without scanning every
+        queue's count). Valid until the next dispatch()."""
+        return self._appended_slots
+
     def max_offset(self, topic: str, queue_id: int) -> int | None:
         """Next queue index of (topic, queue_id), or None if the dispatcher has not seen it."""
         slot = self.queue_slot(topic, queue_id)
@@ -363,6 +371,7 @@ class Dispatcher:
         segment_size_bytes = self._source.segment_size_bytes
         record_count_total = 0
         tables = self.tables
+        self._appended_slots = []
         while self._dispatched_log_offset_bytes < end_log_offset_bytes:
             position_bytes = self._dispatched_log_offset_bytes
             segment_start_bytes = position_bytes - position_bytes % segment_size_bytes
@@ -439,9 +448,11 @@ class Dispatcher:
         try:
             entries = self._cq_entries
             queues = self._slot_queues
+            appended_slots = self._appended_slots
             for group in range(group_count):
                 slot, start, queue_index_first = groups[group]
                 end = groups[group + 1][1]
+                appended_slots.append(slot)
                 queues[slot].append(entries[start:end], queue_index_first=queue_index_first)
             if key_count > 0 and self._index is not None:
                 keys = self._out_keys

@@ -51,6 +51,11 @@ def put_index_batch_ref(
         value: int = _INT64.unpack_from(file_bytes, position_bytes)[0]
         return value
 
+    for position, (key_hash, log_offset_bytes, store_timestamp_ms) in enumerate(
+        zip(key_hashes, log_offsets_bytes, store_timestamps_ms, strict=True)
+    ):
+        if not 0 <= key_hash <= INT32_MAX or log_offset_bytes < 0 or store_timestamp_ms < 0:
+            return -1 - position
     put_count = 0
     for key_hash, log_offset_bytes, store_timestamp_ms in zip(
         key_hashes, log_offsets_bytes, store_timestamps_ms, strict=True

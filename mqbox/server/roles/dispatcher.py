@@ -27,7 +27,9 @@ writer's recovery published it), answers a client, or touches a socket.
 How it follows the writer: each WRITTEN parcel (and, as a fallback, the write position in
 StorePositions) says how far the commit log holds whole records; each loop turn dispatches up to
 the largest such position with store.dispatch.Dispatcher (the numba scan), then publishes, in
-this order: the new entry counts of the queues that grew, the dispatched position (which bumps
+this order: the new entry counts of the queues that grew (looked at one by one when the
+dispatch appended to or met at most FEW_GROWN_COUNT_MAX queues, a lone send's case; else every
+queue's count compared at once with numpy), the dispatched position (which bumps
 the change sequence), and one QUEUES_GREW parcel naming the queues that grew, or
 QUEUES_GREW_FLAG_MANY when more than `grew_key_count_max` did, to each pull processor whose
 holding word in the control block says it holds pulls (the counts, a fence, then the word;
@@ -83,6 +85,9 @@ log = logging.getLogger("mqbox.dispatcher")
 _Scalar = TypeVar("_Scalar", bound=np.generic)
 
 GREW_KEY_COUNT_MAX_DEFAULT: Final = 64
+# A turn that appended to or met at most this many queues publishes their counts one by one;
+# more, and it compares every queue's count with numpy.
+FEW_GROWN_COUNT_MAX: Final = 8
 BACKED_UP_RETRY_MS: Final = 1
 
 
@@ -270,10 +275,55 @@ class DispatcherRole:
         return record_count
 
     def _publish(self) -> None:
-        counts = self.dispatcher.max_offsets_by_slot()
-        queue_count = counts.size
-        if queue_count > self._known_queue_count:
+        queue_count = self.dispatcher.tables.queue_count
+        registered_first = self._known_queue_count
+        if queue_count > registered_first:
             self._register_queues(queue_count)
+        appended_slots = self.dispatcher.appended_slots
+        if len(appended_slots) + queue_count - registered_first <= FEW_GROWN_COUNT_MAX:
+            # A lone send: look at the queues the dispatch appended to and the ones it met
+            # (registered with the count their files hold), one by one (issue 15).
+            grown = self._publish_few([*appended_slots, *range(registered_first, queue_count)])
+        else:
+            grown = self._publish_many(queue_count)
+        dispatched_bytes = self.dispatcher.dispatched_log_offset_bytes
+        self.counters.publish_dispatched(dispatched_bytes)
+        if grown and self.schedule_outboxes:
+            self._wake_schedule(dispatched_bytes, grown)
+        if not grown or not self.pull_outboxes:
+            return
+        holding = self._pull_outboxes_holding()
+        if not holding:
+            return
+        if len(grown) > self.grew_key_count_max:
+            payload = parcels.pack_queues_grew(dispatched_bytes, b"", parcels.QUEUES_GREW_FLAG_MANY)
+            self._many_wakeups_sent += 1
+        else:
+            payload = parcels.pack_queues_grew(dispatched_bytes, self._key_bytes(grown))
+        for outbox in holding:
+            outbox.append(parcels.QUEUES_GREW, payload)
+        self._wakeups_sent += 1
+
+    def _publish_few(self, slots: list[int]) -> list[int]:
+        """Publish the counts of those of `slots` that grew; return those, in slot order."""
+        counts = self.dispatcher.max_offsets_by_slot()
+        published = self._published_counts
+        grown: list[int] = []
+        for slot in sorted(set(slots)):
+            count = int(counts[slot])
+            if count == published[slot]:
+                continue
+            published[slot] = count
+            counter_slot = int(self._counter_slots[slot])
+            if counter_slot >= 0:
+                self.counters.publish_count(counter_slot, count)
+            grown.append(slot)
+        return grown
+
+    def _publish_many(self, queue_count: int) -> list[int]:
+        """Publish the counts of every queue that grew since the last turn; return those."""
+        counts = self.dispatcher.max_offsets_by_slot()
+        assert counts.size == queue_count
         published = self._published_counts[:queue_count]
         grown = np.flatnonzero(counts != published)
         if grown.size:
@@ -282,25 +332,13 @@ class DispatcherRole:
             has_room = counter_slots >= 0
             self.counters.publish_counts(counter_slots[has_room], new_counts[has_room])
             published[grown] = new_counts
-        dispatched_bytes = self.dispatcher.dispatched_log_offset_bytes
-        self.counters.publish_dispatched(dispatched_bytes)
-        if grown.size and self.schedule_outboxes:
-            self._wake_schedule(dispatched_bytes, grown)
-        if not grown.size or not self.pull_outboxes:
-            return
-        holding = self._pull_outboxes_holding()
-        if not holding:
-            return
-        if grown.size > self.grew_key_count_max:
-            payload = parcels.pack_queues_grew(dispatched_bytes, b"", parcels.QUEUES_GREW_FLAG_MANY)
-            self._many_wakeups_sent += 1
-        else:
-            payload = parcels.pack_queues_grew(
-                dispatched_bytes, self._queue_keys[grown].astype("<u8").tobytes()
-            )
-        for outbox in holding:
-            outbox.append(parcels.QUEUES_GREW, payload)
-        self._wakeups_sent += 1
+        grown_slots: list[int] = grown.tolist()
+        return grown_slots
+
+    def _key_bytes(self, slots: list[int]) -> bytes:
+        """The queue keys of `slots`, little-endian u64 each, for a QUEUES_GREW parcel."""
+        keys = self._queue_keys
+        return b"".join(int(keys[slot]).to_bytes(8, "little") for slot in slots)
 
     def _pull_outboxes_holding(self) -> list[Outbox]:
         """The outboxes of the pull processors that hold pulls now. The counts were published
@@ -315,15 +353,14 @@ class DispatcherRole:
             if control.holding(role_id)
         ]
 
-    def _wake_schedule(self, dispatched_bytes: int, grown: NDArray[np.intp]) -> None:
+    def _wake_schedule(self, dispatched_bytes: int, grown: list[int]) -> None:
         """QUEUES_GREW to the schedule role when a schedule queue grew; one staged at a time is
         enough, since it reads the counts afresh (so a dead schedule role costs no memory)."""
-        scheduled = grown[self._is_schedule_slot[grown]]
-        if not scheduled.size:
+        is_schedule_slot = self._is_schedule_slot
+        scheduled = [slot for slot in grown if is_schedule_slot[slot]]
+        if not scheduled:
             return
-        payload = parcels.pack_queues_grew(
-            dispatched_bytes, self._queue_keys[scheduled].astype("<u8").tobytes()
-        )
+        payload = parcels.pack_queues_grew(dispatched_bytes, self._key_bytes(scheduled))
         for outbox in self.schedule_outboxes:
             if outbox.pending_count == 0:
                 outbox.append(parcels.QUEUES_GREW, payload)

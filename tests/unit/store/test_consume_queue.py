@@ -120,6 +120,45 @@ def test_append_refuses_to_overwrite_bytes_past_the_end(tmp_path: Path) -> None:
         queue.append(model_entries(100, 1))
 
 
+@pytest.mark.parametrize("count", [1, 3, 8, 9, 12])  # <= 8: checked in Python, else numpy
+@pytest.mark.parametrize("damage", ["zero size", "negative offset", "overlap", "behind"])
+def test_append_checks_every_entry_of_small_and_large_batches(
+    tmp_path: Path, count: int, damage: str
+) -> None:
+    queue = open_queue(tmp_path)
+    queue.append(model_entries(0, 2))
+    log_offsets = 200 + 100 * np.arange(count, dtype=np.int64)
+    sizes = np.full(count, 100, dtype=np.int64)
+    last = count - 1
+    if damage == "zero size":
+        sizes[last] = 0
+    elif damage == "negative offset":
+        log_offsets[last] = -1
+    elif damage == "overlap":
+        log_offsets[last] -= 1  # overlaps the one before it, or the queue's last record
+    else:
+        log_offsets[0] = 150  # starts inside the queue's last record
+    before = queue.read(0, 100).tobytes()
+    with pytest.raises(AssertionError):
+        queue.append(make_entries(log_offsets, sizes, np.zeros(count, dtype=np.int64)))
+    assert queue.entry_count == 2
+    assert queue.read(0, 100).tobytes() == before
+
+
+@pytest.mark.parametrize("count", [1, 8, 9])
+def test_small_and_large_batches_write_the_same_bytes(tmp_path: Path, count: int) -> None:
+    one_by_one = ConsumeQueue.open(tmp_path, "TopicOne", 0, GEOMETRY, writable=True)
+    batched = open_queue(tmp_path)
+    entries = model_entries(0, count * 3)
+    for position in range(count * 3):
+        one_by_one.append(entries[position : position + 1])
+    for start in range(0, count * 3, count):
+        batched.append(entries[start : start + count])
+    assert one_by_one.read(0, 100).tobytes() == batched.read(0, 100).tobytes()
+    assert as_tuples(batched.read(0, 100)) == as_tuples(entries)
+    assert batched.log_end_offset_bytes == one_by_one.log_end_offset_bytes == 100 * count * 3
+
+
 def test_reopen_recovers_length_and_log_end(tmp_path: Path) -> None:
     queue = open_queue(tmp_path)
     entries = model_entries(5000, 9)

@@ -149,6 +149,31 @@ def test_full_file_refuses_puts(tmp_path: Path) -> None:
     assert index_file.query(2, 0, 1 << 62, 10) == [20]
 
 
+@pytest.mark.parametrize(
+    ("bad_column", "bad_value"), [(0, -1), (0, 2**31), (1, -1), (2, -1)], ids=str
+)
+def test_out_of_range_key_writes_nothing(tmp_path: Path, bad_column: int, bad_value: int) -> None:
+    """The kernel checks every key's ranges before it writes (so does its twin): a bad key
+    anywhere in the batch leaves the file's bytes as they were, and put_batch refuses it."""
+    geometry = StoreGeometry(index_slot_count=3, index_entry_count_max=8)
+    index_file = new_index_file(tmp_path, geometry)
+    index_file.put(1, 10, T0_MS)
+    columns = [np.arange(3, dtype=np.int64), np.arange(3, dtype=np.int64) * 10 + 20]
+    columns.append(np.full(3, T0_MS, dtype=np.int64))
+    columns[bad_column][2] = bad_value
+    buffer = index_file._mapped_file.buffer
+    before = buffer.tobytes()
+    twin_bytes = bytearray(before)
+    slot_count, entry_count_max = geometry.index_slot_count, geometry.index_entry_count_max
+    assert put_index_batch(buffer, slot_count, entry_count_max, *columns) == -3
+    lists = [column.tolist() for column in columns]
+    assert put_index_batch_ref(twin_bytes, slot_count, entry_count_max, *lists) == -3
+    assert buffer.tobytes() == before == bytes(twin_bytes)
+    with pytest.raises(AssertionError, match="out of range"):
+        index_file.put_batch(*columns)
+    assert buffer.tobytes() == before
+
+
 def test_malformed_chain_ends_the_query(tmp_path: Path) -> None:
     geometry = StoreGeometry(index_slot_count=1, index_entry_count_max=8)
     index_file = new_index_file(tmp_path, geometry)
