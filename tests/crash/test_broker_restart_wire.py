@@ -10,9 +10,10 @@ sends SEND_MESSAGE_V2 with mqbox's blocking RemotingClient (which connects again
 after a failure), each message with a key of its own, and notes the keys answered SUCCESS; a
 failed call is retried with a new key, never the same one, so "exactly once" is exact. The test
 SIGKILLs the role by the PID run/state.json gives, waits until state.json reports the broker
-restarted and every role ready, and in the end pulls every queue and counts the keys. The
-second test starts the appliance with the test hook MQBOX_TEST_DIE_ON_PARCEL (runtime.py) on the
-store writer and a poisoned body, and reads `mqbox status` with typer's CliRunner.
+restarted and every role ready, and in the end, once the dispatcher caught up, pulls every
+queue and counts the keys. The second test starts the appliance with the test hook
+MQBOX_TEST_DIE_ON_PARCEL (runtime.py) on the store writer and a poisoned body, and reads `mqbox
+status` with typer's CliRunner.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from mqbox.server.home import read_state
 from mqbox.server.runtime import TEST_DIE_ON_PARCEL_ENV
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
 from tests.support.pull_requests import pull_everything_header
+from tests.support.read_back import wait_dispatched
 
 pytestmark = [pytest.mark.integration, pytest.mark.crash]
 
@@ -159,6 +161,9 @@ def test_killed_store_writer_and_dispatcher_come_back_and_keep_every_acknowledge
     assert appliance.process.poll() is None
     assert "critical role dispatcher.0" in state_of(appliance)["last_failure"]["reason"]
     with RemotingClient(appliance.broker_address) as broker:
+        # The last sends were answered a moment before the dispatcher made them pullable; once
+        # it caught up, a key stored twice is seen twice too.
+        wait_dispatched(broker)
         counts = collections.Counter(stored_keys(broker))
     assert producer.failed_count > 0, "the kills were felt by the producer"
     assert not [key for key in producer.acknowledged if counts[key] != 1]

@@ -12,12 +12,12 @@ Each round waits for more acknowledged sends, then kills its victim: one role of
 (reactor, codec, worker, send, pull, admin, store writer, dispatcher, schedule, services), or
 every process of the appliance, which the test then starts again on the same home (its ports
 change; the threads follow). A round ends when state.json says every role is ready again.
-Finally every queue is pulled (again, within a bound, until the consume queues hold every
-acknowledged send) and the stored bodies are checked. The default run kills six times by a fixed
-schedule (the dispatcher, a codec, the whole appliance, the store writer, a send processor, a
-reactor); the `slow` tier
-kills MQBOX_CHAOS_KILLS times (100 by default) at random, MQBOX_CHAOS_SEED choosing, and is run
-before a submission. Every process is killed by PID at the end.
+Finally, once the dispatcher has caught up with the commit log (read_back.wait_dispatched_at),
+every queue is pulled and the stored bodies are checked. The default run kills six times by a
+fixed schedule (the dispatcher, a codec, the whole appliance, the store writer, a send processor,
+a reactor); the `slow` tier kills MQBOX_CHAOS_KILLS times (100 by default) at random,
+MQBOX_CHAOS_SEED choosing, and is run before a submission. Every process is killed by PID at the
+end.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ from mqbox.protocol.headers import SendMessageRequestHeader, UpdateAndCreateTopi
 from mqbox.server.home import read_state
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
 from tests.support.pull_requests import pull_everything_header
+from tests.support.read_back import wait_dispatched_at
 
 pytestmark = [pytest.mark.integration, pytest.mark.crash]
 
 TOPIC: Final = "ChaosTopic"
 QUEUE_COUNT: Final = 4
-INDEX_WAIT_S: Final = 30.0  # for the consume queues to index the last acknowledged sends
 PRODUCER_COUNT: Final = 2
 WHOLE_APPLIANCE_EVERY: Final = 5  # about one random kill in five takes every process
 APPLIANCE: Final = "appliance"
@@ -219,18 +219,13 @@ def stored_bodies(address: str) -> dict[int, list[str]]:
     return bodies
 
 
-def indexed_bodies(address: str, producers: list[Producer]) -> dict[int, list[str]]:
-    """stored_bodies once the consume queues hold every acknowledged send: the dispatcher
-    indexes the last records a moment after the store writer answered them (the commit log
-    already holds them), so the read is repeated, within a bound, until they are there."""
-    acknowledged = {body for producer in producers for body in producer.acknowledged}
-    deadline = time.monotonic() + INDEX_WAIT_S
-    while True:
-        bodies = stored_bodies(address)
-        found = {body for queue in bodies.values() for body in queue}
-        if acknowledged <= found or time.monotonic() >= deadline:
-            return bodies
-        time.sleep(0.2)
+def indexed_bodies(address: str) -> dict[int, list[str]]:
+    """stored_bodies once the dispatcher has every record of the commit log in the consume
+    queues: it indexes the last ones a moment after the store writer answered them. Waiting for
+    all of them, not only until the acknowledged ones are there, lets a copy stored after the
+    last acknowledged send show as stored twice too."""
+    wait_dispatched_at(address)
+    return stored_bodies(address)
 
 
 def check_stored(bodies: dict[int, list[str]], producers: list[Producer]) -> None:
@@ -301,7 +296,7 @@ def run_chaos(home: Path, reap_pids: list[int], schedule: list[str]) -> None:
                 thread.join(30)
         assert appliance.process.poll() is None, f"the broker stopped after {victims}"
         assert sum(producer.failed_count for producer in producers) > 0, "no kill was felt"
-        check_stored(indexed_bodies(appliance.broker_address, producers), producers)
+        check_stored(indexed_bodies(appliance.broker_address), producers)
 
 
 def test_chaos_kills_lose_no_acknowledged_message(tmp_path: Path, reap_pids: list[int]) -> None:

@@ -50,6 +50,7 @@ from tests.integration.test_cli_lifecycle import mqbox
 from tests.integration.test_cli_wire import _kill_recorded, closed_port, one_error_line
 from tests.support.appliance import running_supervisor
 from tests.support.cli import environment, mqbox_command
+from tests.support.read_back import wait_dispatched_at
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -321,6 +322,7 @@ def test_send_to_a_chosen_queue(started: Started) -> None:
             ok_json(started, "send", "--topic", topic, "--queue", str(queue_id), "q")["queue_id"]
             == queue_id
         )
+    wait_dispatched_at(started.broker)  # the max offsets follow the answers a moment later
     status = ok_json(started, "topic", "status", topic)
     assert [queue["queue_index_max"] for queue in status["queues"]] == [0, 0, 2, 1]
     line = one_error_line(run(started, "send", "--topic", topic, "--queue", "9", "q"))

@@ -46,6 +46,7 @@ from mqbox.server.home import (
     read_state,
     recorded_processes,
 )
+from tests.support.read_back import wait_dispatched_at
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -424,6 +425,7 @@ def test_message_query_finds_messages_by_key_and_uniq_key(appliance: Appliance) 
     create_topic(appliance, topic)
     first = send_json(appliance, topic, "q one", "--keys", "qk1 shared")
     second = send_json(appliance, topic, "q two", "--keys", "qk2 shared")
+    wait_dispatched_at(appliance.broker)  # the index takes the keys a moment after the answers
     both = ok_json(appliance, "message", "query", "--topic", topic, "--key", "shared")
     assert [message["msg_id"] for message in both["messages"]] == [
         first["msg_id"],
@@ -445,6 +447,7 @@ def test_offset_reset_moves_the_group_and_show_reports_the_lag(appliance: Applia
     create_topic(appliance, topic, 2)
     for number in range(3):
         send_json(appliance, topic, f"offset {number}")
+    wait_dispatched_at(appliance.broker)  # the max offsets follow the answers a moment later
     earliest = ok_json(appliance, "offset", "reset", group, "--topic", topic, "--to", "earliest")
     assert earliest["to"] == "earliest"
     assert [(row["queue_id"], row["queue_index"]) for row in earliest["queues"]] == [(0, 0), (1, 0)]

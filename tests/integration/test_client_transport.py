@@ -52,7 +52,7 @@ from mqbox.protocol.command import RemotingCommand
 from mqbox.protocol.headers import PullMessageRequestHeader
 from tests.conftest import unique_name
 from tests.support.appliance import Appliance, running_appliance
-from tests.support.read_back import create_topic
+from tests.support.read_back import create_topic, wait_dispatched_at
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -65,13 +65,14 @@ def send_ext(topic: str, number: int) -> dict[str, str]:
     return send_request_ext("PG_transport", message, 0, int(time.time() * 1000))
 
 
-def held_pull_ext(topic: str, hold_ms: int) -> dict[str, str]:
-    """A PULL of queue 0 from its end, held by the broker for up to `hold_ms`."""
+def held_pull_ext(topic: str, hold_ms: int, queue_index: int = 0) -> dict[str, str]:
+    """A PULL of queue 0 from `queue_index` (its end: 0 while it is empty), held by the broker
+    for up to `hold_ms`."""
     return PullMessageRequestHeader(
         "CG_transport",
         topic,
         0,
-        0,
+        queue_index,
         32,
         PULL_FLAG_SUBSCRIPTION | PULL_FLAG_SUSPEND,
         0,
@@ -271,8 +272,11 @@ def test_a_broker_crash_fails_outstanding_calls_and_the_next_call_reconnects(
         namesrv_port = int(first.namesrv_address.rsplit(":", 1)[1])
         transport = Transport(first.broker_address)
         assert transport.invoke(RequestCode.SEND_MESSAGE_V2, send_ext(topic, 1), b"a").code == 0
+        # Held at the queue's end, 1, once the dispatcher counted the send: a pull from 0 would
+        # be answered with it, and one from 1 before it is counted would be told to move.
+        wait_dispatched_at(first.broker_address)
         held = transport.invoke_async(
-            RequestCode.PULL_MESSAGE, held_pull_ext(topic, 20_000), b"", 25_000
+            RequestCode.PULL_MESSAGE, held_pull_ext(topic, 20_000, queue_index=1), b"", 25_000
         )
         first.kill()  # a crash: an orderly stop may answer the held pull first
         assert isinstance(held.exception(WAIT_S), RemotingClosedError)

@@ -18,6 +18,7 @@ from mqbox.message import PROPERTY_KEYS
 from mqbox.protocol.codes import RequestCode, ResponseCode
 from tests.conftest import unique_name
 from tests.support.appliance import Appliance
+from tests.support.read_back import wait_dispatched
 from tests.support.send_requests import send_to_queue_header
 
 CHROMIUM = shutil.which("chromium")
@@ -75,8 +76,8 @@ def page(browser: Browser) -> Iterator[Page]:
 
 @pytest.fixture(scope="module")
 def data(appliance: Appliance) -> dict[str, Any]:
-    """A topic with SEND_COUNT messages (the first with KEYS "k-1") and a group that committed
-    GROUP_COMMITTED in its queue 0."""
+    """A topic with SEND_COUNT messages (the first with KEYS "k-1"), dispatched, and a group that
+    committed GROUP_COMMITTED in its queue 0."""
     topic = unique_name("Dash").replace("-", "_")
     group = unique_name("DashGroup").replace("-", "_")
     with RemotingClient(appliance.broker_address) as client:
@@ -98,6 +99,9 @@ def data(appliance: Appliance) -> dict[str, Any]:
         }
         committed = client.invoke(RequestCode.UPDATE_CONSUMER_OFFSET, ext)
         assert committed.code == ResponseCode.SUCCESS, committed.remark
+        # The pages show max offsets and look keys up once: both follow the answers a moment
+        # later (the dispatcher).
+        wait_dispatched(client)
     return {"topic": topic, "group": group, "ids": ids}
 
 

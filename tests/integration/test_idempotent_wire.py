@@ -26,6 +26,7 @@ from mqbox.protocol.headers import SEND_DUPLICATES_KEY, SEND_IDEMPOTENT_KEY
 from tests.support.appliance import running_appliance
 from tests.support.front_client import FrontClient
 from tests.support.pull_requests import pull_everything_header
+from tests.support.read_back import wait_dispatched_at
 from tests.support.send_requests import send_to_queue_header
 
 pytestmark = pytest.mark.integration
@@ -116,6 +117,9 @@ def test_idempotent_sends_through_two_processors_survive_restarts_and_kills(
                 number = numbers[index % KEY_COUNT]
                 assert answer(response) == answer(first_by_number[number])
                 assert response.ext_fields[SEND_DUPLICATES_KEY] == "1"
+            # Every repeat was answered: were one stored, the dispatcher has it once this returns,
+            # and the queue holds more than the keys.
+            wait_dispatched_at(appliance.broker_address)
             assert sorted(stored_keys(left, len(numbers))) == sorted(key(n) for n in numbers)
         finally:
             left.close()

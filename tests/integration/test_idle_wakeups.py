@@ -41,6 +41,7 @@ from mqbox.server.queue_counters import (
 from tests.support.appliance import Appliance
 from tests.support.front_client import FrontClient
 from tests.support.pull_requests import pull_everything_header
+from tests.support.read_back import wait_dispatched_at
 from tests.support.send_requests import send_to_queue_header
 from tests.support.waiting import wait_until
 
@@ -124,6 +125,7 @@ def test_idle_roles_sleep_and_wake_for_the_next_request(appliance: Appliance) ->
     try:
         for number in range(5):
             send(client, b"before the idle spell %d" % number)
+        wait_dispatched_at(appliance.broker_address)  # the held pull below waits at index 5
         time.sleep(SETTLE_S)
         roles = {role: appliance.roles[role] for role in WAKEUP_COUNT_MAX}
         before = {role: wakeups(pid) for role, pid in roles.items()}
@@ -162,26 +164,13 @@ def test_sends_wake_the_pull_processor_only_while_it_holds_a_pull(appliance: App
         woken = _wakeups_over_sends(client, pull_pid, b"nobody waits")
         assert woken <= PULL_WAKEUP_COUNT_MAX, f"{SEND_COUNT} sends woke pull.0 {woken} times"
 
-        queue_index = 1 + SEND_COUNT
-        wait_dispatched(appliance, queue_index)
-        send_to_a_held_pull(appliance, client, PULL_TOPIC, queue_index)
+        wait_dispatched_at(appliance.broker_address)  # the held pull waits at the queue's end
+        send_to_a_held_pull(appliance, client, PULL_TOPIC, 1 + SEND_COUNT)
 
         woken = _wakeups_over_sends(client, pull_pid, b"nobody waits again")
         assert woken <= PULL_WAKEUP_COUNT_MAX, f"pull.0 woke {woken} times after its hold"
     finally:
         client.close()
-
-
-def wait_dispatched(appliance: Appliance, entry_count: int) -> None:
-    """Wait until the dispatcher published `entry_count` entries of PULL_TOPIC's queue 0."""
-    counters = QueueCounters.attach(queue_counters_name(appliance.instance))
-    try:
-        wait_until(
-            lambda: counters.entry_count(PULL_TOPIC.encode(), 0) == entry_count,
-            f"{entry_count} entries dispatched",
-        )
-    finally:
-        counters.close()
 
 
 def test_a_master_without_slaves_leaves_its_replication_file_alone(appliance: Appliance) -> None:

@@ -39,6 +39,7 @@ from mqbox.protocol.headers import SendMessageRequestHeader
 from mqbox.protocol.mqbox_codes import MQBOX_NOOP
 from tests.support.appliance import BROKER_CONF, Appliance, running_appliance
 from tests.support.pull_requests import pull_everything_header
+from tests.support.read_back import wait_dispatched_at
 
 pytestmark = pytest.mark.integration
 
@@ -147,6 +148,9 @@ def test_reads_of_a_big_message_by_clients_that_never_read_pile_up_nowhere(
                 RequestCode.SEND_MESSAGE, send_ext("BigTopic", "big"), b"b" * BIG_BODY_SIZE_BYTES
             )
         assert stored.code == ResponseCode.SUCCESS, stored.remark
+        # The query and the pull must find the big message, or their answers are small and the
+        # test proves nothing: the dispatcher indexes it a moment after the answer.
+        wait_dispatched_at(appliance.broker_address)
         view = (RequestCode.VIEW_MESSAGE_BY_ID, {"offset": "0"})
         query = (
             RequestCode.QUERY_MESSAGE,

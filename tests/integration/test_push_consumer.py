@@ -213,6 +213,8 @@ def test_a_failing_message_is_retried_then_dead_lettered(appliance: Appliance) -
     ) as consumer:
         consumer.subscribe(topic, "*", collector)
         wait_until(lambda: collector.count() >= 3, "the message and its 2 retries", DELIVERY_S)
+        # The handler's third answer is sent back (to the DLQ) after it returned.
+        wait_until(lambda: consumer.statistics().sent_back >= 3, "the third send-back", DELIVERY_S)
         time.sleep(2.5)  # a fourth delivery would come within a second
         statistics = consumer.statistics()
     seen = collector.seen()

@@ -216,7 +216,9 @@ def test_sync_master_answers_flush_slave_timeout_while_the_slave_is_silent(
         finally:
             os.kill(ha_client_pid, signal.SIGCONT)
         assert result.status is SendStatus.FLUSH_SLAVE_TIMEOUT
-        # Back: it catches up, and the next send is confirmed again.
+        # Back: it catches up (the HA client reports what it missed after SIGCONT, a moment
+        # later), and the next send is confirmed again within syncFlushTimeout.
+        wait_slave_reported(slave, write_offset(master))
         assert producer.send(topic, b"again", keys="again").status is SendStatus.SEND_OK
         wait_slave_reported(slave, write_offset(master))
 

@@ -39,6 +39,7 @@ from tests.support.appliance import (
 )
 from tests.support.front_client import FrontClient
 from tests.support.pull_requests import pull_everything_header
+from tests.support.read_back import wait_dispatched_at
 from tests.support.send_requests import send_to_queue_header
 
 pytestmark = pytest.mark.integration
@@ -129,6 +130,9 @@ def test_retention_deletes_old_segments_and_readers_follow(
             assert [queue_index for queue_index, _offset in sent] == list(range(MESSAGE_COUNT))
             last_segment = sent[-1][1] - sent[-1][1] % SEGMENT_SIZE_BYTES
             assert last_segment >= 5 * SEGMENT_SIZE_BYTES
+            # The answers below name the queue's end (maxOffset): the dispatcher counts the last
+            # sends a moment after they were answered.
+            wait_dispatched_at(appliance.broker_address)
 
             # Every segment the writer rolled past goes; the one it writes stays.
             wait_for(

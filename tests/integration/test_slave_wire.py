@@ -51,6 +51,7 @@ from tests.support.master_slave import (
     MasterSlave,
     running_master_slave,
 )
+from tests.support.read_back import wait_dispatched
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -291,11 +292,8 @@ def test_master_suggests_the_slave_for_pulls_behind_the_memory_share(
             ).code
             == 0
         )
-
-    def found() -> bool:
-        return pull_answer(master, group, topic, 0)[0] == ResponseCode.SUCCESS
-
-    wait_until(found, "the first message to be pullable")
+    # The pulls below read at 0, 3 (the end) and 1: all three messages must be pullable.
+    wait_dispatched(master)
     code, answer = pull_answer(master, group, topic, 0)
     assert (code, answer.suggest_which_broker_id) == (ResponseCode.SUCCESS, 1)
     # Nothing scanned (the consumer is at the end): the group's brokerId, 0.

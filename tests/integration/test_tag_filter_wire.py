@@ -10,8 +10,9 @@ everything; only a raw read shows it (docs/protocol.md section 12, rule 11).
 Method: the real appliance (tests/interop/cpp_client.running_appliance: supervisor with every
 broker role and the name server, port 0, a home of its own) shared by the module; a one-queue
 topic created over the wire; SEND_MESSAGE (10) with TAGS in the properties, as the C++ client
-sends them; then PULL from index 0 with a few messages per pull (so that windows without a match
-occur), following nextBeginOffset; every body decoded with mqbox.message.decode_record.
+sends them; once the dispatcher caught up (read_back.wait_dispatched), PULL from index 0 with a
+few messages per pull (so that windows without a match occur), following nextBeginOffset; every
+body decoded with mqbox.message.decode_record.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tests.interop.cpp_client import (
     decode_records,
 )
 from tests.support.appliance import Appliance, module_appliance
+from tests.support.read_back import wait_dispatched
 
 pytestmark = pytest.mark.integration
 
@@ -72,6 +74,9 @@ def topic(appliance: Appliance) -> str:
                 RequestCode.SEND_MESSAGE, header.to_ext(), f"message {number}".encode()
             )
             assert response.code == ResponseCode.SUCCESS, (response.code, response.remark)
+        # Each pull below must find the queue's end at MESSAGE_COUNT: the last answers may come
+        # a moment before the dispatcher made their records pullable.
+        wait_dispatched(broker)
     return name
 
 

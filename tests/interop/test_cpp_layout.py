@@ -26,7 +26,7 @@ from tests.interop.cpp_client import (
     stored_view,
 )
 from tests.support.layout import create_topic_by_cli, running_layout, wait_slaves_connected
-from tests.support.read_back import REQUEST_TIMEOUT_MS, pull_queue
+from tests.support.read_back import REQUEST_TIMEOUT_MS, pull_queue, wait_dispatched
 
 pytestmark = pytest.mark.interop
 
@@ -52,6 +52,7 @@ def test_cpp_sends_spread_over_both_masters_of_a_2m_2s_layout(
         stored_by_master = {}
         for name in ("broker-a", "broker-b"):
             with RemotingClient(layout.brokers[name], REQUEST_TIMEOUT_MS) as broker:
+                wait_dispatched(broker)  # the last sends were answered before they were pullable
                 stored_by_master[name] = {
                     queue_id: pull_queue(broker, topic, queue_id) for queue_id in range(QUEUE_COUNT)
                 }

@@ -4,7 +4,8 @@ messages into a topic and read what a query wrote.
 Owns: `spark` (mqbox.spark.session.local_session: local[2], no UI, 127.0.0.1, the workers on
 this interpreter), SPARK_MARKS (each module's pytestmark: the xdist group "spark" sends every
 Spark test of a run to one worker under `--dist loadgroup`, so a run starts one JVM), and
-`produce`, `options_for`.
+`produce` (which returns once the brokers dispatched what it sent), `options_for`. A test that
+reads what a query wrote waits for the dispatcher too (tests/support/read_back.py).
 
 Never: a mock of Spark or of the broker: the session is a real JVM and the brokers are the
 real appliance (tests/support/appliance.py). A machine without Java fails here with the one line
@@ -23,6 +24,7 @@ from mqbox.client import Producer, SendResult
 from mqbox.spark.session import java_problem, local_session
 from tests.conftest import unique_name
 from tests.support.appliance import Appliance
+from tests.support.read_back import wait_dispatched_at
 
 SPARK_MARKS = [pytest.mark.integration, pytest.mark.xdist_group("spark")]
 
@@ -54,6 +56,13 @@ def produce(
     bodies: Iterable[bytes],
     **options: Any,
 ) -> list[SendResult]:
-    """Send each body (one sync send each, with `options`: tags, keys, properties)."""
+    """Send each body (one sync send each, with `options`: tags, keys, properties), then wait
+    until every broker that stored one has dispatched it: the connector plans its reads from
+    the queues' max offsets, which follow the answers a moment later."""
     with Producer(unique_name("PG").replace("-", "_"), appliance.namesrv_address) as producer:
-        return [producer.send(topic, body, **options) for body in bodies]
+        results = [producer.send(topic, body, **options) for body in bodies]
+        for broker_name in sorted({result.queue.broker_name for result in results}):
+            address = producer.instance.master_address(broker_name)
+            assert address is not None, f"no master address for {broker_name}"
+            wait_dispatched_at(address)
+    return results

@@ -30,7 +30,7 @@ from mqbox.client.transport import Transport
 from tests.conftest import unique_name
 from tests.spark.conftest import SPARK_MARKS, options_for, produce
 from tests.support.appliance import REPO_ROOT, Appliance
-from tests.support.read_back import create_topic
+from tests.support.read_back import create_topic, wait_dispatched_at
 
 pytestmark = SPARK_MARKS
 
@@ -102,6 +102,9 @@ def test_a_driver_killed_mid_batch_and_restarted_leaves_each_result_once(
     out = (tmp_path / "second" / "stdout.txt").read_text(encoding="utf-8")
     assert json.loads(out.strip().splitlines()[-1])["rows"] == total
 
+    # Every send of the second driver was answered; once the dispatcher has them all, a row
+    # stored twice is read twice.
+    wait_dispatched_at(appliance.broker_address)
     rows = spark.read.format("mqbox").options(**options_for(appliance, sink)).load().collect()
     expected = sorted([*bodies, b"poison", *(b"s%d" % n for n in range(6))])
     assert sorted(row.body for row in rows) == expected

@@ -35,7 +35,7 @@ from tests.interop.cpp_client import (
 )
 from tests.spark.conftest import SPARK_MARKS, options_for
 from tests.support.appliance import Appliance
-from tests.support.read_back import create_topic
+from tests.support.read_back import create_topic, wait_dispatched_at
 
 pytestmark = [*SPARK_MARKS, pytest.mark.interop]
 
@@ -80,6 +80,9 @@ def test_the_cpp_consumer_reads_properties_and_sharded_order_the_sink_wrote(
     ]
     frame = spark.createDataFrame(rows, SCHEMA).coalesce(1)
     frame.write.format("mqbox").mode("append").options(**options_for(appliance, topic)).save()
+    # The pull-mode consumer ends at the first NO_NEW_MSG of each queue: the sink's last sends
+    # must be pullable by then.
+    wait_dispatched_at(appliance.broker_address)
 
     spec = {**push_spec(appliance, unique_name("CG_spark"), topic, messages), "mode": "pull"}
     with cpp_child(tmp_path / "consumer", spec, reap_pids) as consumer:

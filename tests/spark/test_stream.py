@@ -23,7 +23,7 @@ from mqbox.client.transport import Transport
 from tests.conftest import unique_name
 from tests.spark.conftest import SPARK_MARKS, options_for, produce
 from tests.support.appliance import Appliance
-from tests.support.read_back import create_topic
+from tests.support.read_back import create_topic, wait_dispatched_at
 
 pytestmark = SPARK_MARKS
 
@@ -81,6 +81,7 @@ def test_available_now_in_limited_batches_then_a_restart_reads_only_what_is_new(
     second = run_available_now(spark, appliance, source, sink, checkpoint, group)
     assert sum(int(str(progress["numInputRows"])) for progress in second) == 7
 
+    wait_dispatched_at(appliance.broker_address)  # the sink's last sends, answered a moment ago
     out = spark.read.format("mqbox").options(**options_for(appliance, sink)).load().collect()
     bodies = sorted(row.body for row in out)
     assert bodies == sorted([b"a%d!" % n for n in range(35)] + [b"b%d!" % n for n in range(7)])

@@ -1,14 +1,19 @@
 """What a broker stored, read back over the raw protocol, and topics made ready for a test.
 
 Owns: creating a topic on a broker and waiting until the name server routes it (`create_topic`,
-`wait_routed`), and reading back every record of a topic's queues (`read_back`,
-`read_back_until`: first wait until the dispatcher has caught up with the CommitLog, then PULL
-with the subscription flag from index 0, 32 at a time, each body decoded record by record with
-mqbox.message.decode_record). The wait matters: a send is acknowledged once its record is in the
-CommitLog, and the dispatcher makes it pullable a moment later, as RocketMQ's reput service does.
-Used by the interop tests (tests/interop/cpp_client.py re-exports these) and the client's
-integration tests. Never: the client under test (the read-back uses RemotingClient), fixed ports
-or names.
+`wait_routed`), waiting until the dispatcher has caught up with the CommitLog (`wait_dispatched`
+on a connection, `wait_dispatched_at` on an address), and reading back every record of a topic's
+queues (`read_back`, `read_back_until`: first that wait, then PULL with the subscription flag from
+index 0, 32 at a time, each body decoded record by record with mqbox.message.decode_record).
+
+The wait matters: a send is acknowledged once its record is in the CommitLog, and the dispatcher
+makes it pullable, counted (max offset, topic and consume stats) and indexed (query by key or
+unique key) a moment later, as RocketMQ's reput service does. A test that reads any of these
+right after an acknowledged send waits first; one that checks something was NOT stored waits
+too, so a record stored by mistake is dispatched before the check and fails it.
+Used by the interop tests (tests/interop/cpp_client.py re-exports these), the client's
+integration tests and every wire test that reads dispatched state. Never: the client under test
+(the read-back uses RemotingClient), fixed ports or names.
 """
 
 from __future__ import annotations
@@ -108,7 +113,10 @@ def decode_records(body: bytes) -> list[StoredMessage]:
 
 def wait_dispatched(broker: RemotingClient) -> None:
     """Until GET_BROKER_RUNTIME_INFO's dispatchBehindBytes is 0: every record the CommitLog held
-    when this was called is in its consume queue."""
+    when this was called is in its consume queue and the index, and counted. The store writer
+    publishes its write position before it answers a send, and the dispatcher publishes the
+    queue counts before its dispatched position, so after this every acknowledged send is
+    readable by pull, max offset, stats and query."""
     deadline = time.monotonic() + READ_BACK_TIMEOUT_S
     while True:
         response = broker.invoke(RequestCode.GET_BROKER_RUNTIME_INFO)
@@ -118,6 +126,13 @@ def wait_dispatched(broker: RemotingClient) -> None:
             return
         assert time.monotonic() < deadline, f"the dispatcher stayed {behind} bytes behind"
         time.sleep(0.01)
+
+
+def wait_dispatched_at(broker_address: str) -> None:
+    """`wait_dispatched` over a connection of its own to `broker_address` (for tests whose own
+    client is a raw socket, a CLI or the client under test)."""
+    with RemotingClient(broker_address, REQUEST_TIMEOUT_MS) as broker:
+        wait_dispatched(broker)
 
 
 def read_back(appliance: Appliance, topic: str) -> dict[int, list[StoredMessage]]:
