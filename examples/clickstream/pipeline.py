@@ -5,7 +5,9 @@
 
 Three steps, each a function of this module:
 1. `produce_clicks`: synthetic click events (JSON: user, page, event time) into topic `clicks`,
-   seeded, so the expected totals per (minute, page) are known.
+   seeded, so the expected totals per (minute, page) are known. `wait_readable` then waits until
+   the brokers have indexed them: a query plans its ends from the queues' max offsets, which
+   count a send a moment after its answer (it waits again between the two queries below).
 2. `run_jobs`: two Structured Streaming queries with Trigger.AvailableNow.
    - aggregate: `clicks` -> per 1-minute event-time window and page, the number of clicks, with a
      watermark, in append mode (a window is written once, when the watermark passed it) -> topic
@@ -29,6 +31,7 @@ import datetime
 import json
 import random
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Final
@@ -36,7 +39,8 @@ from typing import Final
 from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as func
 
-from mqbox.client import Producer
+from mqbox.client import Producer, admin_api, namesrv_api
+from mqbox.client.remoting import RemotingClient
 from mqbox.spark.session import local_session
 
 CLICKS: Final = "clicks"
@@ -48,6 +52,8 @@ WATERMARK: Final = "30 seconds"
 START_MS: Final = 1_767_225_600_000  # 2026-01-01 00:00 UTC: event times are synthetic
 CLICK_SCHEMA: Final = "user STRING, page STRING, ts LONG"
 COUNT_SCHEMA: Final = "window_start STRING, page STRING, clicks LONG"
+
+READABLE_TIMEOUT_S: Final = 60.0
 
 Totals = dict[tuple[str, str], int]  # (window start, page) -> clicks
 
@@ -86,6 +92,26 @@ def produce_clicks(namesrv: str, count: int, seed: int, minutes: int) -> Totals:
         tick = {"user": "tick", "page": TICK_PAGE, "ts": base + 3_600_000}
         producer.send(CLICKS, json.dumps(tick).encode(), tags="tick")
     return dict(totals)
+
+
+def wait_readable(namesrv: str, topic: str) -> None:
+    """Until every master of `topic` has indexed what it stored (`dispatchBehindBytes` 0). A send
+    is answered once stored and counted for readers a moment later (docs/store.md), so a query
+    planned at once could end before the last sends, the tick among them."""
+    with RemotingClient(namesrv_api.split_namesrv_addr(namesrv)[0]) as names:
+        route = namesrv_api.get_route(names, topic)
+    if route is None:
+        raise RuntimeError(f"the name server has no route for {topic}")
+    deadline = time.monotonic() + READABLE_TIMEOUT_S
+    for data in route.broker_datas:
+        master = data.broker_addrs.get(0)
+        if master is None:
+            continue
+        with RemotingClient(master) as broker:
+            while admin_api.broker_runtime_info(broker).get("dispatchBehindBytes") != "0":
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{data.broker_name} did not index {topic} in time")
+                time.sleep(0.01)
 
 
 def run_jobs(spark: SparkSession, namesrv: str, out: Path) -> None:
@@ -130,6 +156,7 @@ def run_jobs(spark: SparkSession, namesrv: str, out: Path) -> None:
         .start()
     )
     aggregate.awaitTermination()
+    wait_readable(namesrv, COUNTS)
     archive = (
         spark.readStream.format("mqbox")
         .option("namesrvAddr", namesrv)
@@ -204,6 +231,7 @@ def run(
         expected[key] = expected.get(key, 0) + count
     state = {"runs": runs, "totals": [[w, p, n] for (w, p), n in sorted(expected.items())]}
     state_path.write_text(json.dumps(state), encoding="utf-8")
+    wait_readable(namesrv, CLICKS)
     session = spark or local_session("mqbox-clickstream")
     try:
         run_jobs(session, namesrv, out)
