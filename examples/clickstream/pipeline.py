@@ -94,23 +94,22 @@ def produce_clicks(namesrv: str, count: int, seed: int, minutes: int) -> Totals:
     return dict(totals)
 
 
-def wait_readable(namesrv: str, topic: str) -> None:
-    """Until every master of `topic` has indexed what it stored (`dispatchBehindBytes` 0). A send
-    is answered once stored and counted for readers a moment later (docs/store.md), so a query
-    planned at once could end before the last sends, the tick among them."""
+def wait_readable(namesrv: str) -> None:
+    """Until every master broker has indexed what it stored (`dispatchBehindBytes` 0). A send is
+    answered once stored and counted for readers a moment later (docs/store.md), so a query
+    planned at once could end before the last sends, the tick among them. Every master, not the
+    topic's route: a topic the sink just created may not be routed yet."""
     with RemotingClient(namesrv_api.split_namesrv_addr(namesrv)[0]) as names:
-        route = namesrv_api.get_route(names, topic)
-    if route is None:
-        raise RuntimeError(f"the name server has no route for {topic}")
+        cluster = namesrv_api.cluster_info(names)
     deadline = time.monotonic() + READABLE_TIMEOUT_S
-    for data in route.broker_datas:
+    for data in cluster.broker_addr_table.values():
         master = data.broker_addrs.get(0)
         if master is None:
             continue
         with RemotingClient(master) as broker:
             while admin_api.broker_runtime_info(broker).get("dispatchBehindBytes") != "0":
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{data.broker_name} did not index {topic} in time")
+                    raise TimeoutError(f"{data.broker_name} did not index what it stored in time")
                 time.sleep(0.01)
 
 
@@ -156,7 +155,7 @@ def run_jobs(spark: SparkSession, namesrv: str, out: Path) -> None:
         .start()
     )
     aggregate.awaitTermination()
-    wait_readable(namesrv, COUNTS)
+    wait_readable(namesrv)
     archive = (
         spark.readStream.format("mqbox")
         .option("namesrvAddr", namesrv)
@@ -231,7 +230,7 @@ def run(
         expected[key] = expected.get(key, 0) + count
     state = {"runs": runs, "totals": [[w, p, n] for (w, p), n in sorted(expected.items())]}
     state_path.write_text(json.dumps(state), encoding="utf-8")
-    wait_readable(namesrv, CLICKS)
+    wait_readable(namesrv)
     session = spark or local_session("mqbox-clickstream")
     try:
         run_jobs(session, namesrv, out)
