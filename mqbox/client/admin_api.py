@@ -22,6 +22,7 @@ mqbox's private codes and reset words come from mqbox/protocol/mqbox_codes.py, t
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -581,6 +582,21 @@ def broker_runtime_info(client: RemotingCaller, *, timeout_ms: int | None = None
     response = client.invoke(code, {}, timeout_ms=timeout_ms)
     _expect(client, code, response, ResponseCode.SUCCESS)
     return dict(KvTable.from_json(response.body).table)
+
+
+DISPATCHED_POLL_S: Final = 0.01
+
+
+def wait_dispatched(client: RemotingCaller, timeout_s: float) -> None:
+    """Until the broker's `dispatchBehindBytes` (GET_BROKER_RUNTIME_INFO) is 0: then every send it
+    answered before the call is pullable, counted in max offsets and stats, and found by key (the
+    store writer publishes its write position before it answers; the dispatcher its counts and
+    index before its dispatched position, docs/store.md). TimeoutError after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while (behind := broker_runtime_info(client).get("dispatchBehindBytes")) != "0":
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"the dispatcher stayed {behind} bytes behind for {timeout_s:g} s")
+        time.sleep(DISPATCHED_POLL_S)
 
 
 def broker_config(client: RemotingCaller, *, timeout_ms: int | None = None) -> dict[str, str]:

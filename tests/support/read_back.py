@@ -22,6 +22,7 @@ import json
 import time
 from typing import Final
 
+from mqbox.client import admin_api
 from mqbox.client.namesrv_api import get_route
 from mqbox.client.remoting import RemotingClient
 from mqbox.message import StoredMessage, decode_record
@@ -117,15 +118,7 @@ def wait_dispatched(broker: RemotingClient) -> None:
     publishes its write position before it answers a send, and the dispatcher publishes the
     queue counts before its dispatched position, so after this every acknowledged send is
     readable by pull, max offset, stats and query."""
-    deadline = time.monotonic() + READ_BACK_TIMEOUT_S
-    while True:
-        response = broker.invoke(RequestCode.GET_BROKER_RUNTIME_INFO)
-        assert response.code == ResponseCode.SUCCESS, (response.code, response.remark)
-        behind = json.loads(response.body)["table"]["dispatchBehindBytes"]
-        if behind == "0":
-            return
-        assert time.monotonic() < deadline, f"the dispatcher stayed {behind} bytes behind"
-        time.sleep(0.01)
+    admin_api.wait_dispatched(broker, READ_BACK_TIMEOUT_S)
 
 
 def wait_dispatched_at(broker_address: str) -> None:
